@@ -1,0 +1,44 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast lint typecheck bench bench-quick services clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Ratchet needs Python 3.11 or newer (set PYTHON=python3.11)")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+		echo "venv failed: installing python3-venv"; apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+## Run the seed scenarios on the embedded default: SQLite, a broker that needs no server, an
+## in-process worker, and the scripted model unless OPENAI_API_KEY is set.
+demo: $(STAMP)
+	$(BIN)/ratchet demo
+
+## Every test, against real Redis and PostgreSQL (started here if they are not running).
+test: $(STAMP) services
+	$(BIN)/ruff check orchestrator workers tests examples bench
+	$(BIN)/python -m pytest tests
+
+services:
+	@bash tests/services.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check orchestrator workers tests examples bench
+	$(BIN)/ruff format --check orchestrator workers tests examples bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP) services
+	$(BIN)/python -m bench
+
+bench-quick: $(STAMP) services
+	$(BIN)/python -m bench --quick
+
+clean:
+	rm -rf .ratchet tmp

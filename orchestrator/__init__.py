@@ -1,0 +1,55 @@
+"""Ratchet: durable LLM agents and teams on Celery.
+
+    from orchestrator import Agent, Team, RunStatus, Client, tool
+    from orchestrator.models import OpenAIResponses, OpenAIChat
+
+This package is the domain and its store; it never imports Celery (see `workers/`).
+"""
+
+from orchestrator.agent import Agent
+from orchestrator.client import Client, RunHandle
+from orchestrator.errors import (
+    AgentNotFoundError,
+    BrokerUnavailableError,
+    ConfigurationError,
+    ModelCallError,
+    RatchetError,
+    RunBusyError,
+    RunNotContinuableError,
+    RunNotFoundError,
+    RunWaitTimeout,
+)
+from orchestrator.messages import Message
+from orchestrator.retry import RetryPolicy
+from orchestrator.run import RunError, RunOutput, Session
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.team import Team
+from orchestrator.tools import Tool, ToolContext, tool
+
+__all__ = [
+    "Agent",
+    "AgentNotFoundError",
+    "BrokerUnavailableError",
+    "Client",
+    "ConfigurationError",
+    "Message",
+    "ModelCallError",
+    "RatchetError",
+    "RetryPolicy",
+    "RunBusyError",
+    "RunError",
+    "RunHandle",
+    "RunNotContinuableError",
+    "RunNotFoundError",
+    "RunOutput",
+    "RunStatus",
+    "RunWaitTimeout",
+    "Session",
+    "Settings",
+    "Team",
+    "Tool",
+    "ToolContext",
+    "tool",
+]
+__version__ = "0.1.0"

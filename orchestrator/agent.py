@@ -1,0 +1,161 @@
+"""Agents: a model, tools and instructions, registered by name.
+
+Defining an `Agent` registers it in this process under its name. A worker imports the module
+that defines the agents (`ratchet worker --app myproject.agents`), so only the name and the run
+id cross the broker; code, models and credentials stay in each process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import AgentNotFoundError, ConfigurationError
+from orchestrator.models.base import Model, ToolSpec
+from orchestrator.retry import RetryPolicy
+from orchestrator.run import RunOutput
+from orchestrator.tools import Tool, as_tool
+
+if TYPE_CHECKING:
+    from orchestrator.client import Client, RunHandle
+
+
+class Agent:
+    """An LLM agent. `run()` enqueues a durable run on the workers and waits for it."""
+
+    kind = "agent"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: Model,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        instructions: str | Sequence[str] | None = None,
+        description: str | None = None,
+        role: str | None = None,
+        retries: int = 3,
+        retry_policy: RetryPolicy | None = None,
+        max_tool_batches: int = 50,
+        client: Client | None = None,
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise ConfigurationError("an agent needs a non-empty name: it is how workers find it")
+        if not isinstance(model, Model):
+            raise ConfigurationError(f"{name}: model must be a Model (e.g. OpenAIChat(id=...)), got {model!r}")
+        self.name = name
+        self.model = model
+        self.tools = [as_tool(t) for t in tools]
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"{name}: two tools share a name: {sorted(names)}")
+        self.instructions = instructions
+        self.description = description
+        #: What this agent does, shown to a team leader that may delegate to it.
+        self.role = role
+        #: How many times a transient model error (429, 5xx, timeout) is retried within one step.
+        self.retries = retries
+        #: Backoff between those retries (exponential with jitter; Retry-After is honoured).
+        self.retry_policy = retry_policy or RetryPolicy()
+        #: A guard against a model that never stops calling tools: the run errors after this many.
+        self.max_tool_batches = max_tool_batches
+        self._client = client
+        register(self)
+
+    # ---------------------------------------------------------------- what the worker uses
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called `name`, if this agent has one."""
+        return next((t for t in self.all_tools() if t.name == name), None)
+
+    def all_tools(self) -> list[Tool]:
+        """Every tool the model is offered (a team adds its delegation tools)."""
+        return list(self.tools)
+
+    def tool_specs(self) -> list[ToolSpec]:
+        """The tools as the model sees them."""
+        return [t.spec for t in self.all_tools()]
+
+    def render_system_message(self) -> str | None:
+        """The system message of a new run: description and instructions, or None if neither."""
+        parts: list[str] = []
+        if self.description:
+            parts.append(self.description)
+        if isinstance(self.instructions, str):
+            parts.append(self.instructions)
+        elif self.instructions:
+            parts.append("\n".join(f"- {line}" for line in self.instructions))
+        return "\n\n".join(parts) or None
+
+    # ---------------------------------------------------------------- what a producer uses
+
+    @property
+    def client(self) -> Client:
+        """The producer client (built from the environment's settings unless one was given)."""
+        if self._client is None:
+            from orchestrator.client import Client
+
+            self._client = Client()
+        return self._client
+
+    def start(self, input: str, *, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
+        """Enqueue a run and return at once with its handle."""
+        return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id)
+
+    def run(self, input: str, *, session_id: str | None = None, timeout: float | None = None) -> RunOutput:
+        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too)."""
+        return self.start(input, session_id=session_id).wait(timeout)
+
+    async def arun(self, input: str, *, session_id: str | None = None, timeout: float | None = None) -> RunOutput:
+        """`run()` for asyncio: the wait does not block the event loop."""
+        handle = await asyncio.to_thread(self.start, input, session_id=session_id)
+        return await handle.await_(timeout)
+
+    def continue_run(
+        self, run_id: str, *, input: str | None = None, session_id: str | None = None, timeout: float | None = None
+    ) -> RunOutput:
+        """Continue a run and wait: ERROR resumes in place (same run_id), COMPLETED forks.
+
+        `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
+        return self.client.continue_run(run_id, input=input).wait(timeout)
+
+    async def acontinue_run(
+        self, run_id: str, *, input: str | None = None, session_id: str | None = None, timeout: float | None = None
+    ) -> RunOutput:
+        """`continue_run()` for asyncio."""
+        handle = await asyncio.to_thread(self.client.continue_run, run_id, input=input)
+        return await handle.await_(timeout)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model.describe()})"
+
+
+_registry_lock = threading.Lock()
+_registry: dict[str, Agent] = {}
+
+
+def register(agent: Agent) -> None:
+    """Register an agent under its name; a later definition with the same name replaces it."""
+    with _registry_lock:
+        _registry[agent.name] = agent
+
+
+def get_agent(name: str) -> Agent:
+    """The agent or team registered under `name` in this process."""
+    with _registry_lock:
+        found = _registry.get(name)
+    if found is None:
+        known = ", ".join(sorted(_registry)) or "none"
+        raise AgentNotFoundError(
+            f"no agent named {name!r} is registered in this process (known: {known}); "
+            "start the worker with --app naming the module that defines it"
+        )
+    return found
+
+
+def registered_names() -> list[str]:
+    """Names of every registered agent and team."""
+    with _registry_lock:
+        return sorted(_registry)

@@ -1,0 +1,309 @@
+"""The step engine: what one task does to a run. No Celery here; `workers.tasks` calls it.
+
+Each step follows the protocol in DESIGN.md: claim (guarded, bumps the epoch, sets the lease),
+work outside any transaction, commit fenced by the epoch, publish the next step after the commit.
+A step that fails for good raises; the task's failure handler then calls `fail_step`, which
+flushes the step's in-flight messages onto the run's ERROR row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.agent import Agent, get_agent
+from orchestrator.errors import FencedError, ModelCallError, RatchetError
+from orchestrator.messages import Message, ToolCall, unanswered_calls
+from orchestrator.models.base import CallContext
+from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.store import Claim, Store
+from orchestrator.tools import ToolArgumentsError, ToolContext
+
+log = logging.getLogger("ratchet.engine")
+S = RunStatus
+MAX_TOOL_THREADS = 8
+
+
+class ToolInterruptedError(RatchetError):
+    """An at-most-once tool started and never finished (its worker died). It was not run again,
+    because it may already have taken effect. Check its effect, then continue the run: the model
+    is told the call's outcome is unknown."""
+
+
+class ToolBatchLimitError(RatchetError):
+    """The model kept calling tools past the agent's `max_tool_batches`. Raise the limit or
+    change the instructions, then continue the run."""
+
+
+@dataclass
+class InFlight:
+    """What a step built but has not committed: flushed onto the ERROR row if the step fails."""
+
+    epoch: int
+    system_message: str | None = None
+    messages: list[Message] = field(default_factory=list)
+    #: The step's own exception: Celery hands the failure handler a copy rebuilt from JSON,
+    #: which loses the error's attributes.
+    error: BaseException | None = None
+
+
+class Engine:
+    """Runs steps for one process. Thread-safe: an embedded worker may run several at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store or Store.open(settings.database_url, auto_migrate=settings.auto_migrate)
+        self._dispatcher = dispatcher
+        self._inflight: dict[tuple[str, int], InFlight] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            self._dispatcher = get_dispatcher(self.settings)
+        return self._dispatcher
+
+    # ---------------------------------------------------------------- model step
+
+    def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
+        """One model call for the run. Returns what happened (for logs and tests)."""
+        claim = self.store.claim(run_id, seq, "model", owner=owner, lease_seconds=self.settings.lease_seconds)
+        if claim is None:
+            return "dropped"
+        flight = self._begin(claim)
+        try:
+            return self._model_step(claim, flight)
+        except BaseException as exc:
+            flight.error = exc
+            raise
+
+    def _model_step(self, claim: Claim, flight: InFlight) -> str:
+        record = claim.record
+        run_id = claim.run_id
+        agent = get_agent(record.agent_name)
+        # Rendered once, on the first step, then stored with the run and reused as-is (as Agno does).
+        new_system = agent.render_system_message() if record.system_message is None else None
+        flight.system_message = new_system
+        system = record.system_message if record.system_message is not None else new_system
+        prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
+        batches = sum(1 for m in claim.messages if m.role == "assistant" and m.tool_calls)
+        try:
+            reply = agent.model.invoke(prompt, agent.tool_specs(), context=CallContext(run_id=run_id, seq=record.seq))
+        except ModelCallError as exc:
+            if self._retry(claim, agent, exc):
+                self._end(claim)
+                return "retry"
+            raise
+        message = reply.to_message()
+        if reply.tool_calls and batches >= agent.max_tool_batches:
+            flight.messages.append(message)
+            raise ToolBatchLimitError(
+                f"{agent.name} asked for tool batch {batches + 1}; max_tool_batches is {agent.max_tool_batches}"
+            )
+        done = not reply.tool_calls
+        committed = self.store.commit_step(
+            claim, [message], status=S.COMPLETED if done else S.QUEUED, next_step=None if done else "tools",
+            publish_grace=self.settings.publish_grace_seconds, content=reply.content if done else None,
+            system_message=new_system,
+        )  # fmt: skip
+        self._end(claim)
+        if done:
+            self.after_final(committed.run_id)
+            return "completed"
+        self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="tools"))
+        return "tools"
+
+    def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
+        decision = agent.retry_policy.decide(
+            retries_so_far=claim.record.retries,
+            limit=agent.retries,
+            retryable=exc.retryable,
+            retry_after=exc.retry_after,
+        )
+        if not decision.retry:
+            return False
+        short = decision.delay <= self.settings.max_countdown
+        record = self.store.park_for_retry(
+            claim,
+            delay=decision.delay,
+            published=short,
+            error=exc.to_record(),
+            publish_grace=self.settings.publish_grace_seconds,
+        )
+        log.info(
+            "run %s step %s: %s; retry %d in %.2fs", claim.run_id, record.seq, exc.kind, record.retries, decision.delay
+        )
+        if short:
+            self.publish(StepRef(run_id=claim.run_id, seq=record.seq, kind="model", countdown=decision.delay or None))
+        return True
+
+    # ---------------------------------------------------------------- tool step
+
+    def tool_step(self, run_id: str, seq: int, *, owner: str) -> str:
+        """Run the tool calls the last assistant message still owes, committing each result."""
+        claim = self.store.claim(run_id, seq, "tools", owner=owner, lease_seconds=self.settings.lease_seconds)
+        if claim is None:
+            return "dropped"
+        flight = self._begin(claim)
+        try:
+            return self._tool_step(claim, flight)
+        except BaseException as exc:
+            flight.error = exc
+            raise
+
+    def _tool_step(self, claim: Claim, flight: InFlight) -> str:
+        run_id = claim.run_id
+        agent = get_agent(claim.record.agent_name)
+        pending = unanswered_calls(claim.messages)
+        guarded = [c for c in pending if (t := agent.tool(c.name)) is not None and t.at_most_once]
+        if guarded:
+            started = self.store.started_tool_calls(run_id)
+            interrupted = [c for c in guarded if c.id in started]
+            if interrupted:
+                flight.messages.extend(_interrupted_message(c) for c in interrupted)
+                names = ", ".join(f"{c.name} ({c.id})" for c in interrupted)
+                raise ToolInterruptedError(
+                    f"at-most-once tool call {names} started and never finished; it was not run again. "
+                    "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
+                )
+        last = self._run_tools(claim, agent, pending)
+        committed = self.store.commit_step(
+            claim, last, status=S.QUEUED, next_step="model", publish_grace=self.settings.publish_grace_seconds
+        )
+        self._end(claim)
+        self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="model"))
+        return "model"
+
+    def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall]) -> list[Message]:
+        """Run the calls concurrently; commit each result as it finishes except the last, which
+        the step's own commit carries (one transaction fewer for the common single-call batch)."""
+        if not calls:
+            return []
+        session = claim.record.session_id
+        if len(calls) == 1:
+            return [self._call_tool(claim, agent, calls[0], session)]
+        with ThreadPoolExecutor(
+            max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool"
+        ) as pool:
+            pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session) for c in calls}
+            while True:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                results = [f.result() for f in finished]
+                if not pending:
+                    for msg in results[:-1]:
+                        self.store.append_tool_result(claim, msg)
+                    return results[-1:]
+                for msg in results:
+                    self.store.append_tool_result(claim, msg)
+
+    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
+        tool = agent.tool(call.name)
+        base = {"role": "tool", "tool_call_id": call.id, "tool_name": call.name}
+        if tool is None:
+            known = ", ".join(t.name for t in agent.all_tools()) or "none"
+            return Message(
+                **base, content=f"unknown tool {call.name!r}; available tools: {known}", tool_call_error=True
+            )
+        try:
+            args = tool.parse_arguments(call.arguments)
+        except ToolArgumentsError as exc:
+            return Message(**base, content=str(exc), tool_call_error=True, tool_args=_raw_args(call.arguments))
+        if tool.at_most_once:
+            self.store.record_tool_start(claim, call.id, call.name)
+        try:
+            result = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
+        except Exception as exc:  # a tool's failure is the model's to read, not the run's
+            log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, exc)
+            return Message(**base, content=str(exc), tool_call_error=True, tool_args=args)
+        return Message(**base, content=_render(result), tool_args=_jsonable(args))
+
+    # ---------------------------------------------------------------- failure
+
+    def _begin(self, claim: Claim) -> InFlight:
+        flight = InFlight(epoch=claim.epoch)
+        with self._lock:
+            self._inflight[(claim.run_id, claim.record.seq)] = flight
+        return flight
+
+    def _end(self, claim: Claim) -> None:
+        with self._lock:
+            self._inflight.pop((claim.run_id, claim.record.seq), None)
+
+    def fail_step(self, run_id: str, seq: int, exc: BaseException) -> bool:
+        """The failure handler: flush the step's in-flight messages and put the run in ERROR.
+
+        Only a step that holds the claim may fail the run (fenced by its epoch): an error before
+        the claim, or from a worker whose lease was taken over, changes nothing."""
+        with self._lock:
+            flight = self._inflight.pop((run_id, seq), None)
+        exc = flight.error if flight is not None and flight.error is not None else exc
+        if flight is None or isinstance(exc, FencedError):
+            log.warning("run %s step %s: %s not recorded (no claim held): %s", run_id, seq, type(exc).__name__, exc)
+            return False
+        error = exc.to_record() if isinstance(exc, RatchetError) else {"type": type(exc).__name__, "message": str(exc)}
+        record = self.store.fail(
+            run_id, epoch=flight.epoch, error=error, inflight=flight.messages, system_message=flight.system_message
+        )
+        if record is None:
+            return False
+        log.warning("run %s step %s: ERROR %s: %s", run_id, seq, error["type"], error["message"])
+        self.after_final(run_id)
+        return True
+
+    # ---------------------------------------------------------------- hooks
+
+    def publish(self, step: StepRef) -> None:
+        """Publish a step after its commit. If the broker fails now, the run's outbox marker
+        (publish_after) lets the sweeper publish it later: log, do not fail the committed step."""
+        try:
+            self.dispatcher.publish(step)
+        except Exception as exc:
+            log.warning(
+                "run %s: publishing step %s failed (%s); the sweeper will publish it", step.run_id, step.seq, exc
+            )
+
+    def after_final(self, run_id: str) -> None:
+        """Called when a run reaches COMPLETED or ERROR (teams hook their members in here)."""
+
+
+def _interrupted_message(call: ToolCall) -> Message:
+    return Message(
+        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=_raw_args(call.arguments),
+        tool_call_error=True,
+        content="this call was interrupted before it reported a result and was not run again "
+        "(at-most-once); its outcome is unknown",
+    )  # fmt: skip
+
+
+def _raw_args(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        return {"_raw": raw}
+    return value if isinstance(value, dict) else {"_raw": raw}
+
+
+def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(args, default=str))
+
+
+def _render(result: Any) -> str:
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, default=str)
+    except (TypeError, ValueError):
+        return str(result)

@@ -1,0 +1,103 @@
+"""Every error Ratchet raises, in one hierarchy.
+
+    RatchetError
+    ├── ConfigurationError        settings or an agent definition are wrong
+    ├── AgentNotFoundError        no agent or team is registered under that name
+    ├── RunNotFoundError          no run has that run_id
+    ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
+    ├── RunBusyError              the run is RUNNING and its lease is live
+    ├── RunWaitTimeout            wait() gave up before the run reached a final status
+    ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
+    ├── FencedError               a step lost its lease; its commit was rolled back
+    └── ModelCallError            one model call failed (retryable or final)
+
+Each error's docstring says what happened and what to do. Errors that cross a process boundary
+(stored on a run row, returned to a producer) are rebuilt from `(type, message)` with
+`from_record`, so they survive JSON.
+"""
+
+from __future__ import annotations
+
+
+class RatchetError(Exception):
+    """Base of every Ratchet error."""
+
+    def to_record(self) -> dict[str, str]:
+        """A JSON-safe form: the error's type name and its text."""
+        return {"type": type(self).__name__, "message": str(self)}
+
+
+class ConfigurationError(RatchetError):
+    """A setting or an agent definition is invalid. The message names it; fix it and restart."""
+
+
+class AgentNotFoundError(RatchetError):
+    """No agent or team is registered under this name in this process.
+
+    Import the module that defines it (workers: `ratchet worker --app your.module`)."""
+
+
+class RunNotFoundError(RatchetError):
+    """No run has this run_id in the configured database. Check the id and RATCHET_DATABASE_URL."""
+
+
+class RunNotContinuableError(RatchetError):
+    """The run's status does not allow continue (a CANCELLED run is final). Start a new run."""
+
+
+class RunBusyError(RatchetError):
+    """The run is RUNNING on a worker whose lease is still live.
+
+    Wait for it to finish, or continue it after the lease expires (RATCHET_LEASE_SECONDS)."""
+
+
+class RunWaitTimeout(RatchetError):
+    """The run did not reach a final status in time. It goes on; wait again or inspect it."""
+
+
+class BrokerUnavailableError(RatchetError):
+    """The run was saved as QUEUED, but its first task could not be published.
+
+    Nothing is lost: the sweeper (`ratchet sweep`, or the beat task) publishes it once the broker
+    is back. The run_id is in `run_id`."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class FencedError(RatchetError):
+    """A step's lease was taken over (it expired, or the run was cancelled); its commit was
+    rolled back. Nothing to do: the holder of the newer lease carries the run on."""
+
+
+class ModelCallError(RatchetError):
+    """One model call failed.
+
+    `retryable` says whether trying again may help (429, 5xx, timeouts, connection errors);
+    final errors (401/403/400/404/422, context length) put the run in ERROR at once. Fix the
+    cause (the API key on the workers, the request) and continue the run."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        retryable: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        kind: str = "ModelCallError",
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.kind = kind
+
+    def to_record(self) -> dict[str, str]:
+        """Keeps the provider's error class name (e.g. AuthenticationError) as the type."""
+        return {"type": self.kind, "message": str(self)}
+
+
+class StepTimeoutError(RatchetError):
+    """A step ran past its soft time limit. The run is in ERROR with its messages kept;
+    raise the limit (RATCHET_SOFT_TIME_LIMIT) or make the tool faster, then continue."""

@@ -1,0 +1,95 @@
+"""Messages of a run's transcript, with Agno's field names.
+
+A message is a frozen value: the store appends it once as a row and never rewrites it.
+`tool_calls` keeps the OpenAI Chat shape (`{"id", "type": "function", "function": {"name",
+"arguments"}}`), which is also what Agno stores, so transcripts move between the two unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One function call the model asked for; `arguments` is the raw JSON text it sent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call in the OpenAI Chat shape that Agno stores in `Message.tool_calls`."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    @classmethod
+    def from_openai(cls, raw: dict[str, Any]) -> ToolCall:
+        """Read a call back from the OpenAI Chat shape."""
+        fn = raw.get("function") or {}
+        return cls(id=str(raw["id"]), name=str(fn.get("name", "")), arguments=str(fn.get("arguments") or "{}"))
+
+
+class Message(BaseModel):
+    """One message of a transcript. Frozen: copy with `model_copy(update=...)`, never mutate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    tool_call_error: bool = False
+    created_at: datetime | None = Field(default=None)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The tool calls of an assistant message as value objects."""
+        return [ToolCall.from_openai(c) for c in self.tool_calls or []]
+
+    def to_row(self) -> dict[str, Any]:
+        """The columns this message is stored under (see `store.schema.messages`)."""
+        return {
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": json.dumps(self.tool_calls) if self.tool_calls is not None else None,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "tool_args": json.dumps(self.tool_args) if self.tool_args is not None else None,
+            "tool_call_error": self.tool_call_error,
+        }
+
+    @classmethod
+    def from_row(cls, row: Any) -> Message:
+        """Rebuild a message from a `messages` row."""
+        return cls(
+            role=row.role,
+            content=row.content,
+            tool_calls=json.loads(row.tool_calls) if row.tool_calls is not None else None,
+            tool_call_id=row.tool_call_id,
+            tool_name=row.tool_name,
+            tool_args=json.loads(row.tool_args) if row.tool_args is not None else None,
+            tool_call_error=bool(row.tool_call_error),
+            created_at=row.created_at,
+        )
+
+
+def unanswered_calls(messages: list[Message]) -> list[ToolCall]:
+    """The tool calls of the last assistant message that have no tool result yet.
+
+    This is what a resumed run still owes: continue runs a tool batch for these alone, so a
+    tool whose result is stored is never executed again.
+    """
+    last_assistant = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
+    if last_assistant is None:
+        return []
+    answered = {m.tool_call_id for m in messages[last_assistant + 1 :] if m.role == "tool"}
+    return [c for c in messages[last_assistant].calls if c.id not in answered]

@@ -1,0 +1,72 @@
+"""The model port: what the engine asks of a language model, and how a model reports failure.
+
+A model is runtime configuration that each worker process rebuilds from the agent's definition;
+nothing of it crosses the broker. `invoke` makes one call and returns a `ModelReply`, or raises
+`ModelCallError` whose `retryable` flag (and `retry_after`) the retry policy reads.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.errors import ModelCallError
+from orchestrator.messages import Message, ToolCall
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, a description and a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallContext:
+    """Who is calling: sent to the model as headers so a test server can count calls per step."""
+
+    run_id: str
+    seq: int
+
+    def headers(self) -> dict[str, str]:
+        """Headers that name the run and step (harmless to real providers)."""
+        return {"X-Ratchet-Run-Id": self.run_id, "X-Ratchet-Step": str(self.seq)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelReply:
+    """What one model call produced: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def to_message(self) -> Message:
+        """The assistant message this reply becomes in the transcript."""
+        return Message(
+            role="assistant",
+            content=self.content,
+            tool_calls=[c.to_openai() for c in self.tool_calls] or None,
+        )
+
+
+class Model(ABC):
+    """A language model adapter. Subclasses implement `invoke`; they must not keep secrets in
+    anything that is persisted or sent to the broker."""
+
+    id: str
+
+    @abstractmethod
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        """Make one call. Raise `ModelCallError` (retryable or final) when it fails."""
+
+    def describe(self) -> str:
+        """A short, secret-free description for logs and `ratchet show`."""
+        return f"{type(self).__name__}(id={self.id!r})"
+
+
+__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "ToolSpec"]

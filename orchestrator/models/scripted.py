@@ -1,0 +1,79 @@
+"""`ScriptedModel`: the scripted model of `orchestrator.testing.script`, in-process, with no HTTP.
+
+For benchmarks and unit tests of agents: it answers exactly as `ScriptedServer` would (same
+turns, tool calls, faults) and fails with the same `ModelCallError` classification as the
+OpenAI adapters, so a test of retry behaviour means the same thing with either.
+
+    agent = Agent(name="t", model=ScriptedModel(script=ScriptConfig(tool_batches=2)), tools=[...])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.errors import ModelCallError
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models._openai import is_context_length_error, kind_for_status, retryable_status
+from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptState, decide
+
+
+class ScriptedModel(Model):
+    """A model that follows a `ScriptConfig`. Fault budgets are counted per run id, per instance."""
+
+    def __init__(
+        self, id: str = "scripted", script: ScriptConfig | None = None, api_key: str | None = "scripted"
+    ) -> None:
+        self.id = id
+        self.script = script or ScriptConfig()
+        # A test value, compared against the script's accept/reject lists; not a credential.
+        self.api_key = api_key
+        self.state = ScriptState()
+
+    def describe(self) -> str:
+        """Class and model id; never the key."""
+        return f"{type(self).__name__}(id={self.id!r})"
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`."""
+        decision = decide(
+            self.script,
+            self.state,
+            model=self.id,
+            api_key=self.api_key,
+            conversation=conversation_of(messages),
+            tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
+            conversation_key=context.run_id,
+        )
+        if decision.delay_s > 0:
+            time.sleep(decision.delay_s)
+        if isinstance(decision, ScriptedError):
+            kind = kind_for_status(decision.status)
+            code = decision.body.get("error", {}).get("code")
+            raise ModelCallError(
+                f"{self.describe()}: {kind} (HTTP {decision.status}): {decision.message}",
+                retryable=retryable_status(decision.status) and not is_context_length_error(code, decision.message),
+                status_code=decision.status,
+                retry_after=decision.retry_after,
+                kind=kind,
+            )
+        return ModelReply(
+            content=decision.content,
+            tool_calls=[ToolCall(id=cid, name=name, arguments=args) for cid, name, args in decision.tool_calls],
+            usage=dict(decision.usage),
+        )
+
+
+def conversation_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Transcript messages in the script's normalised conversation shape."""
+    return [
+        {
+            "role": m.role,
+            "content": m.content,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.calls] or None,
+            "tool_call_id": m.tool_call_id,
+        }
+        for m in messages
+    ]

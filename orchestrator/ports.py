@@ -1,0 +1,65 @@
+"""The broker port: how the domain asks for a step to run, without knowing about Celery.
+
+`workers.dispatch.CeleryDispatcher` implements it; the setting RATCHET_DISPATCHER names the
+implementation, which is imported by name the first time a step is published, so importing
+`orchestrator` never imports Celery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.settings import Settings
+
+StepKind = Literal["model", "tools"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRef:
+    """One step to run: only ids cross the broker. `countdown` delays delivery (short waits only)."""
+
+    run_id: str
+    seq: int
+    kind: StepKind
+    countdown: float | None = None
+
+
+class Dispatcher(Protocol):
+    """Publishes steps to workers."""
+
+    def publish(self, step: StepRef) -> None:
+        """Send the step's task. Raise on failure; the run's outbox marker makes it safe to."""
+        ...
+
+
+_lock = threading.Lock()
+_dispatchers: dict[tuple[str, str], Dispatcher] = {}
+
+
+def get_dispatcher(settings: Settings) -> Dispatcher:
+    """The process's dispatcher for these settings, built once from RATCHET_DISPATCHER."""
+    key = (settings.dispatcher, settings.broker_url)
+    with _lock:
+        found = _dispatchers.get(key)
+        if found is None:
+            module_name, _, attr = settings.dispatcher.partition(":")
+            try:
+                factory = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                raise ConfigurationError(
+                    f"RATCHET_DISPATCHER={settings.dispatcher!r} cannot be imported ({exc}); "
+                    "install ratchet with its workers package or name a module:Class"
+                ) from None
+            found = factory(settings)
+            _dispatchers[key] = found
+        return found
+
+
+def set_dispatcher(settings: Settings, dispatcher: Dispatcher) -> None:
+    """Use this dispatcher for these settings in this process (the embedded worker does)."""
+    with _lock:
+        _dispatchers[(settings.dispatcher, settings.broker_url)] = dispatcher

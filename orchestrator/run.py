@@ -1,0 +1,141 @@
+"""What a run looks like from outside: `RunRecord` (the row), `RunOutput` (row + transcript),
+`Session` (a session's runs). Frozen values, built from rows with `from_row()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.messages import Message
+from orchestrator.status import RunStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One `ratchet_runs` row."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    kind: str
+    parent_run_id: str | None
+    forked_from: str | None
+    status: RunStatus
+    epoch: int
+    seq: int
+    next_step: str | None
+    n_messages: int
+    system_message: str | None
+    lease_owner: str | None
+    lease_expires_at: float | None
+    attempts: int
+    retries: int
+    publish_after: float | None
+    content: str | None
+    error_type: str | None
+    error_message: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> RunRecord:
+        """Build from a SQLAlchemy row of `ratchet_runs`."""
+        data = dict(row._mapping)
+        data["status"] = RunStatus(data["status"])
+        return cls(**data)
+
+    def lease_live(self, now: float) -> bool:
+        """Whether a worker's lease on this run has not yet expired."""
+        return self.lease_expires_at is not None and self.lease_expires_at > now
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunError:
+    """Why a run is in ERROR: the error's type name and text."""
+
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolExecution:
+    """One tool call and its result, as Agno's `ToolExecution` names them."""
+
+    tool_call_id: str
+    tool_name: str
+    tool_args: dict[str, Any] | None
+    result: str | None
+    tool_call_error: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutput:
+    """A run as a producer sees it: Agno's `RunOutput` fields plus Ratchet's bookkeeping."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    status: RunStatus
+    content: str | None
+    messages: list[Message]
+    error: RunError | None = None
+    parent_run_id: str | None = None
+    forked_from: str | None = None
+    seq: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    #: Child runs (team members), oldest first.
+    member_runs: list[RunOutput] = field(default_factory=list)
+
+    @property
+    def tools(self) -> list[ToolExecution]:
+        """The tool calls that ran, with their results (Agno's `RunOutput.tools`), in order."""
+        return [
+            ToolExecution(
+                tool_call_id=m.tool_call_id or "", tool_name=m.tool_name or "", tool_args=m.tool_args,
+                result=m.content, tool_call_error=m.tool_call_error,
+            )
+            for m in self.messages
+            if m.role == "tool"
+        ]  # fmt: skip
+
+    @classmethod
+    def from_record(
+        cls, record: RunRecord, messages: list[Message], member_runs: list[RunOutput] | None = None
+    ) -> RunOutput:
+        """The output of a run: its row, with the system message first, then the stored rows."""
+        transcript = list(messages)
+        if record.system_message is not None:
+            transcript.insert(0, Message(role="system", content=record.system_message))
+        error = (
+            RunError(type=record.error_type or "Error", message=record.error_message or "")
+            if record.error_type or record.error_message
+            else None
+        )
+        return cls(
+            run_id=record.run_id,
+            session_id=record.session_id,
+            agent_name=record.agent_name,
+            status=record.status,
+            content=record.content,
+            messages=transcript,
+            error=error,
+            parent_run_id=record.parent_run_id,
+            forked_from=record.forked_from,
+            seq=record.seq,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            member_runs=member_runs or [],
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Session:
+    """A session and its top-level runs, oldest first (member runs hang under their team run)."""
+
+    session_id: str
+    runs: list[RunOutput]

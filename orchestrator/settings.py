@@ -1,0 +1,128 @@
+"""All of Ratchet's configuration: one typed object read from `RATCHET_*` environment variables.
+
+With nothing set, Ratchet runs embedded: a SQLite file and kombu's filesystem broker under
+`.ratchet/` in the working directory, so a bare machine needs no server. Production sets
+`RATCHET_DATABASE_URL` (PostgreSQL) and `RATCHET_BROKER_URL` (Redis).
+
+Time limits nest so that no step outlives its lease and no lease outlives the broker's
+redelivery clock:  model timeout x attempts < soft limit < hard limit < lease < visibility timeout.
+`Settings.validate_limits` enforces it at start-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from orchestrator.errors import ConfigurationError
+
+PREFIX = "RATCHET_"
+DEFAULT_HOME = Path(".ratchet")
+
+
+class Settings(BaseModel):
+    """Ratchet's settings. Build with `Settings.from_env()`; every field maps to RATCHET_<NAME>."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: SQLAlchemy URL of the run store. Default: a SQLite file under .ratchet/.
+    database_url: str = f"sqlite:///{DEFAULT_HOME / 'ratchet.db'}"
+    #: Celery broker URL. Default: kombu's filesystem transport under .ratchet/broker.
+    broker_url: str = "filesystem://localhost/"
+    #: Folder for the filesystem broker (only used with broker_url=filesystem://).
+    broker_folder: str = str(DEFAULT_HOME / "broker")
+    #: How long a claimed step may hold its run before another worker may take it over.
+    lease_seconds: float = 600.0
+    #: How often the sweeper looks for expired leases and unpublished steps.
+    sweep_seconds: float = 15.0
+    #: How long a published step may wait for a worker before the sweeper publishes it again
+    #: (a lost message, a crash between commit and publish). Duplicates are harmless: the claim
+    #: drops them.
+    publish_grace_seconds: float = 60.0
+    #: Claims of one step (crashes, hard kills) before the run goes to ERROR as a poison step.
+    max_step_attempts: int = 5
+    #: Soft and hard time limits of one step (Celery's task_soft_time_limit / task_time_limit).
+    soft_time_limit: float = 480.0
+    hard_time_limit: float = 540.0
+    #: Redis visibility timeout: how long an unacked message waits before Redis redelivers it.
+    visibility_timeout: float = 3600.0
+    #: Timeout of one HTTP call to the model provider.
+    model_timeout: float = 120.0
+    #: Waits longer than this are not spent in the task: the run is parked and the sweeper
+    #: publishes it when it is due, so no worker is held and no countdown outlives the broker.
+    max_countdown: float = 30.0
+    #: Queue names.
+    model_queue: str = "ratchet.model"
+    tools_queue: str = "ratchet.tools"
+    control_queue: str = "ratchet.control"
+    #: Apply migrations when a store is opened (the embedded default does; production runs
+    #: `ratchet migrate` once).
+    auto_migrate: bool = True
+    #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
+    dispatcher: str = "workers.dispatch:CeleryDispatcher"
+
+    @model_validator(mode="after")
+    def validate_limits(self) -> Settings:
+        """Refuse limits that would let a step outlive its lease or its broker message."""
+        chain = [
+            ("RATCHET_SOFT_TIME_LIMIT", self.soft_time_limit),
+            ("RATCHET_HARD_TIME_LIMIT", self.hard_time_limit),
+            ("RATCHET_LEASE_SECONDS", self.lease_seconds),
+            ("RATCHET_VISIBILITY_TIMEOUT", self.visibility_timeout),
+        ]
+        for (lo_name, lo), (hi_name, hi) in itertools.pairwise(chain):
+            if not lo < hi:
+                raise ValueError(f"{lo_name} ({lo}) must be less than {hi_name} ({hi})")
+        if self.max_step_attempts < 1:
+            raise ValueError("RATCHET_MAX_STEP_ATTEMPTS must be at least 1")
+        if self.sweep_seconds <= 0:
+            raise ValueError("RATCHET_SWEEP_SECONDS must be positive")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every `RATCHET_*` variable; unknown ones are an error, not a silent typo."""
+        env = os.environ if environ is None else environ
+        fields = cls.model_fields
+        values: dict[str, str] = {}
+        for key, value in env.items():
+            if not key.startswith(PREFIX):
+                continue
+            name = key[len(PREFIX) :].lower()
+            if name in fields:
+                values[name] = value
+            elif name not in _NOT_SETTINGS:
+                known = ", ".join(PREFIX + f.upper() for f in fields)
+                raise ConfigurationError(f"unknown setting {key}; known settings: {known}")
+        try:
+            return cls.model_validate(values)
+        except ValueError as exc:
+            raise ConfigurationError(f"invalid Ratchet settings: {exc}") from None
+
+    @property
+    def is_embedded_broker(self) -> bool:
+        """True for brokers that need no server (filesystem, memory)."""
+        return self.broker_url.split("://", 1)[0] in {"filesystem", "memory"}
+
+
+# RATCHET_-prefixed variables that are read elsewhere on purpose and are not settings.
+_NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url"}
+
+
+def env_secret(name: str) -> str | None:
+    """Read a secret (an API key) from the environment at the moment it is needed.
+
+    Secrets are not settings: they are never copied into a Settings object, a run row, a task
+    or a log line, and reading them late means fixing a key on the workers takes effect on the
+    next call without a restart.
+    """
+    return os.environ.get(name) or None
+
+
+def env_value(name: str) -> str | None:
+    """Read a non-Ratchet variable that a third-party convention defines (OPENAI_BASE_URL)."""
+    return os.environ.get(name) or None

@@ -1,0 +1,66 @@
+"""Run states and the one table of legal moves between them.
+
+Nothing writes a run's status except `store.Store.transition`, which checks every move against
+`TRANSITIONS` and applies it as a guarded `UPDATE ... WHERE status IN (...) AND epoch = ...`,
+so a duplicate delivery, a double-clicked continue or a stale worker changes nothing.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """The status of a run."""
+
+    #: Written; a step is enqueued (or due and waiting for the sweeper to publish it).
+    QUEUED = "QUEUED"
+    #: A worker holds the lease for the current step.
+    RUNNING = "RUNNING"
+    #: A team run waiting for its member runs; holds no worker.
+    WAITING = "WAITING"
+    #: A tool needs a human decision; continue resumes it in place with the decisions.
+    PAUSED = "PAUSED"
+    #: A step failed for good; the row keeps every message and the error. Continue resumes in place.
+    ERROR = "ERROR"
+    #: The final answer is committed. Continue forks a new run from it.
+    COMPLETED = "COMPLETED"
+    #: Cancelled by a user. Final: continue is refused.
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_final(self) -> bool:
+        """True where the run will not move again by itself (wait() returns on these)."""
+        return self in FINAL
+
+
+#: Where `wait()` stops: the run needs nobody's work until someone acts on it.
+FINAL = frozenset({RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.PAUSED})
+
+S = RunStatus
+
+#: from-status -> the statuses it may move to. Every write of a status is checked against this.
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    # claim; a team delegating; a poison or unrecoverable step found before it starts; cancel
+    S.QUEUED: frozenset({S.RUNNING, S.ERROR, S.CANCELLED}),
+    # commit (next step queued), final answer, failure, team waits on members, re-claim after an
+    # expired lease (RUNNING -> RUNNING with a new epoch), cancel, park for a human
+    S.RUNNING: frozenset({S.QUEUED, S.COMPLETED, S.ERROR, S.WAITING, S.RUNNING, S.CANCELLED, S.PAUSED}),
+    # the last member finished (leader's next step queued), a member failed, cancel
+    S.WAITING: frozenset({S.QUEUED, S.ERROR, S.CANCELLED}),
+    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED}),
+    # continue in place (or back to WAITING when a team's failed member is continued); cancel
+    S.ERROR: frozenset({S.QUEUED, S.WAITING, S.CANCELLED}),
+    S.COMPLETED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+def can_move(src: RunStatus, dst: RunStatus) -> bool:
+    """Whether `src -> dst` is a legal move."""
+    return dst in TRANSITIONS[src]
+
+
+def sources_of(dst: RunStatus) -> frozenset[RunStatus]:
+    """Every status from which `dst` can be reached."""
+    return frozenset(src for src, dsts in TRANSITIONS.items() if dst in dsts)

@@ -1,0 +1,98 @@
+"""Opening the run store's database: URL normalisation, SQLite tuning, migrations.
+
+SQLite runs in WAL mode with a busy timeout, and every write transaction starts with
+`BEGIN IMMEDIATE`, so two writers queue on the lock instead of deadlocking on an upgrade from a
+read lock (SQLite has no SELECT ... FOR UPDATE). PostgreSQL uses psycopg 3.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+
+from orchestrator.errors import ConfigurationError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for plain `postgresql://` URLs (the driver Ratchet installs)."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def open_engine(url: str, **kwargs: Any) -> Engine:
+    """An Engine for the store's URL, tuned for its dialect."""
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise ConfigurationError(f"RATCHET_DATABASE_URL is not a database URL: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, parsed.database, **kwargs)
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"RATCHET_DATABASE_URL uses {parsed.get_backend_name()!r}; Ratchet supports sqlite and postgresql"
+        )
+    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_size", 5)
+    kwargs.setdefault("max_overflow", 20)
+    return create_engine(url, **kwargs)
+
+
+def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
+    if not database or database == ":memory:":
+        raise ConfigurationError("Ratchet needs a SQLite file that workers share, not an in-memory database")
+    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module so BEGIN IMMEDIATE below is ours.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Apply every pending migration (idempotent; safe from several processes at once on PG)."""
+    from alembic import command
+    from alembic.config import Config
+
+    script_location = str(resources.files("orchestrator.store") / "migrations")
+    config = Config()
+    config.set_main_option("script_location", script_location)
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Two workers starting together must not both create the tables.
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(74657)")
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+
+def is_migrated(engine: Engine) -> bool:
+    """True when the store's tables exist."""
+    return inspect(engine).has_table("ratchet_runs")
+
+
+def pid_safe(engine: Engine) -> None:
+    """After a fork, drop pooled connections inherited from the parent without closing them."""
+    engine.dispose(close=False)
+
+
+__all__ = ["migrate", "normalise_url", "open_engine", "pid_safe", "is_migrated"]

@@ -1,0 +1,113 @@
+"""The run store's tables (SQLAlchemy Core). Migrations in `migrations/` create exactly these.
+
+Times are UNIX seconds (float): the same on SQLite and PostgreSQL, and cheap to compare.
+Hosts that run workers keep their clocks in sync (NTP), since leases compare them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+sessions = Table(
+    "ratchet_sessions",
+    metadata,
+    Column("session_id", String(128), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+
+runs = Table(
+    "ratchet_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("session_id", String(128), ForeignKey("ratchet_sessions.session_id"), nullable=False),
+    Column("agent_name", String(256), nullable=False),
+    Column("kind", String(16), nullable=False),  # "agent" | "team"
+    Column("parent_run_id", String(64), nullable=True),
+    Column("forked_from", String(64), nullable=True),
+    Column("status", String(16), nullable=False),
+    # Fencing token: bumped by every claim, re-claim, continue and cancel. A write that names an
+    # older epoch changes nothing.
+    Column("epoch", Integer, nullable=False, default=0),
+    # The step counter. A task carries (run_id, seq); a delivery for another seq is stale.
+    Column("seq", Integer, nullable=False, default=0),
+    # What the next step is: "model", "tools", or NULL once final.
+    Column("next_step", String(16), nullable=True),
+    Column("n_messages", Integer, nullable=False, default=0),
+    Column("system_message", Text, nullable=True),
+    Column("lease_owner", String(255), nullable=True),
+    Column("lease_expires_at", Float, nullable=True),
+    # Claims of the current step; the sweeper errors a run out after RATCHET_MAX_STEP_ATTEMPTS.
+    Column("attempts", Integer, nullable=False, default=0),
+    # Transient model failures retried in the current step (the agent's `retries` caps it).
+    Column("retries", Integer, nullable=False, default=0),
+    # The outbox marker: when a QUEUED run's step should be (re)published by the sweeper if no
+    # worker has claimed it by then. Covers a crash between commit and publish, a lost message,
+    # and retries parked longer than a countdown may safely wait.
+    Column("publish_after", Float, nullable=True),
+    Column("content", Text, nullable=True),
+    Column("error_type", String(128), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
+Index("ix_ratchet_runs_parent", runs.c.parent_run_id)
+Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
+
+messages = Table(
+    "ratchet_messages",
+    metadata,
+    Column("run_id", String(64), ForeignKey("ratchet_runs.run_id"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=True),
+    Column("tool_calls", Text, nullable=True),
+    Column("tool_call_id", String(128), nullable=True),
+    Column("tool_name", String(256), nullable=True),
+    Column("tool_args", Text, nullable=True),
+    Column("tool_call_error", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
+)
+# A tool call has at most one result: a second append of the same result fails loudly.
+Index("ux_ratchet_messages_tool_result", messages.c.run_id, messages.c.tool_call_id, unique=True)
+
+# Calls of at-most-once tools that started. A row without a result message on resume means the
+# call may have taken effect: it is not run again.
+tool_starts = Table(
+    "ratchet_tool_starts",
+    metadata,
+    Column("run_id", String(64), ForeignKey("ratchet_runs.run_id"), nullable=False),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("tool_name", String(256), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    PrimaryKeyConstraint("run_id", "tool_call_id", name="pk_ratchet_tool_starts"),
+)
+
+# What happened to a run besides its messages: errors, retries, continues, fences, sweeps.
+events = Table(
+    "ratchet_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("seq", Integer, nullable=True),
+    Column("detail", Text, nullable=True),
+)
+Index("ix_ratchet_events_run", events.c.run_id, events.c.id)

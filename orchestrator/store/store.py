@@ -1,0 +1,424 @@
+"""The run store: every read and write of runs, messages and events.
+
+Writes that change a run go through `_move`, which checks the move against
+`status.TRANSITIONS` and applies it as one guarded UPDATE (status, and the epoch when the caller
+holds one). Zero rows updated means somebody else moved the run first: the caller's write is a
+no-op or a `FencedError`, never a clobber. Messages are appended, never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from orchestrator.errors import ConfigurationError, FencedError, RunNotFoundError
+from orchestrator.messages import Message
+from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.status import RunStatus, can_move
+from orchestrator.store.database import is_migrated, migrate, open_engine
+from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
+
+S = RunStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A claimed step: the run as the claim left it, and its stored messages."""
+
+    record: RunRecord
+    messages: list[Message]
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def epoch(self) -> int:
+        return self.record.epoch
+
+
+class Store:
+    """Reads and guarded writes of the run store. Thread-safe; one per process and URL."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.clock = clock
+        self._is_pg = engine.dialect.name == "postgresql"
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, url: str, *, auto_migrate: bool = True) -> Store:
+        """The process's store for this URL (cached), migrated first when asked."""
+        with _cache_lock:
+            store = _cache.get(url)
+            if store is None:
+                engine = open_engine(url)
+                if auto_migrate:
+                    migrate(engine)
+                elif not is_migrated(engine):
+                    raise ConfigurationError(
+                        f"the database has no Ratchet tables; run `ratchet migrate` first ({engine.url!r})"
+                    )
+                store = _cache[url] = cls(engine)
+            return store
+
+    # ---------------------------------------------------------------- reads
+
+    def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
+        """The run's row, or RunNotFoundError."""
+        if conn is None:
+            with self.engine.connect() as c:
+                return self.get_record(run_id, c)
+        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+        if row is None:
+            raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
+        return RunRecord.from_row(row)
+
+    def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
+        """The run's stored messages in order (the system message lives on the run row)."""
+        if conn is None:
+            with self.engine.connect() as c:
+                return self.get_messages(run_id, c)
+        rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx))
+        return [Message.from_row(r) for r in rows]
+
+    def get_output(self, run_id: str) -> RunOutput:
+        """The run with its transcript and its member runs (recursively)."""
+        with self.engine.connect() as conn:
+            return self._output(conn, self.get_record(run_id, conn))
+
+    def _output(self, conn: Connection, record: RunRecord) -> RunOutput:
+        children = conn.execute(
+            select(runs).where(runs.c.parent_run_id == record.run_id).order_by(runs.c.created_at, runs.c.run_id)
+        )
+        members = [self._output(conn, RunRecord.from_row(r)) for r in children]
+        return RunOutput.from_record(record, self.get_messages(record.run_id, conn), members)
+
+    def get_session(self, session_id: str) -> Session | None:
+        """The session's top-level runs, oldest first; None if the session does not exist."""
+        with self.engine.connect() as conn:
+            if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
+                return None
+            rows = conn.execute(
+                select(runs)
+                .where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
+                .order_by(runs.c.created_at, runs.c.run_id)
+            )
+            return Session(session_id=session_id, runs=[self._output(conn, RunRecord.from_row(r)) for r in rows])
+
+    def get_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events (errors, retries, continues, sweeps), oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
+            return [
+                {"at": r.at, "kind": r.kind, "seq": r.seq, "detail": json.loads(r.detail) if r.detail else None}
+                for r in rows
+            ]
+
+    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
+        """The run's direct child runs."""
+        if conn is None:
+            with self.engine.connect() as c:
+                return self.children(run_id, c)
+        rows = conn.execute(select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.created_at))
+        return [RunRecord.from_row(r) for r in rows]
+
+    # ---------------------------------------------------------------- producer writes
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        agent_name: str,
+        kind: str,
+        input_messages: Sequence[Message],
+        publish_grace: float,
+        parent_run_id: str | None = None,
+        forked_from: str | None = None,
+        system_message: str | None = None,
+        conn: Connection | None = None,
+    ) -> RunRecord:
+        """Write the run (QUEUED, first step a model call) and its input in one transaction."""
+        if conn is None:
+            with self.engine.begin() as c:
+                return self.create_run(
+                    run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
+                    input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
+                    forked_from=forked_from, system_message=system_message, conn=c,
+                )  # fmt: skip
+        now = self.clock()
+        self._ensure_session(conn, session_id, now)
+        conn.execute(
+            insert(runs).values(
+                run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
+                parent_run_id=parent_run_id, forked_from=forked_from, status=S.QUEUED.value, epoch=0, seq=0,
+                next_step="model", n_messages=len(input_messages), system_message=system_message,
+                attempts=0, retries=0, publish_after=now + publish_grace, created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
+        self._insert_messages(conn, run_id, 0, input_messages, now)
+        return self.get_record(run_id, conn)
+
+    def _ensure_session(self, conn: Connection, session_id: str, now: float) -> None:
+        dialect_insert = postgresql.insert if self._is_pg else sqlite.insert
+        conn.execute(dialect_insert(sessions).values(session_id=session_id, created_at=now).on_conflict_do_nothing())
+
+    def _insert_messages(self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float) -> None:
+        if items:
+            conn.execute(
+                insert(messages),
+                [{**m.to_row(), "run_id": run_id, "idx": start + i, "created_at": now} for i, m in enumerate(items)],
+            )
+
+    def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
+        """Record something that happened to a run (in the caller's transaction)."""
+        conn.execute(
+            insert(events).values(
+                run_id=run_id,
+                at=self.clock(),
+                kind=kind,
+                seq=seq,
+                detail=json.dumps(detail, default=str) if detail else None,
+            )
+        )
+
+    # ---------------------------------------------------------------- the guarded move
+
+    def _move(
+        self,
+        conn: Connection,
+        run_id: str,
+        *,
+        src: Iterable[RunStatus],
+        dst: RunStatus,
+        epoch: int | None = None,
+        bump_epoch: bool = False,
+        extra_where: Any = None,
+        **values: Any,
+    ) -> RunRecord | None:
+        """Apply `src -> dst` if the run is in one of `src` (and at `epoch`); the new row or None."""
+        src = tuple(src)
+        for s in src:
+            if not can_move(s, dst):
+                raise ValueError(f"illegal run transition {s} -> {dst}")  # a bug in Ratchet, not in input
+        where = [runs.c.run_id == run_id, runs.c.status.in_([s.value for s in src])]
+        if epoch is not None:
+            where.append(runs.c.epoch == epoch)
+        if extra_where is not None:
+            where.append(extra_where)
+        values["status"] = dst.value
+        values["updated_at"] = self.clock()
+        if bump_epoch:
+            values["epoch"] = runs.c.epoch + 1
+        row = conn.execute(update(runs).where(*where).values(**values).returning(*runs.c)).first()
+        return RunRecord.from_row(row) if row is not None else None
+
+    # ---------------------------------------------------------------- worker writes
+
+    def claim(self, run_id: str, seq: int, kind: str, *, owner: str, lease_seconds: float) -> Claim | None:
+        """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            record = self._move(
+                conn, run_id, src=(S.QUEUED, S.RUNNING), dst=S.RUNNING, bump_epoch=True,
+                extra_where=and_(
+                    runs.c.seq == seq, runs.c.next_step == kind,
+                    or_(runs.c.status == S.QUEUED.value, runs.c.lease_expires_at < now),
+                ),
+                lease_owner=owner[:255], lease_expires_at=now + lease_seconds, attempts=runs.c.attempts + 1,
+            )  # fmt: skip
+            if record is None:
+                return None
+            return Claim(record=record, messages=self.get_messages(run_id, conn))
+
+    def commit_step(
+        self,
+        claim: Claim,
+        new_messages: Sequence[Message],
+        *,
+        status: RunStatus,
+        next_step: str | None,
+        publish_grace: float,
+        content: str | None = None,
+        system_message: str | None = None,
+        conn: Connection | None = None,
+    ) -> RunRecord:
+        """Append the step's messages and move the run on, in one transaction fenced by the epoch."""
+        if conn is None:
+            with self.engine.begin() as c:
+                return self.commit_step(
+                    claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
+                    content=content, system_message=system_message, conn=c,
+                )  # fmt: skip
+        now = self.clock()
+        values: dict[str, Any] = dict(
+            seq=runs.c.seq + 1, next_step=next_step, n_messages=runs.c.n_messages + len(new_messages),
+            attempts=0, retries=0, lease_owner=None, lease_expires_at=None,
+            publish_after=now + publish_grace if status == S.QUEUED else None,
+        )  # fmt: skip
+        if content is not None:
+            values["content"] = content
+        if system_message is not None:
+            values["system_message"] = func.coalesce(runs.c.system_message, system_message)
+        record = self._move(conn, claim.run_id, src=(S.RUNNING,), dst=status, epoch=claim.epoch, **values)
+        if record is None:
+            raise FencedError(f"run {claim.run_id}: the lease of epoch {claim.epoch} was taken over; commit dropped")
+        self._insert_messages(conn, claim.run_id, record.n_messages - len(new_messages), new_messages, now)
+        return record
+
+    def append_tool_result(self, claim: Claim, message: Message) -> None:
+        """Commit one finished tool call's result now, so a crash later never re-runs it."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(runs)
+                .where(runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value)
+                .values(n_messages=runs.c.n_messages + 1, updated_at=now)
+                .returning(runs.c.n_messages)
+            ).first()
+            if row is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
+            self._insert_messages(conn, claim.run_id, row.n_messages - 1, [message], now)
+
+    def record_tool_start(self, claim: Claim, tool_call_id: str, tool_name: str) -> None:
+        """Mark an at-most-once call as started, before it runs (fenced by the epoch)."""
+        with self.engine.begin() as conn:
+            held = conn.execute(
+                select(runs.c.run_id).where(runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch)
+            ).first()
+            if held is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before {tool_name} started")
+            conn.execute(
+                insert(tool_starts).values(
+                    run_id=claim.run_id, tool_call_id=tool_call_id, tool_name=tool_name,
+                    epoch=claim.epoch, started_at=self.clock(),
+                )
+            )  # fmt: skip
+
+    def started_tool_calls(self, run_id: str) -> set[str]:
+        """Ids of at-most-once calls that were started (finished or not)."""
+        with self.engine.connect() as conn:
+            return {
+                r.tool_call_id
+                for r in conn.execute(select(tool_starts.c.tool_call_id).where(tool_starts.c.run_id == run_id))
+            }
+
+    def park_for_retry(
+        self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
+    ) -> RunRecord:
+        """Put the step back in the queue after a transient failure, to run again after `delay`.
+
+        `published` says whether the caller publishes it with a countdown; if not (a long wait),
+        the sweeper publishes it when it is due, so no worker is held and no countdown outlives
+        the broker's visibility timeout."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            record = self._move(
+                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch,
+                retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
+                publish_after=now + delay + (publish_grace if published else 0.0),
+            )  # fmt: skip
+            if record is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the retry was parked")
+            self.log_event(conn, claim.run_id, "retry", record.seq, delay=round(delay, 3), error=error)
+            return record
+
+    def fail(
+        self,
+        run_id: str,
+        *,
+        epoch: int | None,
+        error: dict[str, str],
+        inflight: Sequence[Message] = (),
+        system_message: str | None = None,
+        src: Iterable[RunStatus] = (S.RUNNING,),
+    ) -> RunRecord | None:
+        """Put the run in ERROR, flushing the in-flight messages after the committed ones.
+
+        Committed messages are never touched; a system message already stored is kept. Fenced by
+        the epoch when given: a stale failure handler changes nothing (returns None)."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            values: dict[str, Any] = dict(
+                error_type=error.get("type", "Error")[:128], error_message=error.get("message", ""),
+                lease_owner=None, lease_expires_at=None, publish_after=None,
+                n_messages=runs.c.n_messages + len(inflight),
+            )  # fmt: skip
+            if system_message is not None:
+                values["system_message"] = func.coalesce(runs.c.system_message, system_message)
+            record = self._move(conn, run_id, src=src, dst=S.ERROR, epoch=epoch, **values)
+            if record is None:
+                return None
+            self._insert_messages(conn, run_id, record.n_messages - len(inflight), inflight, now)
+            self.log_event(conn, run_id, "error", record.seq, **error)
+            return record
+
+    # ---------------------------------------------------------------- control
+
+    def move(
+        self,
+        run_id: str,
+        *,
+        src: Iterable[RunStatus],
+        dst: RunStatus,
+        epoch: int | None = None,
+        bump_epoch: bool = False,
+        event: str | None = None,
+        new_messages: Sequence[Message] = (),
+        **values: Any,
+    ) -> RunRecord | None:
+        """A guarded move in its own transaction, appending `new_messages` when it succeeds."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            if new_messages:
+                values["n_messages"] = runs.c.n_messages + len(new_messages)
+            record = self._move(conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, **values)
+            if record is not None:
+                self._insert_messages(conn, run_id, record.n_messages - len(new_messages), new_messages, now)
+                if event:
+                    self.log_event(conn, run_id, event, record.seq, to=dst.value)
+            return record
+
+    def mark_due(self, run_id: str, *, epoch: int, when: float | None = None) -> bool:
+        """Set when the sweeper should (re)publish a QUEUED run's step (default: now). Not a move."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id, runs.c.epoch == epoch, runs.c.status == S.QUEUED.value)
+                .values(publish_after=self.clock() if when is None else when)
+            )
+            return bool(result.rowcount)
+
+    def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
+        with self.engine.connect() as conn:
+            expired = conn.execute(
+                select(runs).where(runs.c.status == S.RUNNING.value, runs.c.lease_expires_at < now)
+                .order_by(runs.c.lease_expires_at).limit(limit)
+            )  # fmt: skip
+            due = conn.execute(
+                select(runs).where(runs.c.status == S.QUEUED.value, runs.c.publish_after <= now)
+                .order_by(runs.c.publish_after).limit(limit)
+            )  # fmt: skip
+            return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
+
+
+_cache_lock = threading.Lock()
+_cache: dict[str, Store] = {}
+
+
+def forget_stores() -> None:
+    """Drop cached stores (after a fork, or between tests that change RATCHET_DATABASE_URL)."""
+    with _cache_lock:
+        for store in _cache.values():
+            store.engine.dispose(close=False)
+        _cache.clear()

@@ -1,0 +1,101 @@
+"""The sweeper: recovers what Celery cannot — killed workers, hard time limits, lost messages.
+
+One pass (`Sweeper.sweep_once`, run by the beat task `ratchet.sweep` and by `ratchet sweep`):
+
+- a RUNNING run whose lease expired (its worker died, froze, or hit the hard limit) goes back to
+  QUEUED with a new epoch, which fences the old holder, and its step is published again; after
+  RATCHET_MAX_STEP_ATTEMPTS claims of the same step it goes to ERROR as a poison step instead;
+- a QUEUED run whose step was not claimed by its `publish_after` time (a crash between commit
+  and publish, a message the broker lost, a retry parked longer than a countdown may wait, a
+  broker that was down at enqueue) is published again.
+
+Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from orchestrator.agent import get_agent
+from orchestrator.engine import Engine
+from orchestrator.errors import RatchetError
+from orchestrator.ports import StepRef
+from orchestrator.status import RunStatus
+
+log = logging.getLogger("ratchet.sweeper")
+S = RunStatus
+
+
+class PoisonStepError(RatchetError):
+    """A step was claimed RATCHET_MAX_STEP_ATTEMPTS times and its worker died every time (killed,
+    out of memory, past the hard time limit). Find the cause in the worker logs, fix it, continue."""
+
+
+@dataclass
+class SweepReport:
+    """What one pass did (run ids)."""
+
+    requeued: list[str] = field(default_factory=list)
+    republished: list[str] = field(default_factory=list)
+    poisoned: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.republished or self.poisoned)
+
+
+class Sweeper:
+    """Finds stuck runs and moves them on."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.settings = engine.settings
+
+    def sweep_once(self) -> SweepReport:
+        """One pass over expired leases and due QUEUED runs."""
+        report = SweepReport()
+        now = self.store.clock()
+        expired, due = self.store.due_runs(now=now)
+        for record in expired:
+            if record.attempts >= self.settings.max_step_attempts:
+                error = PoisonStepError(
+                    f"step {record.seq} ({record.next_step}) was claimed {record.attempts} times and never finished: "
+                    "its worker died each time (killed, out of memory, or past the hard time limit). "
+                    "Fix the cause, then continue the run."
+                )
+                if self.store.fail(
+                    record.run_id,
+                    epoch=record.epoch,
+                    error=error.to_record(),
+                    system_message=self._system(record.agent_name),
+                ):
+                    report.poisoned.append(record.run_id)
+                    self.engine.after_final(record.run_id)
+                continue
+            moved = self.store.move(
+                record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
+                event="lease_expired", lease_owner=None, lease_expires_at=None,
+                publish_after=now + self.settings.publish_grace_seconds,
+            )  # fmt: skip
+            if moved is not None:
+                report.requeued.append(moved.run_id)
+                self.engine.publish(StepRef(run_id=moved.run_id, seq=moved.seq, kind=moved.next_step))  # type: ignore[arg-type]
+        for record in due:
+            if record.next_step is None:
+                continue
+            if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
+                report.republished.append(record.run_id)
+                self.engine.publish(StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step))  # type: ignore[arg-type]
+        if report:
+            log.info(
+                "sweep: requeued %s, republished %s, poisoned %s", report.requeued, report.republished, report.poisoned
+            )
+        return report
+
+    @staticmethod
+    def _system(agent_name: str) -> str | None:
+        try:
+            return get_agent(agent_name).render_system_message()
+        except RatchetError:
+            return None

@@ -1,0 +1,1 @@
+"""Test doubles: a scripted, OpenAI-compatible model (pure logic in `script`, HTTP in `server`)."""

@@ -1,0 +1,402 @@
+"""The pure logic of a scripted OpenAI-compatible model: given a request, decide the answer.
+
+Everything here is a function of the request, so an HTTP server (`orchestrator.testing.server`)
+and an in-process model (`orchestrator.models.scripted`) answer the same way. The turn of a
+request is 1 + the number of assistant turns already in its conversation, which makes the
+script stateless across retries and processes; only fault budgets (`Fault.times`) need
+memory, and that lives in a `ScriptState` the caller owns.
+
+A conversation is a list of chat-style dicts: `{"role", "content", "tool_calls",
+"tool_call_id"}` where role is system/user/assistant/tool, content is text or None, and
+tool_calls is a list of `{"id", "name", "arguments"}`; `chat_conversation` and
+`responses_conversation` build it from request bodies. Tools are `{"name", "description",
+"parameters"}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NO_TOOLS_TEXT = "no tools were called"
+
+# Error `type`/`code` per status, as OpenAI sends them, so clients classify our faults like real ones.
+_ERROR_SHAPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    408: ("timeout", None),
+    409: ("conflict", None),
+    422: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+class Fault(BaseModel):
+    """An error the script returns instead of answering.
+
+    `times` is per conversation (None = every time); `turn` None matches every turn.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    turn: int | None = None
+    status: int
+    times: int | None = 1
+    retry_after: float | None = None
+    message: str = "scripted failure"
+
+
+class ScriptConfig(BaseModel):
+    """What the scripted model does; see the field comments. Build it in tests or send it as JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: If set, only these API keys are accepted; any other gets 401.
+    accept_keys: list[str] | None = None
+    #: These API keys get 401 (checked before `accept_keys`).
+    reject_keys: list[str] = Field(default_factory=list)
+    #: When tools are offered, the first `tool_batches` turns answer with tool calls.
+    tool_batches: int = 1
+    #: Tool calls in each batch.
+    calls_per_batch: int = 1
+    #: The tool to call (default: the first offered).
+    tool: str | None = None
+    #: The arguments to send (default: built from the tool's JSON schema).
+    arguments: dict[str, Any] | None = None
+    #: An explicit script that overrides the four fields above: batch k answers turn k+1 with
+    #: calls `{"tool": name, "arguments": {...}}`; after the last batch comes the final text.
+    batches: list[list[dict[str, Any]]] | None = None
+    #: Template of the final answer; placeholders {user}, {tool_results} and {turn}.
+    final_text: str = "Summary: {tool_results}"
+    #: Seconds to wait before answering, applied by whoever serves the decision.
+    delay_s: float = 0.0
+    #: Errors to return instead of answering; the first matching fault with budget left fires.
+    faults: list[Fault] = Field(default_factory=list)
+    #: On this turn the tool calls' arguments are not valid JSON.
+    malformed_arguments_on_turn: int | None = None
+    #: Per model id, a whole config used instead of this one (a team leader and its members).
+    by_model: dict[str, ScriptConfig] = Field(default_factory=dict)
+
+    def for_model(self, model: str) -> ScriptConfig:
+        """The config that answers requests for `model`."""
+        return self.by_model.get(model, self)
+
+
+class ScriptState:
+    """How many times each fault has fired, per conversation. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fired: dict[tuple[str, str, int], int] = {}
+
+    def try_fire(self, conversation_key: str, scope: str, index: int, times: int | None) -> bool:
+        """Spend one firing of fault `index` if it has budget left; True when it fires."""
+        key = (conversation_key, scope, index)
+        # Check and increment under one lock: concurrent retries must not both see budget left.
+        with self._lock:
+            fired = self._fired.get(key, 0)
+            if times is not None and fired >= times:
+                return False
+            self._fired[key] = fired + 1
+            return True
+
+    def fired(self, conversation_key: str, scope: str = "", index: int = 0) -> int:
+        """How many times fault `index` has fired in a conversation (scope = model id of a by_model config)."""
+        with self._lock:
+            return self._fired.get((conversation_key, scope, index), 0)
+
+    def reset(self) -> None:
+        """Forget every firing."""
+        with self._lock:
+            self._fired.clear()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptedError:
+    """Answer with an HTTP error: `body` is OpenAI's error shape, `retry_after` the Retry-After seconds."""
+
+    status: int
+    body: dict[str, Any]
+    retry_after: float | None = None
+    turn: int = 0
+    delay_s: float = 0.0
+
+    @property
+    def message(self) -> str:
+        """The error's message text."""
+        return str(self.body.get("error", {}).get("message", ""))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptedReply:
+    """Answer with text or tool calls `(id, name, arguments_json_text)`; `usage` holds estimated tokens."""
+
+    content: str | None = None
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    turn: int = 0
+    delay_s: float = 0.0
+
+    @property
+    def finish_reason(self) -> str:
+        """Chat Completions' finish_reason for this reply."""
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+Decision = ScriptedError | ScriptedReply
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """OpenAI's error body for a status."""
+    kind, code = _ERROR_SHAPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def conversation_key(run_id: str | None, conversation: Sequence[Mapping[str, Any]]) -> str:
+    """The key fault budgets are counted under: the run id, else a hash of the first user message."""
+    if run_id:
+        return run_id
+    first_user = next((m.get("content") or "" for m in conversation if m.get("role") == "user"), "")
+    return "user:" + _digest(str(first_user))
+
+
+def turn_of(conversation: Sequence[Mapping[str, Any]]) -> int:
+    """1 + the number of assistant turns already in the conversation."""
+    return 1 + sum(1 for m in conversation if m.get("role") == "assistant")
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters a token) so usage numbers move with the conversation."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def decide(
+    config: ScriptConfig,
+    state: ScriptState,
+    *,
+    model: str,
+    api_key: str | None,
+    conversation: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    conversation_key: str,
+) -> Decision:
+    """Decide how the scripted model answers one request. No I/O; `delay_s` is for the caller."""
+    scope = model if model in config.by_model else ""
+    cfg = config.for_model(model)
+    turn = turn_of(conversation)
+    denied = _check_key(cfg, api_key)
+    if denied is not None:
+        return ScriptedError(status=401, body=error_body(401, denied), turn=turn, delay_s=cfg.delay_s)
+    for index, fault in enumerate(cfg.faults):
+        if fault.turn is not None and fault.turn != turn:
+            continue
+        if state.try_fire(conversation_key, scope, index, fault.times):
+            return ScriptedError(
+                status=fault.status,
+                body=error_body(fault.status, fault.message),
+                retry_after=fault.retry_after,
+                turn=turn,
+                delay_s=cfg.delay_s,
+            )
+    calls = _planned_calls(cfg, turn, tools, conversation)
+    prompt_tokens = sum(estimate_tokens(_text_of(m)) for m in conversation)
+    if calls:
+        ids_seed = _digest(json.dumps(list(conversation), sort_keys=True, default=str))
+        tool_calls = [
+            (
+                f"call_{turn}_{i}_{ids_seed}",
+                name,
+                _arguments_text(args, malformed=cfg.malformed_arguments_on_turn == turn),
+            )
+            for i, (name, args) in enumerate(calls)
+        ]
+        out = sum(estimate_tokens(name + args) for _, name, args in tool_calls)
+        return ScriptedReply(
+            tool_calls=tool_calls,
+            usage={"input_tokens": prompt_tokens, "output_tokens": out},
+            turn=turn,
+            delay_s=cfg.delay_s,
+        )
+    content = _final_text(cfg.final_text, conversation, turn)
+    return ScriptedReply(
+        content=content,
+        usage={"input_tokens": prompt_tokens, "output_tokens": estimate_tokens(content)},
+        turn=turn,
+        delay_s=cfg.delay_s,
+    )
+
+
+def chat_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalise Chat Completions `messages` into the script's conversation shape."""
+    conversation: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        calls = [
+            {
+                "id": c.get("id"),
+                "name": (c.get("function") or {}).get("name"),
+                "arguments": (c.get("function") or {}).get("arguments"),
+            }
+            for c in m.get("tool_calls") or []
+        ]
+        conversation.append(
+            {
+                "role": "system" if role in ("system", "developer") else role,
+                "content": _text(m.get("content")),
+                "tool_calls": calls or None,
+                "tool_call_id": m.get("tool_call_id"),
+            }
+        )
+    return conversation
+
+
+def responses_conversation(items: Any, instructions: Any = None) -> list[dict[str, Any]]:
+    """Normalise a Responses `input` (and `instructions`) into the script's conversation shape.
+
+    Consecutive function_call items are one assistant turn, and so is an assistant message
+    directly followed by function_call items (that is how a reply with text and calls goes back).
+    """
+    conversation: list[dict[str, Any]] = []
+    if instructions:
+        conversation.append(_entry("system", _text(instructions)))
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    for item in items or []:
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}
+            last = conversation[-1] if conversation else None
+            if last is not None and last["role"] == "assistant":
+                last["tool_calls"] = [*(last["tool_calls"] or []), call]
+            else:
+                conversation.append({**_entry("assistant", None), "tool_calls": [call]})
+        elif kind == "function_call_output":
+            conversation.append({**_entry("tool", _text(item.get("output"))), "tool_call_id": item.get("call_id")})
+        elif kind in (None, "message") and "role" in item:
+            role = item["role"]
+            conversation.append(
+                _entry("system" if role in ("system", "developer") else role, _text(item.get("content")))
+            )
+    return conversation
+
+
+def arguments_from_schema(parameters: Mapping[str, Any] | None, user_text: str) -> dict[str, Any]:
+    """Arguments that satisfy a JSON schema's required properties, with the user's text for strings."""
+    if not parameters:
+        return {}
+    properties = parameters.get("properties") or {}
+    args: dict[str, Any] = {}
+    for name in parameters.get("required") or []:
+        args[name] = _value_for(properties.get(name) or {}, user_text)
+    return args
+
+
+def _value_for(schema: Mapping[str, Any], user_text: str) -> Any:
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        # ["string", "null"] is how optional values are spelled; pick the real type.
+        kind = next((k for k in kind if k != "null"), None)
+    if kind is None and schema.get("anyOf"):
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        return _value_for(options[0], user_text) if options else None
+    defaults: dict[str, Any] = {
+        "string": user_text,
+        "integer": 1,
+        "number": 1.0,
+        "boolean": True,
+        "array": [],
+        "object": {},
+    }
+    return defaults.get(str(kind))
+
+
+def _check_key(cfg: ScriptConfig, api_key: str | None) -> str | None:
+    # The messages never contain the key: a test double must not teach clients to leak it.
+    if not api_key:
+        return "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
+    if api_key in cfg.reject_keys or (cfg.accept_keys is not None and api_key not in cfg.accept_keys):
+        return "Incorrect API key provided"
+    return None
+
+
+def _planned_calls(
+    cfg: ScriptConfig, turn: int, tools: Sequence[Mapping[str, Any]], conversation: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    if not tools:
+        return []
+    user_text = _last_user_text(conversation)
+    if cfg.batches is not None:
+        if turn > len(cfg.batches):
+            return []
+        return [
+            (str(c["tool"]), _arguments_for(str(c["tool"]), c.get("arguments"), tools, user_text))
+            for c in cfg.batches[turn - 1]
+        ]
+    if turn > cfg.tool_batches:
+        return []
+    name = cfg.tool or str(tools[0]["name"])
+    return [(name, _arguments_for(name, cfg.arguments, tools, user_text)) for _ in range(cfg.calls_per_batch)]
+
+
+def _arguments_for(
+    name: str, explicit: Mapping[str, Any] | None, tools: Sequence[Mapping[str, Any]], user_text: str
+) -> dict[str, Any]:
+    if explicit is not None:
+        return dict(explicit)
+    # A tool that is not offered still gets called (to test unknown-tool handling), with no arguments.
+    offered = next((t for t in tools if t.get("name") == name), None)
+    return arguments_from_schema((offered or {}).get("parameters"), user_text)
+
+
+def _arguments_text(args: dict[str, Any], *, malformed: bool) -> str:
+    if not malformed:
+        return json.dumps(args)
+    # A cut-off object, as a model that ran out of tokens mid-call would send.
+    first = next(iter(args), "query")
+    return "{" + json.dumps(first) + ": "
+
+
+def _final_text(template: str, conversation: Sequence[Mapping[str, Any]], turn: int) -> str:
+    results = [str(m.get("content") or "") for m in conversation if m.get("role") == "tool"]
+    # Plain replacement, not str.format: templates may hold JSON braces.
+    return (
+        template.replace("{user}", _last_user_text(conversation))
+        .replace("{tool_results}", "; ".join(results) if results else NO_TOOLS_TEXT)
+        .replace("{turn}", str(turn))
+    )
+
+
+def _last_user_text(conversation: Sequence[Mapping[str, Any]]) -> str:
+    return next((str(m.get("content") or "") for m in reversed(conversation) if m.get("role") == "user"), "")
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    calls = message.get("tool_calls") or []
+    return str(message.get("content") or "") + "".join(str(c.get("arguments", "")) for c in calls)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _entry(role: str, content: str | None) -> dict[str, Any]:
+    return {"role": role, "content": content, "tool_calls": None, "tool_call_id": None}
+
+
+def _text(content: Any) -> str | None:
+    """Text of a content that is a string or a list of parts (text, input_text, output_text)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return str(content)

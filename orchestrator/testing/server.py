@@ -1,0 +1,396 @@
+"""A scripted OpenAI-compatible HTTP server for tests, benchmarks and demos.
+
+    with ScriptedServer(ScriptConfig(tool_batches=2)) as server:
+        client = OpenAI(base_url=server.url, api_key="sk-test")
+
+It serves Chat Completions (`POST /v1/chat/completions`), the Responses API (`POST /v1/responses`)
+and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says. Test hooks:
+`GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
+lists the requests served, `POST /_reset` clears that log and the fault budgets.
+
+Run it as a process with `python -m orchestrator.testing.server [--host H] [--port N]
+[--config JSON-or-@file]`; it prints `scripted model listening on <url>` once it accepts calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import ValidationError
+
+from orchestrator.testing.script import (
+    ScriptConfig,
+    ScriptedError,
+    ScriptedReply,
+    ScriptState,
+    chat_conversation,
+    conversation_key,
+    decide,
+    error_body,
+    responses_conversation,
+)
+
+RUN_ID_HEADER = "X-Ratchet-Run-Id"
+STEP_HEADER = "X-Ratchet-Step"
+
+
+class ScriptedServer:
+    """The scripted model on a background thread; `url` is the base URL (ending in `/v1`)."""
+
+    def __init__(self, config: ScriptConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.state = ScriptState()
+        self._config = config or ScriptConfig()
+        self._log: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL for `OpenAI(base_url=...)` and OPENAI_BASE_URL."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def config(self) -> ScriptConfig:
+        """The script in force."""
+        with self._lock:
+            return self._config
+
+    def configure(self, config: ScriptConfig) -> None:
+        """Replace the script and reset fault budgets (the request log is kept)."""
+        with self._lock:
+            self._config = config
+        self.state.reset()
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A copy of the request log (api, model, turn, conversation_key, run_id, step, status...)."""
+        with self._lock:
+            return [dict(entry) for entry in self._log]
+
+    def reset(self) -> None:
+        """Clear the request log and the fault budgets."""
+        with self._lock:
+            self._log.clear()
+        self.state.reset()
+
+    def start(self) -> Self:
+        """Bind and serve on a daemon thread; returns self."""
+        if self._httpd is not None:
+            return self
+        self._httpd = _HTTPServer((self.host, self.port), _Handler, self)
+        self.port = int(self._httpd.server_address[1])
+        # A short poll interval makes stop() quick, which keeps test fixtures fast.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-model", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Bind and serve on the calling thread until interrupted (the CLI's foreground mode)."""
+        self._httpd = _HTTPServer((self.host, self.port), _Handler, self)
+        self.port = int(self._httpd.server_address[1])
+        print(f"scripted model listening on {self.url}", flush=True)
+        try:
+            self._httpd.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._httpd.server_close()
+            self._httpd = None
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._log.append(entry)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Tests restart servers quickly; a port in TIME_WAIT must not fail the next bind.
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: ScriptedServer) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet when a client hangs up mid-request (timeouts in tests do it on purpose)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # Keep-alive: the openai client reuses connections, and HTTP/1.0 would cost a connect per call.
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out as two writes; with Nagle on, the second waits ~40 ms for an ACK.
+    disable_nagle_algorithm = True
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: tests and benchmarks read `/_requests`, not stderr."""
+
+    def do_GET(self) -> None:
+        """Serve `/v1/models`, `/_script` and `/_requests`."""
+        owner = self.server.owner
+        path = self._path()
+        if path == "/models":
+            config = owner.config
+            ids = ["scripted", *config.by_model]
+            data = [{"id": i, "object": "model", "created": 0, "owned_by": "ratchet"} for i in ids]
+            self._send_json(200, {"object": "list", "data": data})
+        elif path == "/_script":
+            self._send_json(200, owner.config.model_dump(mode="json"))
+        elif path == "/_requests":
+            self._send_json(200, owner.requests)
+        else:
+            self._send_json(404, error_body(404, f"no route GET {self.path}"))
+
+    def do_PUT(self) -> None:
+        """Replace the script: `PUT /_script` with the config as JSON."""
+        if self._path() != "/_script":
+            self._send_json(404, error_body(404, f"no route PUT {self.path}"))
+            return
+        body = self._read_json()
+        if body is None:
+            return
+        try:
+            config = ScriptConfig.model_validate(body)
+        except ValidationError as exc:
+            self._send_json(400, error_body(400, f"invalid script: {exc}"))
+            return
+        self.server.owner.configure(config)
+        self._send_json(200, config.model_dump(mode="json"))
+
+    def do_POST(self) -> None:
+        """Serve the two model APIs and `/_reset`."""
+        path = self._path()
+        if path == "/_reset":
+            self._read_body()
+            self.server.owner.reset()
+            self._send_json(200, {"ok": True})
+            return
+        if path not in ("/chat/completions", "/responses"):
+            self._read_body()
+            self._send_json(404, error_body(404, f"no route POST {self.path}"))
+            return
+        body = self._read_json()
+        if body is None:
+            return
+        api = "chat" if path == "/chat/completions" else "responses"
+        if body.get("stream"):
+            self._send_json(400, error_body(400, "the scripted model does not stream; send stream=false"))
+            return
+        try:
+            self._answer(api, body)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # A body of the wrong shape is the client's error: say so instead of dropping the connection.
+            self._send_json(400, error_body(400, f"malformed {api} request: {type(exc).__name__}: {exc}"))
+
+    def _answer(self, api: str, body: dict[str, Any]) -> None:
+        owner = self.server.owner
+        model = str(body.get("model") or "scripted")
+        if api == "chat":
+            conversation = chat_conversation(body.get("messages") or [])
+            tools = [t["function"] for t in body.get("tools") or [] if t.get("type") == "function"]
+        else:
+            conversation = responses_conversation(body.get("input"), body.get("instructions"))
+            tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+        run_id = self.headers.get(RUN_ID_HEADER)
+        key = conversation_key(run_id, conversation)
+        api_key = _bearer(self.headers.get("Authorization"))
+        decision = decide(
+            owner.config,
+            owner.state,
+            model=model,
+            api_key=api_key,
+            conversation=conversation,
+            tools=tools,
+            conversation_key=key,
+        )
+        if decision.delay_s > 0:
+            time.sleep(decision.delay_s)
+        owner._record(
+            {
+                "api": api,
+                "model": model,
+                "turn": decision.turn,
+                "conversation_key": key,
+                "run_id": run_id,
+                "step": self.headers.get(STEP_HEADER),
+                "status": decision.status if isinstance(decision, ScriptedError) else 200,
+                "tool_calls": 0 if isinstance(decision, ScriptedError) else len(decision.tool_calls),
+                # At most the last 4 characters, and only of keys long enough that they give nothing away.
+                "key_last4": api_key[-4:] if api_key and len(api_key) >= 12 else None,
+                "at": time.time(),
+            }
+        )
+        if isinstance(decision, ScriptedError):
+            headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
+            self._send_json(decision.status, decision.body, headers)
+            return
+        payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
+        self._send_json(200, payload)
+
+    def _path(self) -> str:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        # Accept base URLs with or without /v1, as OpenAI-compatible servers do.
+        return path[3:] if path.startswith("/v1/") else path
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> dict[str, Any] | None:
+        try:
+            body = json.loads(self._read_body() or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._send_json(400, error_body(400, "the request body is not a JSON object"))
+            return None
+        return body
+
+    def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def chat_completion(model: str, decision: ScriptedReply) -> dict[str, Any]:
+    """A `chat.completion` object for a reply."""
+    message: dict[str, Any] = {"role": "assistant", "content": decision.content, "refusal": None}
+    if decision.tool_calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in decision.tool_calls
+        ]
+    usage = decision.usage
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex[:24],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "message": message, "finish_reason": decision.finish_reason, "logprobs": None}],
+        "usage": {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+        },
+    }
+
+
+def response_object(model: str, decision: ScriptedReply, request: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses API `response` object for a reply."""
+    output: list[dict[str, Any]] = [
+        {
+            "type": "function_call",
+            "id": "fc_" + cid,
+            "call_id": cid,
+            "name": name,
+            "arguments": args,
+            "status": "completed",
+        }
+        for cid, name, args in decision.tool_calls
+    ]
+    if decision.content is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_" + uuid.uuid4().hex[:24],
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": decision.content, "annotations": []}],
+            }
+        )
+    usage = decision.usage
+    now = time.time()
+    return {
+        "id": "resp_" + uuid.uuid4().hex[:24],
+        "object": "response",
+        "created_at": now,
+        "completed_at": now,
+        "status": "completed",
+        "model": model,
+        "output": output,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.get("instructions"),
+        "metadata": request.get("metadata") or {},
+        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
+        "temperature": request.get("temperature"),
+        "top_p": request.get("top_p"),
+        "tool_choice": request.get("tool_choice") or "auto",
+        "tools": request.get("tools") or [],
+        "previous_response_id": None,
+        "usage": {
+            "input_tokens": usage["input_tokens"],
+            "output_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server in the foreground (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.testing.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on start)")
+    parser.add_argument("--config", default=None, help="the ScriptConfig as JSON, or @path to a JSON file")
+    args = parser.parse_args(argv)
+    config = ScriptConfig()
+    if args.config:
+        text = Path(args.config[1:]).read_text() if args.config.startswith("@") else args.config
+        try:
+            config = ScriptConfig.model_validate_json(text)
+        except ValidationError as exc:
+            parser.exit(2, f"invalid --config: {exc}\n")
+    ScriptedServer(config, host=args.host, port=args.port).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

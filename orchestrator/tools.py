@@ -1,0 +1,159 @@
+"""Tools: plain Python functions the model may call.
+
+A tool's JSON schema comes from its signature and docstring. The model's arguments are
+validated with pydantic (unknown keys forbidden, types checked) before the function runs; invalid
+arguments, like an exception raised by the tool, become a tool message with
+`tool_call_error=True` that the model sees on its next turn. They never fail the run.
+
+A tool may take a `ToolContext` parameter (any name, annotated `ToolContext`): it carries the
+run id and an idempotency key `run_id:tool_call_id` that stays the same when a step is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.models.base import ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a running tool may know about its call."""
+
+    run_id: str
+    tool_call_id: str
+    session_id: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """`run_id:tool_call_id`: the same on every retry of this call; pass it to side effects."""
+        return f"{self.run_id}:{self.tool_call_id}"
+
+
+class ToolArgumentsError(Exception):
+    """The model sent arguments that do not fit the tool's signature (shown to the model)."""
+
+
+class Tool:
+    """A callable the model can use. Build with `@tool` or pass a plain function to `tools=[...]`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        at_most_once: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description or inspect.cleandoc(fn.__doc__ or "") or self.name
+        #: If True, a call that started and never finished is not run again (see DESIGN.md).
+        self.at_most_once = at_most_once
+        self._context_param, self._args_model = _signature_model(fn, self.name)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The schema the model is shown."""
+        schema = self._args_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        schema.setdefault("properties", {})
+        schema["additionalProperties"] = False
+        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+
+    def parse_arguments(self, raw: str) -> dict[str, Any]:
+        """Decode and validate the model's argument text; raise ToolArgumentsError if they don't fit."""
+        try:
+            data = json.loads(raw or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(f"arguments are not valid JSON ({exc.msg} at {exc.pos}): {raw[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise ToolArgumentsError(f"arguments must be a JSON object, got {type(data).__name__}")
+        try:
+            validated = self._args_model.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from None
+        return {k: getattr(validated, k) for k in type(validated).model_fields}
+
+    def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run the function with validated arguments (async functions run on their own loop)."""
+        kwargs = dict(arguments)
+        if self._context_param:
+            kwargs[self._context_param] = context
+        result = self.fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+        return result
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _signature_model(fn: Callable[..., Any], name: str) -> tuple[str | None, type[BaseModel]]:
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:  # an unresolvable annotation is the user's to fix, named here
+        raise ConfigurationError(f"tool {name}: cannot read its type hints: {exc}") from exc
+    context_param = None
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"tool {name}: *args/**kwargs cannot be described to a model")
+        annotation = hints.get(pname, Any)
+        if annotation is ToolContext:
+            context_param = pname
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (annotation, default)
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return context_param, model
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, at_most_once: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    at_most_once: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a tool: `@tool` or `@tool(at_most_once=True)`."""
+    if fn is not None:
+        return Tool(fn)
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, at_most_once=at_most_once)
+
+    return wrap
+
+
+def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
+    """A Tool from a Tool or a plain function."""
+    return obj if isinstance(obj, Tool) else Tool(obj)

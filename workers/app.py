@@ -1,0 +1,104 @@
+"""The Celery app: settings per DESIGN.md and `reference/celery-reliability.md`.
+
+JSON only; acks_late with reject_on_worker_lost so a killed worker's message comes back;
+prefetch 1; task events on for Flower; model calls, tool batches and control on separate queues;
+time limits nested under the lease (see `orchestrator.settings`). No result backend: the run
+store is the only source of truth.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from orchestrator.settings import Settings
+from orchestrator.store import forget_stores
+
+MODEL_TASK = "ratchet.model_call"
+TOOLS_TASK = "ratchet.tool_batch"
+START_TASK = "ratchet.start_run"
+CONTINUE_TASK = "ratchet.continue_run"
+SWEEP_TASK = "ratchet.sweep"
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """A Celery app for these settings, with Ratchet's tasks registered on it."""
+    settings = settings or Settings.from_env()
+    app = Celery("ratchet", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(celery_config(settings))
+    app.ratchet_settings = settings  # type: ignore[attr-defined]
+    from workers.tasks import register_tasks
+
+    register_tasks(app)
+    return app
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings Ratchet runs with."""
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
+    if settings.broker_url.startswith("filesystem://"):
+        folder = Path(settings.broker_folder)
+        for sub in ("queue", "processed", "control"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        transport = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+            "polling_interval": 0.05,
+        }
+    elif settings.broker_url.startswith(("redis://", "rediss://")):
+        transport.update({"socket_keepalive": True, "health_check_interval": 25, "retry_on_timeout": True})
+    queues = {
+        MODEL_TASK: {"queue": settings.model_queue},
+        TOOLS_TASK: {"queue": settings.tools_queue},
+        START_TASK: {"queue": settings.control_queue},
+        CONTINUE_TASK: {"queue": settings.control_queue},
+        SWEEP_TASK: {"queue": settings.control_queue},
+    }
+    return {
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": False,
+        "task_soft_time_limit": settings.soft_time_limit,
+        "task_time_limit": settings.hard_time_limit,
+        "task_routes": queues,
+        "task_default_queue": settings.control_queue,
+        "broker_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_hijack_root_logger": False,
+        "worker_deduplicate_successful_tasks": False,
+        "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
+    }
+
+
+@worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # A prefork child must not reuse the parent's pooled database connections.
+    forget_stores()
+
+
+def __getattr__(name: str) -> Any:
+    # `celery -A workers.app` and `ratchet worker` look up `app`; build it from the environment
+    # only then, so importing this module for create_app() reads no settings.
+    if name == "app":
+        global app
+        app = create_app()
+        return app
+    raise AttributeError(name)

@@ -1,0 +1,257 @@
+"""The `ratchet` command line.
+
+    ratchet demo                                   the seed scenarios on the embedded default
+    ratchet migrate                                apply the store's migrations
+    ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B]
+    ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
+    ratchet run AGENT INPUT [--session S] [--wait] [--timeout T]
+    ratchet continue RUN_ID [--input TEXT] [--wait]
+    ratchet cancel RUN_ID
+    ratchet show RUN_ID [--json]
+    ratchet sweep                                  one sweeper pass
+    ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
+
+Settings come from RATCHET_* variables (see orchestrator/settings.py). Errors print one line
+saying what to do and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import runpy
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator.client import Client
+from orchestrator.errors import ConfigurationError, RatchetError
+from orchestrator.run import RunOutput
+from orchestrator.settings import Settings
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `ratchet` command."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except RatchetError as exc:
+        print(f"ratchet: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="run the seed scenarios on the embedded default")
+    p.add_argument("example", nargs="?", default="tool_error_persistence", help="an example in examples/")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("migrate", help="apply the store's migrations to RATCHET_DATABASE_URL")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("worker", help="start a Celery worker that runs Ratchet's tasks")
+    p.add_argument(
+        "--app", action="append", default=[], metavar="MODULE", help="module defining your agents (repeatable)"
+    )
+    p.add_argument("-Q", "--queues", help="comma-separated queues (default: model, tools and control)")
+    p.add_argument("-c", "--concurrency", type=int, help="worker processes or threads")
+    p.add_argument("-P", "--pool", default="prefork", choices=["prefork", "threads", "solo", "gevent", "eventlet"])
+    p.add_argument("-B", "--beat", action="store_true", help="also run the sweeper's schedule in this worker")
+    p.add_argument("-n", "--hostname", help="node name (default: celery's)")
+    p.add_argument("-l", "--loglevel", default="INFO")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("beat", help="run the sweeper's schedule (Celery beat)")
+    p.add_argument("--app", action="append", default=[], metavar="MODULE")
+    p.add_argument("-l", "--loglevel", default="INFO")
+    p.set_defaults(func=cmd_beat)
+
+    p = sub.add_parser("run", help="start a run of an agent or team by name")
+    p.add_argument("agent")
+    p.add_argument("input")
+    p.add_argument("--session", help="session id (default: a new one)")
+    p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
+    p.add_argument("--timeout", type=float, help="seconds to wait with --wait")
+    p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
+    p.add_argument("run_id")
+    p.add_argument("--input", help="a new user message to add first")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float)
+    p.set_defaults(func=cmd_continue)
+
+    p = sub.add_parser("cancel", help="cancel a run that has not finished")
+    p.add_argument("run_id")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("sweep", help="one sweeper pass: recover expired leases, publish due steps")
+    p.add_argument("--app", action="append", default=[], metavar="MODULE")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("scripted-model", help="serve the scripted OpenAI-compatible model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
+    p.set_defaults(func=cmd_scripted_model)
+    return parser
+
+
+def _import_apps(modules: Sequence[str]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigurationError(f"cannot import --app {name!r}: {exc}; is it on PYTHONPATH?") from None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    path = EXAMPLES / f"{args.example}.py"
+    if not path.exists():
+        names = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.py"))) or "none"
+        raise ConfigurationError(f"no example {args.example!r} in {EXAMPLES.name}/ (known: {names})")
+    sys.path.insert(0, str(EXAMPLES.parent))
+    runpy.run_path(str(path), run_name="__main__")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from orchestrator.store.database import migrate, open_engine
+
+    settings = Settings.from_env()
+    engine = open_engine(settings.database_url)
+    migrate(engine)
+    print(f"migrated {engine.url.render_as_string(hide_password=True)}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    if not args.app:
+        raise ConfigurationError("ratchet worker needs --app MODULE: the module that defines your agents")
+    _import_apps(args.app)
+    from workers.app import create_app
+
+    settings = Settings.from_env()
+    app = create_app(settings)
+    queues = args.queues or ",".join([settings.model_queue, settings.tools_queue, settings.control_queue])
+    argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, "-E"]
+    if args.concurrency:
+        argv += ["-c", str(args.concurrency)]
+    if args.beat:
+        argv.append("-B")
+    if args.hostname:
+        argv += ["-n", args.hostname]
+    app.worker_main(argv)
+    return 0
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    _import_apps(args.app)
+    from workers.app import create_app
+
+    app = create_app(Settings.from_env())
+    app.start(["beat", "-l", args.loglevel, "-s", str(Path(".ratchet") / "beat-schedule")])
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    _import_apps(args.app)
+    client = Client()
+    handle = client.start(args.agent, input=args.input, session_id=args.session)
+    print(handle.run_id)
+    if args.wait:
+        return _show(handle.wait(args.timeout))
+    return 0
+
+
+def cmd_continue(args: argparse.Namespace) -> int:
+    handle = Client().continue_run(args.run_id, input=args.input)
+    print(handle.run_id)
+    if args.wait:
+        return _show(handle.wait(args.timeout))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    out = Client().cancel(args.run_id)
+    print(f"{out.run_id} {out.status}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    out = Client().get_run(args.run_id)
+    if args.json:
+        print(json.dumps(_jsonable(out), indent=2, default=str))
+        return 0
+    return _show(out)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    _import_apps(args.app)
+    from orchestrator.sweeper import Sweeper
+    from workers.app import create_app
+    from workers.tasks import engine_for
+
+    report = Sweeper(engine_for(create_app(Settings.from_env()))).sweep_once()
+    print(f"requeued {len(report.requeued)}, republished {len(report.republished)}, poisoned {len(report.poisoned)}")
+    for kind in ("requeued", "republished", "poisoned"):
+        for run_id in getattr(report, kind):
+            print(f"  {kind}: {run_id}")
+    return 0
+
+
+def cmd_scripted_model(args: argparse.Namespace) -> int:
+    from orchestrator.testing.server import main as serve
+
+    argv = ["--host", args.host, "--port", str(args.port)]
+    if args.config:
+        argv += ["--config", args.config]
+    serve(argv)
+    return 0
+
+
+def _show(out: RunOutput, indent: str = "") -> int:
+    print(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}")
+    if out.parent_run_id:
+        print(f"{indent}  member of {out.parent_run_id}")
+    if out.forked_from:
+        print(f"{indent}  forked from {out.forked_from}")
+    if out.error:
+        print(f"{indent}  error: {out.error}")
+    for i, m in enumerate(out.messages):
+        flag = " [tool_call_error]" if m.tool_call_error else ""
+        calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
+        text = (m.content or "").replace("\n", " ")
+        print(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}")
+    for member in out.member_runs:
+        _show(member, indent + "    ")
+    return 0 if out.status != "ERROR" else 1
+
+
+def _jsonable(out: RunOutput) -> dict[str, Any]:
+    data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
+    data["messages"] = [m.model_dump(mode="json") for m in out.messages]
+    data["member_runs"] = [_jsonable(m) for m in out.member_runs]
+    return data
+
+
+if __name__ == "__main__":
+    sys.exit(main())

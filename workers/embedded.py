@@ -1,0 +1,98 @@
+"""An in-process worker: a real Celery worker consuming in a thread, with a sweeper thread.
+
+For `make demo`, examples and tests of the happy paths: it runs the same tasks, settings and
+failure handlers as `ratchet worker`, in this process. Crash tests use worker subprocesses.
+
+    with EmbeddedWorker(settings):
+        agent.run("hello")
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import Celery
+from celery.contrib.testing.worker import TestWorkController, setup_app_for_worker
+from celery.utils.nodenames import anon_nodename
+from celery.worker import state
+
+from orchestrator.ports import set_dispatcher
+from orchestrator.settings import Settings
+from orchestrator.sweeper import Sweeper
+from workers.app import create_app
+from workers.dispatch import CeleryDispatcher
+from workers.tasks import engine_for
+
+log = logging.getLogger("ratchet.embedded")
+
+
+class EmbeddedWorker:
+    """A Celery worker (threads pool) and a sweeper running inside this process."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        concurrency: int = 4,
+        sweep: bool = True,
+        loglevel: str = "WARNING",
+        app: Celery | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.app = app or create_app(self.settings)
+        self.concurrency = concurrency
+        self.sweep = sweep
+        self.loglevel = loglevel
+        self._thread: threading.Thread | None = None
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self, timeout: float = 30.0) -> EmbeddedWorker:
+        """Start consuming; returns once the consumer is ready."""
+        # Producers in this process publish through this app's connection pool.
+        set_dispatcher(self.settings, CeleryDispatcher(self.settings, app=self.app))
+        setup_app_for_worker(self.app, self.loglevel, None)
+        s = self.settings
+        self.worker = TestWorkController(
+            app=self.app, concurrency=self.concurrency, hostname=anon_nodename(), pool="threads",
+            loglevel=self.loglevel, logfile=None, ready_callback=None, without_heartbeat=True,
+            without_mingle=True, without_gossip=True, queues=[s.model_queue, s.tools_queue, s.control_queue],
+        )  # fmt: skip
+        state.should_terminate = None
+        self._thread = threading.Thread(target=self.worker.start, name="ratchet-embedded-worker", daemon=True)
+        self._thread.start()
+        if not self.worker._on_started.wait(timeout):
+            raise RuntimeError(f"the embedded worker did not start within {timeout}s (broker {s.broker_url})")
+        if self.sweep:
+            self._sweeper = threading.Thread(target=self._sweep_loop, name="ratchet-sweeper", daemon=True)
+            self._sweeper.start()
+        return self
+
+    def _sweep_loop(self) -> None:
+        sweeper = Sweeper(engine_for(self.app))
+        while not self._stop.wait(self.settings.sweep_seconds):
+            try:
+                sweeper.sweep_once()
+            except Exception:  # a database hiccup must not end the loop
+                log.exception("sweep failed")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the sweeper, let running tasks finish, stop the worker."""
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout)
+        if self._thread is not None:
+            state.should_terminate = 0
+            self._thread.join(timeout)
+            state.should_terminate = None
+            if self._thread.is_alive():
+                raise RuntimeError(f"the embedded worker did not stop within {timeout}s")
+            self._thread = None
+        self.app.close()
+
+    def __enter__(self) -> EmbeddedWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,130 @@
+"""Ratchet's Celery tasks. Each is thin: claim and run one step through the engine.
+
+- `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
+- `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
+- `ratchet.start_run(agent, input, session_id=None, run_id=None)` and
+  `ratchet.continue_run(run_id, input=None)`: for producers that send tasks by name with JSON
+  arguments (any language). Both return the run_id.
+- `ratchet.sweep()`: one sweeper pass (the beat schedule runs it every RATCHET_SWEEP_SECONDS).
+
+A step that raises goes to `StepTask.on_failure`, which flushes the step's in-flight messages onto
+the run's ERROR row. Celery runs no failure handler when the worker is killed or hits the hard
+time limit; the sweeper recovers those runs from their expired lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from orchestrator.client import Client
+from orchestrator.engine import Engine
+from orchestrator.errors import FencedError, RatchetError, StepTimeoutError
+from orchestrator.sweeper import Sweeper
+from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
+
+log = logging.getLogger("ratchet.worker")
+_engines: dict[tuple[int, int], Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def engine_for(app: Celery) -> Engine:
+    """This process's engine for the app (rebuilt after a fork)."""
+    key = (id(app), os.getpid())
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            from workers.dispatch import CeleryDispatcher
+
+            settings = app.ratchet_settings  # type: ignore[attr-defined]
+            engine = _engines[key] = Engine(settings, dispatcher=CeleryDispatcher(settings, app=app))
+        return engine
+
+
+class StepTask(Task):  # type: ignore[misc]
+    """Base of the step tasks: the failure handler that turns a failed step into an ERROR row."""
+
+    acks_late = True
+    reject_on_worker_lost = True
+    # Expected failures (a 401, a poison step): logged by Celery in one line, no traceback.
+    throws = (RatchetError,)
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        run_id, seq = _step_args(args, kwargs)
+        if isinstance(exc, SoftTimeLimitExceeded):
+            exc = StepTimeoutError(
+                f"the step ran past its soft time limit ({engine_for(self.app).settings.soft_time_limit}s); "
+                "raise RATCHET_SOFT_TIME_LIMIT or make the step faster, then continue the run"
+            )
+        try:
+            engine_for(self.app).fail_step(run_id, seq, exc)
+        except Exception:  # the sweeper still recovers the run from its lease
+            log.exception("run %s step %s: the failure handler could not record the error", run_id, seq)
+
+
+def _step_args(args: Any, kwargs: Any) -> tuple[str, int]:
+    values = [*list(args or []), kwargs.get("run_id"), kwargs.get("seq")]
+    return str(values[0]), int(values[1])
+
+
+def _owner(task: Task) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{task.request.id}"
+
+
+def register_tasks(app: Celery) -> None:
+    """Register Ratchet's tasks on `app`."""
+
+    @app.task(name=MODEL_TASK, base=StepTask, bind=True, shared=False)
+    def model_call(self: Task, run_id: str, seq: int) -> str:
+        try:
+            return engine_for(self.app).model_step(run_id, int(seq), owner=_owner(self))
+        except FencedError as exc:
+            log.info("%s", exc)
+            return "fenced"
+
+    @app.task(name=TOOLS_TASK, base=StepTask, bind=True, shared=False)
+    def tool_batch(self: Task, run_id: str, seq: int) -> str:
+        try:
+            return engine_for(self.app).tool_step(run_id, int(seq), owner=_owner(self))
+        except FencedError as exc:
+            log.info("%s", exc)
+            return "fenced"
+
+    @app.task(name=START_TASK, bind=True, acks_late=True, shared=False)
+    def start_run(self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None) -> str:
+        engine = engine_for(self.app)
+        client = Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)
+        existing = _existing(client, run_id)
+        if existing is not None:  # a redelivered start_run must not start the run twice
+            return existing
+        return client.start(agent, input=input, session_id=session_id, run_id=run_id).run_id
+
+    @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False)
+    def continue_run(self: Task, run_id: str, input: str | None = None) -> str:
+        engine = engine_for(self.app)
+        client = Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)
+        return client.continue_run(run_id, input=input).run_id
+
+    @app.task(name=SWEEP_TASK, bind=True, shared=False)
+    def sweep(self: Task) -> dict[str, list[str]]:
+        report = Sweeper(engine_for(self.app)).sweep_once()
+        return {"requeued": report.requeued, "republished": report.republished, "poisoned": report.poisoned}
+
+    _ = (model_call, tool_batch, start_run, continue_run, sweep)
+
+
+def _existing(client: Client, run_id: str | None) -> str | None:
+    if run_id is None:
+        return None
+    from orchestrator.errors import RunNotFoundError
+
+    try:
+        return client.store.get_record(run_id).run_id
+    except RunNotFoundError:
+        return None
