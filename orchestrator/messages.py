@@ -8,10 +8,9 @@ A message is a frozen value: the store appends it once as a row and never rewrit
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -48,7 +47,8 @@ class Message(BaseModel):
     tool_name: str | None = None
     tool_args: dict[str, Any] | None = None
     tool_call_error: bool = False
-    created_at: datetime | None = Field(default=None)
+    #: When the message was committed (UNIX seconds); None until it is stored.
+    created_at: float | None = None
 
     @property
     def calls(self) -> list[ToolCall]:

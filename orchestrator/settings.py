@@ -62,6 +62,9 @@ class Settings(BaseModel):
     #: Apply migrations when a store is opened (the embedded default does; production runs
     #: `ratchet migrate` once).
     auto_migrate: bool = True
+    #: The module(s) that define your agents, comma-separated: the default of `--app` for
+    #: `ratchet worker`, `beat`, `sweep` and `run`.
+    app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
 

@@ -100,3 +100,8 @@ def worker(settings: Settings) -> Iterator[object]:
 
     with EmbeddedWorker(settings) as w:
         yield w
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The RATCHET_* variables that reproduce these settings in another process or CLI call."""
+    return {f"RATCHET_{name.upper()}": str(value) for name, value in settings.model_dump().items()}

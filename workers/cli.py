@@ -21,8 +21,10 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import runpy
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -69,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--concurrency", type=int, help="worker processes or threads")
     p.add_argument("-P", "--pool", default="prefork", choices=["prefork", "threads", "solo", "gevent", "eventlet"])
     p.add_argument("-B", "--beat", action="store_true", help="also run the sweeper's schedule in this worker")
-    p.add_argument("-n", "--hostname", help="node name (default: celery's)")
+    p.add_argument("-n", "--hostname", help="node name (default: ratchet-PID@HOST)")
     p.add_argument("-l", "--loglevel", default="INFO")
     p.set_defaults(func=cmd_worker)
 
@@ -115,12 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _import_apps(modules: Sequence[str]) -> None:
+def _import_apps(modules: Sequence[str]) -> list[str]:
+    if not modules and Settings.from_env().app:
+        modules = [m.strip() for m in (Settings.from_env().app or "").split(",") if m.strip()]
     for name in modules:
         try:
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigurationError(f"cannot import --app {name!r}: {exc}; is it on PYTHONPATH?") from None
+    return list(modules)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -144,9 +149,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if not args.app:
-        raise ConfigurationError("ratchet worker needs --app MODULE: the module that defines your agents")
-    _import_apps(args.app)
+    if not _import_apps(args.app):
+        raise ConfigurationError(
+            "ratchet worker needs --app MODULE (or RATCHET_APP): the module that defines your agents"
+        )
     from workers.app import create_app
 
     settings = Settings.from_env()
@@ -157,8 +163,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         argv += ["-c", str(args.concurrency)]
     if args.beat:
         argv.append("-B")
-    if args.hostname:
-        argv += ["-n", args.hostname]
+    # Celery's default node name (celery@host) collides when two workers share a host; Flower and
+    # control commands then see one worker. The pid keeps names unique; containers differ by host.
+    argv += ["-n", args.hostname or f"ratchet-{os.getpid()}@%h"]
     app.worker_main(argv)
     return 0
 
@@ -168,7 +175,9 @@ def cmd_beat(args: argparse.Namespace) -> int:
     from workers.app import create_app
 
     app = create_app(Settings.from_env())
-    app.start(["beat", "-l", args.loglevel, "-s", str(Path(".ratchet") / "beat-schedule")])
+    # Beat's schedule file only remembers last run times; a temp dir works in read-only images.
+    schedule = Path(tempfile.gettempdir()) / f"ratchet-beat-{os.getpid()}"
+    app.start(["beat", "-l", args.loglevel, "-s", str(schedule)])
     return 0
 
 

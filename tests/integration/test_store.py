@@ -1,0 +1,91 @@
+"""The run store on both databases: migrations, the write at enqueue, append-only checkpoints."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+import pytest
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import event, text
+
+from orchestrator import Agent, Client, RunStatus
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models import ScriptedModel
+from orchestrator.settings import Settings
+from orchestrator.store import Store
+
+
+@contextmanager
+def statements(store: Store) -> Iterator[list[str]]:
+    """Every SQL statement the store's engine executes inside the block."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(" ".join(statement.split()).upper())
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+
+def new_run(store: Store, text_in: str = "hello") -> str:
+    run_id = str(uuid.uuid4())
+    store.create_run(
+        run_id=run_id, session_id=f"s-{run_id[:6]}", agent_name="nobody", kind="agent",
+        input_messages=[Message(role="user", content=text_in)], publish_grace=60,
+    )  # fmt: skip
+    return run_id
+
+
+def test_migrations_bring_the_database_to_the_newest_revision(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("orchestrator.store") / "migrations"))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    with store.engine.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == head
+    # Opening again is idempotent.
+    Store.open(settings.database_url)
+
+
+def test_the_run_and_its_user_message_exist_before_any_worker_sees_the_run(settings: Settings) -> None:
+    # No worker consumes this test's queues: the task waits in Redis.
+    Agent(name="lonely", model=ScriptedModel(), client=Client(settings))
+    handle = Client(settings).start("lonely", input="are you there?", session_id="s-lonely")
+    run = Client(settings).get_run(handle.run_id)
+    assert run.status == RunStatus.QUEUED
+    assert [(m.role, m.content) for m in run.messages] == [("user", "are you there?")]
+    assert run.session_id == "s-lonely"
+
+
+def test_a_checkpoint_inserts_only_the_new_messages_and_never_rewrites_earlier_ones(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = new_run(store)
+    for step in range(3):
+        claim = store.claim(run_id, step, "model", owner="t", lease_seconds=30)
+        assert claim is not None
+        call = ToolCall(id=f"c{step}", name="noop")
+        with statements(store) as seen:
+            store.commit_step(
+                claim, [Message(role="assistant", tool_calls=[call.to_openai()])],
+                status=RunStatus.QUEUED, next_step="model", publish_grace=60,
+            )  # fmt: skip
+        touching_messages = [s for s in seen if "RATCHET_MESSAGES" in s]
+        assert len(touching_messages) == 1 and touching_messages[0].startswith("INSERT INTO RATCHET_MESSAGES")
+    rows = store.get_messages(run_id)
+    assert [m.role for m in rows] == ["user", "assistant", "assistant", "assistant"]
+
+
+def test_message_indexes_are_unique_per_run(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = new_run(store)
+    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+        with store.engine.begin() as conn:
+            store._insert_messages(conn, run_id, 0, [Message(role="user", content="again")], 0.0)

@@ -1,0 +1,46 @@
+"""The domain never imports Celery: `orchestrator/` talks to the broker through a port."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ORCHESTRATOR = Path(__file__).resolve().parents[2] / "orchestrator"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_module_in_orchestrator_imports_celery_kombu_or_workers() -> None:
+    offenders = {
+        str(path.relative_to(ORCHESTRATOR.parent)): sorted(
+            n for n in _imported_modules(path) if n.split(".")[0] in {"celery", "kombu", "billiard", "workers"}
+        )
+        for path in ORCHESTRATOR.rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_importing_the_whole_domain_loads_no_celery() -> None:
+    modules = sorted(
+        ".".join(p.relative_to(ORCHESTRATOR.parent).with_suffix("").parts).removesuffix(".__init__")
+        for p in ORCHESTRATOR.rglob("*.py")
+        if "migrations" not in p.parts
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'workers'))\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

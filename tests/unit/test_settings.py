@@ -1,0 +1,30 @@
+"""Settings: one typed object from RATCHET_* variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.settings import Settings
+
+
+def test_with_nothing_set_ratchet_runs_embedded() -> None:
+    s = Settings.from_env({})
+    assert s.database_url.startswith("sqlite:///") and s.is_embedded_broker
+
+
+def test_variables_map_to_fields_and_are_typed() -> None:
+    s = Settings.from_env({"RATCHET_LEASE_SECONDS": "600.5", "RATCHET_MAX_STEP_ATTEMPTS": "7", "OTHER": "x"})
+    assert s.lease_seconds == 600.5 and s.max_step_attempts == 7
+
+
+def test_a_misspelt_variable_is_an_error_that_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match="unknown setting RATCHET_LEASE_SECOND;.*RATCHET_LEASE_SECONDS"):
+        Settings.from_env({"RATCHET_LEASE_SECOND": "5"})
+
+
+def test_limits_must_nest_soft_under_hard_under_lease_under_visibility() -> None:
+    with pytest.raises(ConfigurationError, match="RATCHET_HARD_TIME_LIMIT .* must be less than RATCHET_LEASE_SECONDS"):
+        Settings.from_env({"RATCHET_LEASE_SECONDS": "100"})
+    with pytest.raises(ConfigurationError, match="RATCHET_LEASE_SECONDS .* must be less than RATCHET_VISIBILITY"):
+        Settings.from_env({"RATCHET_VISIBILITY_TIMEOUT": "500"})
