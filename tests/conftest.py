@@ -104,4 +104,4 @@ def worker(settings: Settings) -> Iterator[object]:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The RATCHET_* variables that reproduce these settings in another process or CLI call."""
-    return {f"RATCHET_{name.upper()}": str(value) for name, value in settings.model_dump().items()}
+    return {f"RATCHET_{k.upper()}": str(v) for k, v in settings.model_dump().items() if v is not None}

@@ -1,0 +1,52 @@
+"""`ratchet demo` (what `make demo` runs) on the embedded default, on a bare working directory:
+SQLite, kombu's filesystem broker, an in-process worker and the scripted model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RATCHET = str(Path(sys.executable).parent / "ratchet")
+pytestmark = [pytest.mark.slow]
+
+
+def run_demo(tmp_path: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RATCHET_", "OPENAI_"))}
+    result = subprocess.run(
+        [RATCHET, "demo", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_the_seed_demo_prints_the_three_scenarios_as_the_seed_does(tmp_path: Path) -> None:
+    out = run_demo(tmp_path)
+
+    a, rest = out.split("SCENARIO B", 1)
+    b, c = rest.split("SCENARIO C", 1)
+    assert "team.arun returned. status=COMPLETED" in a
+    assert "DB run: status=COMPLETED, msgs=5, tools=1" in a
+    assert "[3] tool: this tool always fails on query=hello [tool_call_error]" in a
+
+    assert "team.arun returned. status=ERROR" in b
+    assert "DB run: status=ERROR, msgs=2" in b and "[ok] messages preserved" in b
+    assert "[0] system: You are a helpful assistant. Answer concisely." in b and "[1] user: say hi" in b
+
+    assert "acontinue_run returned. status=COMPLETED" in c
+    assert "same as failed run? True" in c
+    assert "Session has 1 run(s):" in c and "[COMPLETED] msgs=3" in c
+
+    # Everything lives under .ratchet/ in the working directory, nothing elsewhere.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ratchet"]
+    assert (tmp_path / ".ratchet" / "ratchet.db").exists()
+    assert "sk-" not in out.replace("sk-invalid", "")  # no key printed
+
+
+def test_an_unknown_example_is_a_clear_error(tmp_path: Path) -> None:
+    result = subprocess.run([RATCHET, "demo", "nope"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "no example 'nope' in examples/ (known:" in result.stderr

@@ -1,0 +1,79 @@
+"""Producers that do not import Ratchet's agents: Celery tasks sent by name with JSON arguments,
+and a producer whose broker is down at enqueue time (the run is kept and published later)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from celery import Celery
+
+from orchestrator import Agent, BrokerUnavailableError, Client, RunStatus
+from orchestrator.models import OpenAIChat
+from orchestrator.settings import Settings
+
+
+def wait_for_run(client: Client, run_id: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.get_run(run_id)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_a_plain_celery_producer_starts_and_continues_runs_by_task_name(settings: Settings) -> None:
+    name = f"by-name-{uuid.uuid4().hex[:6]}"
+    Agent(name=name, model=OpenAIChat(id="gpt-4o-mini"), instructions="Be brief.")
+    # A producer that knows only the broker URL, the task name and the queue.
+    producer = Celery(broker=settings.broker_url, set_as_current=False)
+    producer.conf.task_serializer = "json"
+    run_id = str(uuid.uuid4())
+
+    producer.send_task(
+        "ratchet.start_run", args=[name, "hello by name", "s-by-name", run_id], queue=settings.control_queue
+    )
+
+    client = Client(settings)
+    wait_for_run(client, run_id)
+    out = client.wait(run_id, timeout=30)
+    assert out.status == RunStatus.COMPLETED and out.session_id == "s-by-name"
+    assert [m.content for m in out.messages if m.role == "user"] == ["hello by name"]
+
+    # Redelivering the same start_run (at-least-once) does not start the run twice.
+    producer.send_task(
+        "ratchet.start_run", args=[name, "hello by name", "s-by-name", run_id], queue=settings.control_queue
+    )
+    producer.send_task("ratchet.continue_run", args=[run_id, "and again"], queue=settings.control_queue)
+    session = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        session = client.get_session("s-by-name")
+        if session and len(session.runs) == 2 and session.runs[1].status == RunStatus.COMPLETED:
+            break
+        time.sleep(0.05)
+    assert session is not None and len(session.runs) == 2  # the original and one fork from continue
+    assert session.runs[1].forked_from == run_id
+    producer.close()
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_a_run_enqueued_while_the_broker_is_down_is_kept_and_runs_once_it_is_back(settings: Settings) -> None:
+    name = f"down-{uuid.uuid4().hex[:6]}"
+    Agent(name=name, model=OpenAIChat(id="gpt-4o-mini"), instructions="Be brief.")
+    down = Client(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+
+    with pytest.raises(BrokerUnavailableError, match="saved as QUEUED .* nothing is lost") as caught:
+        down.start(name, input="are you there?")
+
+    client = Client(settings)
+    run_id = caught.value.run_id
+    assert client.get_run(run_id).messages[0].content == "are you there?"
+    # The sweeper of the worker, whose broker is up, publishes it: nobody re-sends anything.
+    out = client.wait(run_id, timeout=30)
+    assert out.status == RunStatus.COMPLETED
