@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
     app = Celery("ratchet", broker=settings.broker_url, set_as_current=False)
     app.conf.update(celery_config(settings))
-    app.ratchet_settings = settings  # type: ignore[attr-defined]
+    app.ratchet_settings = settings
     from workers.tasks import register_tasks
 
     register_tasks(app)
@@ -92,6 +92,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def _after_fork(**_: Any) -> None:
     # A prefork child must not reuse the parent's pooled database connections.
     forget_stores()
+
+
+app: Celery  # built on first access, below
 
 
 def __getattr__(name: str) -> Any:

@@ -42,7 +42,7 @@ def engine_for(app: Celery) -> Engine:
         if engine is None:
             from workers.dispatch import CeleryDispatcher
 
-            settings = app.ratchet_settings  # type: ignore[attr-defined]
+            settings = app.ratchet_settings
             engine = _engines[key] = Engine(settings, dispatcher=CeleryDispatcher(settings, app=app))
         return engine
 
