@@ -89,3 +89,10 @@ def test_message_indexes_are_unique_per_run(settings: Settings) -> None:
     with pytest.raises(Exception, match="(?i)unique|duplicate"):
         with store.engine.begin() as conn:
             store._insert_messages(conn, run_id, 0, [Message(role="user", content="again")], 0.0)
+
+
+def test_sqlite_stores_run_in_wal_mode_with_a_busy_timeout(tmp_path: Any) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'wal.db'}")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
