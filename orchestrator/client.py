@@ -13,6 +13,7 @@ import time
 import uuid
 
 from orchestrator import agent as registry
+from orchestrator import delegation
 from orchestrator.errors import (
     BrokerUnavailableError,
     ConfigurationError,
@@ -154,6 +155,9 @@ class Client:
                 f"run {run_id} still owes results for tool calls {[c.id for c in owed]}; "
                 "continue it without input first"
             )
+        # A team that failed because a member did: continue the member in place, then the leader.
+        if owed and status == S.ERROR and delegation.continue_team(self, record, owed):
+            return RunHandle(run_id, self)
         new = [Message(role="user", content=input)] if input is not None else []
         moved = self.store.move(
             run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
@@ -203,6 +207,8 @@ class Client:
             for child in self.store.children(run_id):
                 if child.status not in (S.COMPLETED, S.CANCELLED):
                     self.cancel(child.run_id)
+            # A member cancelled on its own must not leave its team waiting forever.
+            delegation.member_cancelled(self, record)
         return self.store.get_output(run_id)
 
     # ---------------------------------------------------------------- reads

@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import FencedError, ModelCallError, RatchetError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
@@ -112,13 +113,19 @@ class Engine:
                 f"{agent.name} asked for tool batch {batches + 1}; max_tool_batches is {agent.max_tool_batches}"
             )
         done = not reply.tool_calls
-        committed = self.store.commit_step(
-            claim, [message], status=S.COMPLETED if done else S.QUEUED, next_step=None if done else "tools",
-            publish_grace=self.settings.publish_grace_seconds, content=reply.content if done else None,
-            system_message=new_system,
-        )  # fmt: skip
+        grace = self.settings.publish_grace_seconds
+        with self.store.engine.begin() as conn:
+            committed = self.store.commit_step(
+                claim, [message], status=S.COMPLETED if done else S.QUEUED, next_step=None if done else "tools",
+                publish_grace=grace, content=reply.content if done else None, system_message=new_system, conn=conn,
+            )  # fmt: skip
+            # A member's final answer reaches its team in the same transaction: no crash between.
+            team = committed.parent_run_id if done else None
+            woken = delegation.fan_in(self.store, conn, team, publish_grace=grace) if team else None
         self._end(claim)
         if done:
+            if (step := delegation.wake_step(woken)) is not None:
+                self.publish(step)
             self.after_final(committed.run_id)
             return "completed"
         self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="tools"))
@@ -177,7 +184,17 @@ class Engine:
                     f"at-most-once tool call {names} started and never finished; it was not run again. "
                     "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
                 )
+        pending, delegations = delegation.split(agent, pending)
         last = self._run_tools(claim, agent, pending)
+        if delegations:
+            # Members start as child runs in the commit that parks the team WAITING.
+            steps = delegation.start_members(
+                self.store, claim, last, delegations, publish_grace=self.settings.publish_grace_seconds
+            )
+            self._end(claim)
+            for step in steps:
+                self.publish(step)
+            return "waiting"
         committed = self.store.commit_step(
             claim, last, status=S.QUEUED, next_step="model", publish_grace=self.settings.publish_grace_seconds
         )
@@ -274,7 +291,11 @@ class Engine:
             )
 
     def after_final(self, run_id: str) -> None:
-        """Called when a run reaches COMPLETED or ERROR (teams hook their members in here)."""
+        """Called when a run reaches COMPLETED or ERROR: a member that failed moves its team
+        (a completed member already fanned in with its final commit)."""
+        team = delegation.after_member_final(self.store, run_id, publish_grace=self.settings.publish_grace_seconds)
+        if (step := delegation.wake_step(team)) is not None:
+            self.publish(step)
 
 
 def _interrupted_message(call: ToolCall) -> Message:

@@ -37,6 +37,8 @@ class RunRecord:
     error_message: str | None
     created_at: float
     updated_at: float
+    #: For a member run: the id of the team's delegation tool call that started it.
+    parent_tool_call_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -7,7 +7,9 @@ One pass (`Sweeper.sweep_once`, run by the beat task `ratchet.sweep` and by `rat
   RATCHET_MAX_STEP_ATTEMPTS claims of the same step it goes to ERROR as a poison step instead;
 - a QUEUED run whose step was not claimed by its `publish_after` time (a crash between commit
   and publish, a message the broker lost, a retry parked longer than a countdown may wait, a
-  broker that was down at enqueue) is published again.
+  broker that was down at enqueue) is published again;
+- a WAITING team whose members have all ended (or one failed) but whose fan-in never ran (a
+  worker killed between a member's ERROR row and the fan-in) is fanned in now.
 
 Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
 """
@@ -18,6 +20,7 @@ import logging
 from dataclasses import dataclass, field
 
 from orchestrator.agent import get_agent
+from orchestrator.delegation import recover_waiting, wake_step
 from orchestrator.engine import Engine
 from orchestrator.errors import RatchetError
 from orchestrator.ports import StepRef
@@ -39,9 +42,11 @@ class SweepReport:
     requeued: list[str] = field(default_factory=list)
     republished: list[str] = field(default_factory=list)
     poisoned: list[str] = field(default_factory=list)
+    #: Teams left WAITING by a crash after their members ended, moved on (QUEUED or ERROR).
+    fanned_in: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.requeued or self.republished or self.poisoned)
+        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in)
 
 
 class Sweeper:
@@ -87,10 +92,15 @@ class Sweeper:
             if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
                 report.republished.append(record.run_id)
                 self.engine.publish(StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step))  # type: ignore[arg-type]
+        for team in recover_waiting(self.store, publish_grace=self.settings.publish_grace_seconds):
+            report.fanned_in.append(team.run_id)
+            if (step := wake_step(team)) is not None:
+                self.engine.publish(step)
         if report:
             log.info(
-                "sweep: requeued %s, republished %s, poisoned %s", report.requeued, report.republished, report.poisoned
-            )
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s",
+                report.requeued, report.republished, report.poisoned, report.fanned_in,
+            )  # fmt: skip
         return report
 
     @staticmethod

@@ -37,6 +37,8 @@ runs = Table(
     Column("agent_name", String(256), nullable=False),
     Column("kind", String(16), nullable=False),  # "agent" | "team"
     Column("parent_run_id", String(64), nullable=True),
+    # The team's delegation call that started this member run (migration 0002).
+    Column("parent_tool_call_id", String(128), nullable=True),
     Column("forked_from", String(64), nullable=True),
     Column("status", String(16), nullable=False),
     # Fencing token: bumped by every claim, re-claim, continue and cancel. A write that names an

@@ -145,6 +145,7 @@ class Store:
         parent_run_id: str | None = None,
         forked_from: str | None = None,
         system_message: str | None = None,
+        parent_tool_call_id: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call) and its input in one transaction."""
@@ -153,14 +154,16 @@ class Store:
                 return self.create_run(
                     run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
                     input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
-                    forked_from=forked_from, system_message=system_message, conn=c,
+                    forked_from=forked_from, system_message=system_message,
+                    parent_tool_call_id=parent_tool_call_id, conn=c,
                 )  # fmt: skip
         now = self.clock()
         self._ensure_session(conn, session_id, now)
         conn.execute(
             insert(runs).values(
                 run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-                parent_run_id=parent_run_id, forked_from=forked_from, status=S.QUEUED.value, epoch=0, seq=0,
+                parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
+                status=S.QUEUED.value, epoch=0, seq=0,
                 next_step="model", n_messages=len(input_messages), system_message=system_message,
                 attempts=0, retries=0, publish_after=now + publish_grace, created_at=now, updated_at=now,
             )
@@ -374,19 +377,26 @@ class Store:
         bump_epoch: bool = False,
         event: str | None = None,
         new_messages: Sequence[Message] = (),
+        conn: Connection | None = None,
         **values: Any,
     ) -> RunRecord | None:
-        """A guarded move in its own transaction, appending `new_messages` when it succeeds."""
+        """A guarded move, appending `new_messages` when it succeeds; in its own transaction
+        unless `conn` (the caller's transaction) is given."""
+        if conn is None:
+            with self.engine.begin() as c:
+                return self.move(
+                    run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
+                    new_messages=new_messages, conn=c, **values,
+                )  # fmt: skip
         now = self.clock()
-        with self.engine.begin() as conn:
-            if new_messages:
-                values["n_messages"] = runs.c.n_messages + len(new_messages)
-            record = self._move(conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, **values)
-            if record is not None:
-                self._insert_messages(conn, run_id, record.n_messages - len(new_messages), new_messages, now)
-                if event:
-                    self.log_event(conn, run_id, event, record.seq, to=dst.value)
-            return record
+        if new_messages:
+            values["n_messages"] = runs.c.n_messages + len(new_messages)
+        record = self._move(conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, **values)
+        if record is not None:
+            self._insert_messages(conn, run_id, record.n_messages - len(new_messages), new_messages, now)
+            if event:
+                self.log_event(conn, run_id, event, record.seq, to=dst.value)
+        return record
 
     def mark_due(self, run_id: str, *, epoch: int, when: float | None = None) -> bool:
         """Set when the sweeper should (re)publish a QUEUED run's step (default: now). Not a move."""

@@ -1,0 +1,488 @@
+"""Teams with members: delegation as durable child runs, on SQLite and on PostgreSQL, with a real
+Celery worker on real Redis and the real openai client talking to the scripted model server.
+
+The scripted server answers each model id with its own script (`ScriptConfig.by_model`): the
+leader's script calls the delegation tools, each member's script calls its tools and answers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from orchestrator import Agent, Client, RunOutput, RunStatus, Team
+from orchestrator.delegation import Delegation, fan_in_now, start_members
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models import OpenAIChat, OpenAIResponses
+from orchestrator.settings import Settings
+from orchestrator.store import Store
+from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
+from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.server import ScriptedServer
+from tests.conftest import settings_env
+from workers.cli import main as ratchet
+from workers.embedded import EmbeddedWorker
+
+T = TypeVar("T")
+S = RunStatus
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
+    """Poll `probe` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def tag() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+class Ledger:
+    """Counts tool calls in this process (the embedded worker runs tools here)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def add(self, who: str, what: str) -> None:
+        with self._lock:
+            self.calls.append((who, what))
+
+
+def research_team(settings: Settings, ledger: Ledger, **team_kwargs: Any) -> tuple[Team, Agent, Agent]:
+    """A leader (model "leader") with a researcher (one tool) and a writer (no tools)."""
+    t = tag()
+
+    def search(query: str) -> str:
+        """Search the web."""
+        ledger.add("researcher", query)
+        return f"facts about {query}"
+
+    researcher = Agent(
+        name=f"researcher-{t}", model=OpenAIChat(id="researcher"), tools=[search], role="Finds facts on the web."
+    )
+    writer = Agent(name=f"writer-{t}", model=OpenAIChat(id="writer"), role="Writes short articles.")
+    team = Team(
+        name=f"team-{t}",
+        model=OpenAIResponses(id="leader"),
+        members=[researcher, writer],
+        instructions="Research, then write.",
+        client=Client(settings),
+        **team_kwargs,
+    )
+    return team, researcher, writer
+
+
+def script(
+    scripted: ScriptedServer, leader_calls: list[dict[str, Any]], **members: ScriptConfig
+) -> dict[str, ScriptConfig]:
+    by_model = {
+        "leader": ScriptConfig(batches=[leader_calls], final_text="Team answer: {tool_results}"),
+        "researcher": ScriptConfig(
+            batches=[[{"tool": "search", "arguments": {"query": "otters"}}]], final_text="Research: {tool_results}"
+        ),
+        "writer": ScriptConfig(final_text="Draft about {user}"),
+        **members,
+    }
+    scripted.configure(ScriptConfig(by_model=by_model))
+    return by_model
+
+
+def to_member(member: Agent, task: str) -> dict[str, Any]:
+    return {"tool": TO_MEMBER, "arguments": {"member_id": member_id(member), "task": task}}
+
+
+def requests_for(scripted: ScriptedServer, run_id: str) -> list[dict[str, Any]]:
+    return [r for r in scripted.requests if r["run_id"] == run_id]
+
+
+def member_runs(out: RunOutput) -> dict[str, RunOutput]:
+    return {m.agent_name.split("-")[0]: m for m in out.member_runs}
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+# ---------------------------------------------------------------- delegation and fan-in
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_leader_delegates_to_two_members_whose_answers_come_back_as_its_tool_results(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    team, researcher, writer = research_team(settings, ledger)
+    script(scripted, [to_member(researcher, "find facts on otters"), to_member(writer, "write about otters")])
+
+    out = team.run("otters", session_id=f"s-{tag()}", timeout=30)
+
+    assert out.status == S.COMPLETED, out.error
+    assert [m.role for m in out.messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    members = member_runs(out)
+    assert set(members) == {"researcher", "writer"}
+    research, draft = members["researcher"], members["writer"]
+    for member in (research, draft):
+        assert member.status == S.COMPLETED and member.parent_run_id == out.run_id
+        assert member.session_id == out.session_id
+    # Each member ran its own loop: the researcher called its tool, the writer answered at once.
+    assert [m.role for m in research.messages] == ["user", "assistant", "tool", "assistant"]
+    assert research.messages[0].content == "find facts on otters"
+    assert research.content == "Research: facts about otters"
+    assert [m.role for m in draft.messages] == ["user", "assistant"]
+    assert ledger.calls == [("researcher", "otters")]
+    # The leader got each member's answer exactly once, as the result of the call that asked for it.
+    calls = {c["id"]: c["function"]["arguments"] for c in out.messages[2].tool_calls or []}
+    results = {m.tool_call_id: m for m in out.messages if m.role == "tool"}
+    assert set(results) == set(calls)
+    by_member = {m.tool_args["member_id"]: m for m in results.values() if m.tool_args}  # type: ignore[index]
+    assert by_member[member_id(researcher)].content == research.content
+    assert by_member[member_id(writer)].content == draft.content
+    assert not any(m.tool_call_error for m in results.values())
+    # Results come back in the order the leader asked, whoever finished first.
+    assert out.content == f"Team answer: {research.content}; {draft.content}"
+    # The leader's system message lists the members with their ids and roles.
+    system = out.messages[0].content or ""
+    assert f"ID: {member_id(researcher)}" in system and "Role: Finds facts on the web." in system
+    assert "delegate_task_to_member(member_id, task)" in system and "Research, then write." in system
+
+
+@pytest.mark.usefixtures("worker")
+def test_delegating_to_all_members_runs_them_in_parallel_and_returns_one_combined_result(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    team, researcher, writer = research_team(settings, ledger)
+    slow = 0.6
+    script(
+        scripted,
+        [{"tool": TO_MEMBERS, "arguments": {"task": "otters"}}],
+        researcher=ScriptConfig(delay_s=slow, final_text="Research on {user}"),
+        writer=ScriptConfig(delay_s=slow, final_text="Draft on {user}"),
+    )
+
+    out = team.run("otters", timeout=30)
+
+    assert out.status == S.COMPLETED, out.error
+    tool_results = [m for m in out.messages if m.role == "tool"]
+    assert len(tool_results) == 1 and tool_results[0].tool_name == TO_MEMBERS
+    assert tool_results[0].content == (
+        f"Agent {researcher.name}: Research on otters\n\nAgent {writer.name}: Draft on otters"
+    )
+    members = member_runs(out)
+    assert {m.status for m in members.values()} == {S.COMPLETED}
+    assert {m.messages[0].content for m in members.values()} == {"otters"}
+    # In parallel: each member's model call takes `slow` seconds; one after the other, their
+    # calls would be logged at least that far apart.
+    logged = [requests_for(scripted, m.run_id)[0]["at"] for m in members.values()]
+    assert max(logged) - min(logged) < slow, f"members ran one after the other: {logged}"
+
+
+def test_a_waiting_team_holds_no_worker_so_one_worker_thread_runs_team_and_members(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    team, researcher, writer = research_team(settings, ledger)
+    script(scripted, [to_member(researcher, "facts"), to_member(writer, "draft")])
+
+    with EmbeddedWorker(settings, concurrency=1):
+        out = team.run("otters", timeout=30)
+
+    assert out.status == S.COMPLETED, out.error
+    assert len(out.member_runs) == 2
+
+
+@pytest.mark.usefixtures("worker")
+def test_member_runs_are_stored_and_visible_while_they_run(
+    settings: Settings,
+    scripted: ScriptedServer,
+    ledger: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    team, researcher, writer = research_team(settings, ledger)
+    script(
+        scripted,
+        [to_member(researcher, "facts"), to_member(writer, "draft")],
+        writer=ScriptConfig(delay_s=1.5, final_text="Draft"),
+    )
+    client = Client(settings)
+    session_id = f"s-{tag()}"
+
+    handle = team.start("otters", session_id=session_id)
+
+    # While the writer works: the team waits holding no lease, and both member runs are readable.
+    def researcher_done_writer_running() -> RunOutput | None:
+        run = client.get_run(handle.run_id)
+        members = member_runs(run)
+        if run.status == S.WAITING and len(members) == 2 and members["researcher"].status == S.COMPLETED:
+            return run if members["writer"].status == S.RUNNING else None
+        return None
+
+    mid = eventually(researcher_done_writer_running, what="the researcher done and the writer running")
+    record = client.store.get_record(handle.run_id)
+    assert record.lease_owner is None and record.next_step is None
+    assert member_runs(mid)["writer"].messages[0].content == "draft"
+    session = client.get_session(session_id)
+    assert session is not None and [r.run_id for r in session.runs] == [handle.run_id]
+    assert {m.run_id for m in session.runs[0].member_runs} == {m.run_id for m in mid.member_runs}
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
+    ratchet(["show", handle.run_id])
+    shown = capsys.readouterr().out
+    assert f"run {handle.run_id}  WAITING" in shown
+    for member in mid.member_runs:
+        assert f"run {member.run_id}" in shown and f"member of {handle.run_id}" in shown
+
+    assert handle.wait(30).status == S.COMPLETED
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_member_tool_error_stays_inside_the_member(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    t = tag()
+
+    def broken(query: str) -> str:
+        """Always fails."""
+        raise ValueError(f"broken on {query}")
+
+    member = Agent(name=f"fixer-{t}", model=OpenAIChat(id="researcher"), tools=[broken])
+    team = Team(name=f"team-{t}", model=OpenAIResponses(id="leader"), members=[member], client=Client(settings))
+    script(scripted, [to_member(member, "fix it")], researcher=ScriptConfig(final_text="I could not: {tool_results}"))
+
+    out = team.run("go", timeout=30)
+
+    assert out.status == S.COMPLETED, out.error
+    (run,) = out.member_runs
+    assert run.status == S.COMPLETED
+    errors = [m for m in run.messages if m.tool_call_error]
+    assert len(errors) == 1 and errors[0].content == "broken on fix it"
+    assert not any(m.tool_call_error for m in out.messages)
+    assert [m.content for m in out.messages if m.role == "tool"] == ["I could not: broken on fix it"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_an_unknown_member_id_is_a_tool_error_the_leader_reads(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    team, researcher, _ = research_team(settings, ledger)
+    script(scripted, [{"tool": TO_MEMBER, "arguments": {"member_id": "nobody", "task": "x"}}])
+
+    out = team.run("otters", timeout=30)
+
+    assert out.status == S.COMPLETED and out.member_runs == []
+    (result,) = [m for m in out.messages if m.role == "tool"]
+    assert result.tool_call_error and "no member with id 'nobody'" in (result.content or "")
+    assert member_id(researcher) in (result.content or "")
+
+
+# ---------------------------------------------------------------- failure and continue
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_place_then_the_leader(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    # Given a researcher whose second model call fails for good (400), after its tool ran
+    team, researcher, writer = research_team(settings, ledger)
+    script(
+        scripted,
+        [to_member(researcher, "facts"), to_member(writer, "draft")],
+        researcher=ScriptConfig(
+            batches=[[{"tool": "search", "arguments": {"query": "otters"}}]],
+            final_text="Research: {tool_results}",
+            faults=[Fault(turn=2, status=400, times=1, message="scripted bad request")],
+        ),
+    )
+    client = Client(settings)
+
+    failed = team.run("otters", timeout=30)
+
+    # Then the team is in ERROR naming the member run and its error, with every message kept
+    assert failed.status == S.ERROR
+    members = member_runs(failed)
+    bad = members["researcher"]
+    assert bad.status == S.ERROR and bad.error is not None and bad.error.type == "BadRequestError"
+    assert failed.error is not None and failed.error.type == "MemberRunError"
+    assert bad.run_id in failed.error.message and "scripted bad request" in failed.error.message
+    assert [m.role for m in bad.messages] == ["user", "assistant", "tool"]
+    assert [m.role for m in failed.messages][:3] == ["system", "user", "assistant"]
+    writer_done = eventually(lambda: (w := client.get_run(members["writer"].run_id)).status == S.COMPLETED and w)
+    writer_calls = len(requests_for(scripted, writer_done.run_id))
+
+    # When the team is continued
+    resumed = team.continue_run(failed.run_id, timeout=30)
+
+    # Then the failed member continued in place, the writer did not run again, and the leader finished
+    assert resumed.run_id == failed.run_id and resumed.status == S.COMPLETED, resumed.error
+    after = member_runs(resumed)
+    assert after["researcher"].run_id == bad.run_id and after["researcher"].status == S.COMPLETED
+    assert after["researcher"].messages[: len(bad.messages)] == bad.messages
+    assert after["writer"].seq == writer_done.seq
+    assert len(requests_for(scripted, writer_done.run_id)) == writer_calls
+    assert ledger.calls == [("researcher", "otters")]  # the member's finished tool was not re-run
+    results = [m for m in resumed.messages if m.role == "tool"]
+    assert sorted(m.content or "" for m in results) == sorted([after["researcher"].content, writer_done.content])
+    assert resumed.error is None
+    session = client.get_session(resumed.session_id)
+    assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
+
+
+@pytest.mark.usefixtures("worker")
+def test_cancelling_a_team_cancels_its_members(settings: Settings, scripted: ScriptedServer, ledger: Ledger) -> None:
+    team, researcher, writer = research_team(settings, ledger)
+    script(scripted, [to_member(researcher, "facts"), to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
+    client = Client(settings)
+    handle = team.start("otters")
+    eventually(lambda: len(client.store.children(handle.run_id)) == 2, what="the members to start")
+
+    out = client.cancel(handle.run_id)
+
+    assert out.status == S.CANCELLED
+    assert {m.status for m in client.get_run(handle.run_id).member_runs} <= {S.CANCELLED, S.COMPLETED}
+    assert client.get_run(handle.run_id).status == S.CANCELLED
+
+
+# ---------------------------------------------------------------- nested teams
+
+
+@pytest.mark.usefixtures("worker")
+def test_teams_nest_three_levels_deep_and_a_deep_failure_continues_from_the_top(
+    settings: Settings, scripted: ScriptedServer
+) -> None:
+    # Given top -> mid -> sub (three teams) -> leaf, where the leaf's first call fails for good
+    t = tag()
+    leaf = Agent(name=f"leaf-{t}", model=OpenAIChat(id="leaf"))
+    sub = Team(name=f"sub-{t}", model=OpenAIChat(id="sub"), members=[leaf])
+    mid = Team(name=f"mid-{t}", model=OpenAIChat(id="mid"), members=[sub])
+    top = Team(name=f"top-{t}", model=OpenAIResponses(id="top"), members=[mid], client=Client(settings))
+    to_all = [{"tool": TO_MEMBERS, "arguments": {"task": "dig"}}]
+    scripted.configure(
+        ScriptConfig(
+            by_model={
+                name: ScriptConfig(batches=[to_all], final_text=f"{name}({{tool_results}})")
+                for name in ("top", "mid", "sub")
+            }
+            | {"leaf": ScriptConfig(final_text="gold", faults=[Fault(turn=1, status=400, times=1)])}
+        )
+    )
+
+    failed = top.run("go", timeout=30)
+
+    # Then the failure climbs every level, each naming the run below it
+    assert failed.status == S.ERROR
+    (mid_run,) = failed.member_runs
+    (sub_run,) = mid_run.member_runs
+    (leaf_run,) = sub_run.member_runs
+    assert [r.status for r in (mid_run, sub_run, leaf_run)] == [S.ERROR] * 3
+    for upper, lower in ((failed, mid_run), (mid_run, sub_run), (sub_run, leaf_run)):
+        assert upper.error is not None and lower.run_id in upper.error.message
+
+    # When the top team is continued, every level resumes in place
+    resumed = top.continue_run(failed.run_id, timeout=30)
+
+    assert resumed.status == S.COMPLETED, resumed.error
+    (mid_after,) = resumed.member_runs
+    (sub_after,) = mid_after.member_runs
+    (leaf_after,) = sub_after.member_runs
+    assert [r.run_id for r in (mid_after, sub_after, leaf_after)] == [r.run_id for r in (mid_run, sub_run, leaf_run)]
+    assert leaf_after.content == "gold"
+    assert sub_after.content == f"sub(Agent {leaf.name}: gold)"
+    assert mid_after.content == f"mid(Team {sub.name}: {sub_after.content})"
+    assert resumed.content == f"top(Team {mid.name}: {mid_after.content})"
+
+
+# ---------------------------------------------------------------- exactly once, recovery
+
+
+def test_concurrent_fan_ins_append_each_members_answer_exactly_once(settings: Settings) -> None:
+    # Given a team WAITING on two members that both completed, and nobody fanned in yet
+    store = Store.open(settings.database_url)
+    t = tag()
+    a = Agent(name=f"a-{t}", model=OpenAIChat(id="a"))
+    b = Agent(name=f"b-{t}", model=OpenAIChat(id="b"))
+    team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
+    team_id = _waiting_team(store, team, [a, b])
+    for child in store.children(team_id):
+        claim = store.claim(child.run_id, child.seq, "model", owner="test", lease_seconds=30)
+        assert claim is not None
+        store.commit_step(
+            claim, [Message(role="assistant", content=f"answer of {child.agent_name}")],
+            status=S.COMPLETED, next_step=None, publish_grace=30, content=f"answer of {child.agent_name}",
+        )  # fmt: skip
+
+    # When eight fan-ins race (two workers finishing at once, the sweeper, a continue...)
+    barrier = threading.Barrier(8)
+    moved: list[object] = []
+
+    def race() -> None:
+        barrier.wait()
+        moved.append(fan_in_now(store, team_id, publish_grace=30))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+
+    # Then exactly one moved the team, and each call got one result
+    assert sum(m is not None for m in moved) == 1
+    record = store.get_record(team_id)
+    assert record.status == S.QUEUED and record.next_step == "model"
+    results = [m for m in store.get_messages(team_id) if m.role == "tool"]
+    assert sorted(m.content or "" for m in results) == [f"answer of {a.name}", f"answer of {b.name}"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_the_sweeper_finishes_a_fan_in_that_a_crash_left_undone(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    # Given a member whose failure handler wrote its ERROR row and died before the fan-in
+    team, _, writer = research_team(settings, ledger)
+    script(scripted, [to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
+    client = Client(settings)
+    handle = team.start("otters")
+    member = eventually(
+        lambda: next((c for c in client.store.children(handle.run_id) if c.status == S.RUNNING), None),
+        what="the writer to be running",
+    )
+    client.store.fail(member.run_id, epoch=None, error={"type": "Crash", "message": "killed mid-step"})
+
+    # Then the sweeper (every 0.5 s in the embedded worker) puts the team in ERROR naming the member
+    out = handle.wait(30)
+    assert out.status == S.ERROR and out.error is not None
+    assert out.error.type == "MemberRunError" and member.run_id in out.error.message
+    assert "Crash: killed mid-step" in out.error.message
+    assert client.store.get_record(member.run_id).status == S.ERROR  # its own late commit was fenced
+
+
+def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
+    """A team run that delegated one call per member, through the same code the tool step uses."""
+    run_id = str(uuid.uuid4())
+    store.create_run(
+        run_id=run_id, session_id=f"s-{run_id}", agent_name=team.name, kind="team",
+        input_messages=[Message(role="user", content="go")], publish_grace=30,
+    )  # fmt: skip
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+    assert claim is not None
+    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
+    store.commit_step(
+        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
+        status=S.QUEUED, next_step="tools", publish_grace=30,
+    )  # fmt: skip
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30)
+    assert claim is not None
+    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
+    start_members(store, claim, [], delegations, publish_grace=30)
+    assert store.get_record(run_id).status == S.WAITING
+    return run_id
