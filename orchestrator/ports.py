@@ -37,12 +37,13 @@ class Dispatcher(Protocol):
 
 
 _lock = threading.Lock()
-_dispatchers: dict[tuple[str, str], Dispatcher] = {}
+# Keyed by the whole (frozen) settings: two settings on one broker may name different queues.
+_dispatchers: dict[Settings, Dispatcher] = {}
 
 
 def get_dispatcher(settings: Settings) -> Dispatcher:
     """The process's dispatcher for these settings, built once from RATCHET_DISPATCHER."""
-    key = (settings.dispatcher, settings.broker_url)
+    key = settings
     with _lock:
         found = _dispatchers.get(key)
         if found is None:
@@ -62,4 +63,4 @@ def get_dispatcher(settings: Settings) -> Dispatcher:
 def set_dispatcher(settings: Settings, dispatcher: Dispatcher) -> None:
     """Use this dispatcher for these settings in this process (the embedded worker does)."""
     with _lock:
-        _dispatchers[(settings.dispatcher, settings.broker_url)] = dispatcher
+        _dispatchers[settings] = dispatcher
