@@ -237,8 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
             tools=tools,
             conversation_key=key,
         )
-        if decision.delay_s > 0:
-            time.sleep(decision.delay_s)
+        # Logged on arrival, before the scripted delay: a test can then see a call in flight, and
+        # a call whose client was killed while it waited still counts.
         owner._record(
             {
                 "api": api,
@@ -254,6 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "at": time.time(),
             }
         )
+        if decision.delay_s > 0:
+            time.sleep(decision.delay_s)
         if isinstance(decision, ScriptedError):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
             self._send_json(decision.status, decision.body, headers)

@@ -1,0 +1,206 @@
+"""The agents and tools of the chaos tests. Worker subprocesses import this module
+(`ratchet worker --app tests.chaos.agents`); the test process imports it for the names.
+
+Everything a test steers goes through files in the folder named by CHAOS_DIR, so a test can
+hold a tool mid-call, learn which pool process runs it, and then kill exactly that process:
+
+- `hold-<key>`      while it exists, the tool `effect(key)` waits after it has started;
+- `stubborn-<key>`  the wait ignores Celery's soft time limit (a badly behaved tool);
+- `started-<key>.<pid>`   written by `effect(key)` when a process starts it;
+- `model-<run_id>-<seq>.<pid>`   written before each model call of a step;
+- `crash-before-publish-<run_id>`   the next worker process that is about to publish a step of
+  that run after committing it dies instead (`os._exit`), once: the commit/publish gap;
+- `publish-twice`   every step a worker publishes is published twice (duplicate deliveries).
+
+The side effect of `effect(key)` is a row in `chaos_tool_effects`, keyed by the call's
+idempotency key (run_id, tool_call_id) with a primary key, so a call can take effect once only;
+every execution is also logged in `chaos_tool_attempts`, which shows whether a call ran again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import openai  # noqa: F401  (imported before the pool forks, not in each child's first call)
+from celery.signals import worker_process_init, worker_ready
+from sqlalchemy import Column, Engine, Float, Integer, MetaData, PrimaryKeyConstraint, String, Table, insert
+from sqlalchemy.exc import IntegrityError
+
+from orchestrator import Agent, RetryPolicy, Settings, ToolContext, tool
+from orchestrator.engine import Engine as StepEngine
+from orchestrator.messages import Message
+from orchestrator.models import OpenAIChat
+from orchestrator.models.base import CallContext, ModelReply, ToolSpec
+from orchestrator.ports import StepRef
+from orchestrator.store.database import open_engine
+
+CHAOS_DIR = "CHAOS_DIR"
+HOLD_LIMIT_S = 60.0
+
+ledger = MetaData()
+effects = Table(
+    "chaos_tool_effects",
+    ledger,
+    Column("run_id", String(64), nullable=False),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("key", String(64), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("at", Float, nullable=False),
+    PrimaryKeyConstraint("run_id", "tool_call_id", name="pk_chaos_tool_effects"),
+)
+attempts = Table(
+    "chaos_tool_attempts",
+    ledger,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("key", String(64), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+
+def chaos_dir() -> Path:
+    return Path(os.environ[CHAOS_DIR])
+
+
+_engines: dict[int, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _ledger() -> Engine:
+    """The ledger lives in the run store's database; one engine per process (forks included)."""
+    with _engines_lock:
+        engine = _engines.get(os.getpid())
+        if engine is None:
+            engine = _engines[os.getpid()] = open_engine(Settings.from_env().database_url)
+        return engine
+
+
+def _hold(key: str) -> None:
+    folder = chaos_dir()
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while (folder / f"hold-{key}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"hold-{key} was never released")
+        try:
+            time.sleep(0.01)
+        except Exception:
+            # Celery's SoftTimeLimitExceeded lands here; a stubborn tool swallows it.
+            if not (folder / f"stubborn-{key}").exists():
+                raise
+
+
+@tool
+def effect(key: str, ctx: ToolContext) -> str:
+    """Apply the side effect named `key`, once per call (idempotent by the call's key)."""
+    now = time.time()
+    with _ledger().begin() as conn:
+        conn.execute(
+            insert(attempts).values(run_id=ctx.run_id, tool_call_id=ctx.tool_call_id, key=key, pid=os.getpid(), at=now)
+        )
+    (chaos_dir() / f"started-{key}.{os.getpid()}").touch()
+    _hold(key)
+    try:
+        with _ledger().begin() as conn:
+            conn.execute(
+                insert(effects).values(
+                    run_id=ctx.run_id, tool_call_id=ctx.tool_call_id, key=key, pid=os.getpid(), at=time.time()
+                )
+            )
+    except IntegrityError:
+        return f"{key}: already applied ({ctx.idempotency_key})"
+    return f"{key}: applied"
+
+
+def _effect_once(key: str, ctx: ToolContext) -> str:
+    """Apply a side effect that must never run twice (at-most-once)."""
+    return effect.fn(key, ctx)  # type: ignore[no-any-return]
+
+
+effect_once = tool(name="effect_once", at_most_once=True)(_effect_once)
+
+
+@tool
+def crash(key: str) -> str:
+    """Kill the process that runs it, every time (a poison step)."""
+    (chaos_dir() / f"started-{key}.{os.getpid()}").touch()
+    os._exit(1)
+
+
+class MarkedChat(OpenAIChat):
+    """The real Chat Completions adapter, which first writes which process makes the call."""
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        (chaos_dir() / f"model-{context.run_id}-{context.seq}.{os.getpid()}").touch()
+        return super().invoke(messages, tools, context=context)
+
+
+FAST_RETRIES = RetryPolicy(base=0.1, factor=2.0, max_delay=0.5)
+
+#: The chaos agent: the scripted model decides which tools it calls (ScriptConfig.batches).
+AGENT = "chaos-agent"
+Agent(
+    name=AGENT,
+    model=MarkedChat(id="scripted"),
+    tools=[effect, effect_once, crash],
+    instructions="Do what the script says.",
+    retries=2,
+    retry_policy=FAST_RETRIES,
+)
+
+
+def calls(*keys: str, name: str = "effect") -> list[dict[str, Any]]:
+    """One scripted tool batch: a call of `name` per key."""
+    return [{"tool": name, "arguments": {"key": k}} for k in keys]
+
+
+# ---------------------------------------------------------------- process-level faults
+
+
+class DyingDispatcher:
+    """A dispatcher whose process dies as it is asked to publish (RATCHET_DISPATCHER names it):
+    a producer killed after it wrote the run, before the first task left."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def publish(self, step: StepRef) -> None:
+        os._exit(3)
+
+
+def _take(flag: Path) -> bool:
+    # rename is atomic: of two processes racing for the flag, one wins.
+    try:
+        flag.rename(flag.with_name(flag.name + ".taken"))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@worker_ready.connect
+def _announce_ready(sender: Any = None, **_: Any) -> None:
+    """Tell the test this worker consumes now (`ready-<node name>`)."""
+    (chaos_dir() / f"ready-{sender.hostname}").touch()
+
+
+@worker_process_init.connect
+def _fault_hooks(**_: Any) -> None:
+    """In each pool process: die between a commit and its publish, or publish twice, on cue.
+    A test double of the process dying, not of Celery: the real dispatcher publishes."""
+    publish = StepEngine.publish
+
+    def faulty_publish(self: StepEngine, step: StepRef) -> None:
+        folder = chaos_dir()
+        if _take(folder / f"crash-before-publish-{step.run_id}"):
+            os._exit(1)
+        publish(self, step)
+        if (folder / "publish-twice").exists():
+            publish(self, step)
+
+    StepEngine.publish = faulty_publish  # type: ignore[method-assign]

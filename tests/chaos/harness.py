@@ -1,0 +1,415 @@
+"""Reusable parts of the chaos tests: a private Redis, worker subprocesses, a sweeper, waits
+with deadlines, and the invariants every chaos test checks.
+
+    with Cluster(tmp_path, db_url, model=scripted) as cluster:
+        worker = cluster.start_worker()
+        run_id = cluster.start_run()
+        pid = cluster.wait_model_call(run_id, seq=0)
+        os.kill(pid, signal.SIGKILL)
+        cluster.wait_final([run_id])
+        cluster.assert_invariants([run_id], extra_model_calls=1)
+
+Each cluster has its own redis-server (so a test may restart it), its own queues, and workers
+started with `python -m workers.cli worker --app tests.chaos.agents` in their own session, so
+a signal can reach a worker's whole process tree. Nothing sleeps and hopes: tests wait for a
+condition (a file a tool wrote, a row, a log entry of the model server) with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from sqlalchemy import create_engine, func, select, text
+
+from orchestrator.client import Client
+from orchestrator.engine import Engine
+from orchestrator.messages import Message
+from orchestrator.run import RunOutput
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.store import Store, forget_stores
+from orchestrator.store.schema import messages as messages_table
+from orchestrator.sweeper import Sweeper
+from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.server import ScriptedServer
+from tests.chaos import agents
+from workers.dispatch import CeleryDispatcher
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "sk-chaos-test-key-for-the-scripted-model"
+
+#: Limits for chaos runs: short, and nested as production's are (soft < hard < lease < visibility).
+CHAOS_SETTINGS: dict[str, Any] = {
+    "soft_time_limit": 2.0,
+    "hard_time_limit": 3.0,
+    "lease_seconds": 4.0,
+    "visibility_timeout": 10.0,
+    "sweep_seconds": 0.25,
+    "publish_grace_seconds": 1.5,
+    "max_step_attempts": 3,
+    "model_timeout": 10.0,
+    "max_countdown": 5.0,
+}
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def new_pg_database(admin_url: str) -> tuple[str, Callable[[], None]]:
+    """A fresh PostgreSQL database (its URL) and a function that drops it."""
+    name = f"ratchet_chaos_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return admin_url.rsplit("/", 1)[0] + "/" + name, drop
+
+
+# ---------------------------------------------------------------- Redis
+
+
+class RedisServer:
+    """A private redis-server on a free port, without persistence (a restart loses everything)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_connect_timeout=1)
+
+    def start(self) -> RedisServer:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")],
+        )  # fmt: skip
+        wait_for(self._pong, timeout=10, what=f"redis-server on port {self.port}")
+        return self
+
+    def _pong(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        """Kill the server: without persistence, queued and unacked messages are gone."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+# ---------------------------------------------------------------- workers
+
+
+class Worker:
+    """A `ratchet worker` subprocess in its own session (its pid is its process group)."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.log_path = log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        """Send `sig` to the worker's main process and every pool process."""
+        os.killpg(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool), as a lost node would die."""
+        with suppress(ProcessLookupError):
+            self.signal_all(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting for its parent counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+class Cluster:
+    """One test's world: Redis, the run store, the scripted model, workers and a sweeper."""
+
+    def __init__(self, root: Path, db_url: str, model: ScriptedServer, **overrides: Any) -> None:
+        self.root = root
+        self.dir = root / "chaos"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.model = model
+        self.redis = RedisServer(root / "redis").start()
+        tag = uuid.uuid4().hex[:8]
+        values = {
+            **CHAOS_SETTINGS, "database_url": db_url, "broker_url": self.redis.url,
+            "model_queue": f"c.{tag}.model", "tools_queue": f"c.{tag}.tools", "control_queue": f"c.{tag}.control",
+            **overrides,
+        }  # fmt: skip
+        self.settings = Settings.model_validate(values)
+        self.store = Store.open(db_url)
+        agents.ledger.create_all(self.store.engine)
+        self.dispatcher = CeleryDispatcher(self.settings)
+        self.client = Client(self.settings, store=self.store, dispatcher=self.dispatcher)
+        self.workers: list[Worker] = []
+        self._sweeping = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a subprocess that shares this cluster's settings."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+        env.update({f"RATCHET_{k.upper()}": str(v) for k, v in self.settings.model_dump().items() if v is not None})
+        env.update(
+            OPENAI_BASE_URL=self.model.url, OPENAI_API_KEY=API_KEY, PYTHONPATH=str(ROOT),
+            **{agents.CHAOS_DIR: str(self.dir)}, **extra,
+        )  # fmt: skip
+        return env
+
+    def start_worker(
+        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = ()
+    ) -> Worker:
+        """Start a worker and return once it consumes."""
+        name = f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
+        log = self.root / f"{name.split('@')[0]}.log"
+        argv = [sys.executable, "-m", "workers.cli", "worker", "--app", "tests.chaos.agents", "-P", pool,
+                "-c", str(concurrency), "-n", name, "-l", "INFO"]  # fmt: skip
+        if queues:
+            argv += ["-Q", ",".join(queues)]
+        if beat:
+            argv.append("-B")
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv, env=self.env(), cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        worker = Worker(name, proc, log)
+        self.workers.append(worker)
+        wait_for(
+            lambda: (self.dir / f"ready-{name}").exists() or not worker.alive(),
+            timeout=30,
+            what=f"worker {name} to start",
+        )
+        assert worker.alive(), f"worker {name} died at start:\n{worker.log()[-3000:]}"
+        return worker
+
+    def start_sweeper(self) -> None:
+        """Sweep every RATCHET_SWEEP_SECONDS in a thread of the test (what beat does in production)."""
+        engine = Engine(self.settings, store=self.store, dispatcher=self.dispatcher)
+        sweeper = Sweeper(engine)
+
+        def loop() -> None:
+            while not self._sweeping.wait(self.settings.sweep_seconds):
+                with suppress(Exception):  # a broker or database blip: the next pass retries
+                    sweeper.sweep_once()
+
+        self._sweeper = threading.Thread(target=loop, name="chaos-sweeper", daemon=True)
+        self._sweeper.start()
+
+    def close(self) -> None:
+        self._sweeping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(10)
+        for worker in self.workers:
+            worker.kill()
+        self.dispatcher.app.close()
+        self.redis.stop()
+        forget_stores()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ steering
+
+    def script(self, **fields: Any) -> None:
+        """Replace the scripted model's script (fault budgets reset)."""
+        self.model.configure(ScriptConfig(**fields))
+
+    def flag(self, name: str) -> Path:
+        """Create a steering file (see tests/chaos/agents.py)."""
+        path = self.dir / name
+        path.touch()
+        return path
+
+    def unflag(self, name: str) -> None:
+        (self.dir / name).unlink(missing_ok=True)
+
+    def start_run(self, text_in: str = "hello") -> str:
+        return self.client.start(agents.AGENT, input=text_in).run_id
+
+    def wait_model_call(self, run_id: str, seq: int, *, timeout: float = 20) -> int:
+        """Wait until the model server has received step `seq`'s call; the pid that makes it."""
+        wait_for(
+            lambda: any(r["run_id"] == run_id and r["step"] == str(seq) for r in self.model.requests),
+            timeout=timeout, what=f"the model call of step {seq} of run {run_id}",
+        )  # fmt: skip
+        markers = list(self.dir.glob(f"model-{run_id}-{seq}.*"))
+        assert len(markers) == 1, markers
+        return int(markers[0].suffix[1:])
+
+    def wait_tool_started(self, key: str, *, timeout: float = 20) -> int:
+        """Wait until a process started tool call `key`; its pid."""
+        found = wait_for(
+            lambda: list(self.dir.glob(f"started-{key}.*")), timeout=timeout, what=f"tool call {key} to start"
+        )
+        return int(found[0].suffix[1:])
+
+    def wait_status(self, run_id: str, *statuses: RunStatus, timeout: float = 20) -> RunOutput:
+        wait_for(
+            lambda: self.store.get_record(run_id).status in statuses,
+            timeout=timeout, what=f"run {run_id} to be {'/'.join(statuses)}",
+        )  # fmt: skip
+        return self.store.get_output(run_id)
+
+    def wait_final(self, run_ids: Iterable[str], *, timeout: float = 40) -> dict[str, RunOutput]:
+        """Every run reaches COMPLETED or ERROR within `timeout` (the first invariant)."""
+        ids = list(run_ids)
+        final = (RunStatus.COMPLETED, RunStatus.ERROR)
+        try:
+            wait_for(
+                lambda: all(self.store.get_record(r).status in final for r in ids),
+                timeout=timeout, what=f"runs {ids} to reach COMPLETED or ERROR", interval=0.05,
+            )  # fmt: skip
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnose(ids)}") from None
+        return {r: self.store.get_output(r) for r in ids}
+
+    def diagnose(self, run_ids: Iterable[str]) -> str:
+        lines = []
+        for run_id in run_ids:
+            record = self.store.get_record(run_id)
+            lines.append(f"run {run_id}: {record}")
+            lines += [f"  event {e}" for e in self.store.get_events(run_id)]
+        for worker in self.workers:
+            lines.append(f"--- {worker.name} (alive={worker.alive()}) log tail:\n{worker.log()[-4000:]}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ reading the ledger
+
+    def attempts(self, run_id: str) -> Counter[str]:
+        """How many times each tool call (by key) started executing."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(agents.attempts.c.key).where(agents.attempts.c.run_id == run_id))
+            return Counter(r.key for r in rows)
+
+    def effects(self, run_id: str) -> dict[str, str]:
+        """tool_call_id -> key of every side effect that took place."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(agents.effects).where(agents.effects.c.run_id == run_id))
+            return {r.tool_call_id: r.key for r in rows}
+
+    def model_calls(self, run_id: str) -> Counter[int]:
+        """Model calls the scripted server received per step of the run."""
+        return Counter(int(r["step"]) for r in self.model.requests if r["run_id"] == run_id)
+
+    # ------------------------------------------------------------ the invariants
+
+    def assert_invariants(
+        self, run_ids: Iterable[str], *, extra_model_calls: int | dict[int, int] = 0, timeout: float = 40
+    ) -> dict[str, RunOutput]:
+        """What every chaos test checks, for every run:
+
+        1. it reaches COMPLETED or ERROR within `timeout`;
+        2. its message indexes are 0..n-1, unique, and match the run's message count;
+        3. every tool call has at most one result, answering a call made before it, and every
+           finished call of `effect` took effect exactly once (one ledger row, by its key);
+        4. the model was called at most 1 + injected faults times per step (`extra_model_calls`:
+           one number for every step, or per step).
+        """
+        outputs = self.wait_final(run_ids, timeout=timeout)
+        for run_id, out in outputs.items():
+            self._assert_messages(run_id)
+            self._assert_tool_results(run_id, out.messages)
+            for seq, n in self.model_calls(run_id).items():
+                extra = extra_model_calls if isinstance(extra_model_calls, int) else extra_model_calls.get(seq, 0)
+                assert n <= 1 + extra, f"run {run_id} step {seq}: {n} model calls, at most {1 + extra} expected"
+        return outputs
+
+    def _assert_messages(self, run_id: str) -> None:
+        with self.store.engine.connect() as conn:
+            idx = [r.idx for r in conn.execute(
+                select(messages_table.c.idx).where(messages_table.c.run_id == run_id).order_by(messages_table.c.idx)
+            )]  # fmt: skip
+            count = conn.execute(
+                select(func.count()).select_from(messages_table).where(messages_table.c.run_id == run_id)
+            ).scalar()
+        record = self.store.get_record(run_id)
+        assert idx == list(range(len(idx))), f"run {run_id}: message indexes not contiguous: {idx}"
+        assert count == len(idx) == record.n_messages, f"run {run_id}: {count} rows, n_messages={record.n_messages}"
+
+    def _assert_tool_results(self, run_id: str, transcript: list[Message]) -> None:
+        asked: set[str] = set()
+        answered: list[str] = []
+        for m in transcript:
+            if m.role == "assistant":
+                asked |= {c.id for c in m.calls}
+            if m.role == "tool":
+                assert m.tool_call_id in asked, f"run {run_id}: result for {m.tool_call_id} before its call"
+                answered.append(m.tool_call_id or "")
+        assert len(answered) == len(set(answered)), f"run {run_id}: a tool call has two results: {answered}"
+        done = {m.tool_call_id for m in transcript if m.role == "tool" and m.tool_name in ("effect", "effect_once")
+                and not m.tool_call_error}  # fmt: skip
+        effects = self.effects(run_id)
+        missing = done - set(effects)
+        assert not missing, f"run {run_id}: finished calls {missing} left no effect"
