@@ -14,10 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-## Run the seed scenarios on the embedded default: SQLite, a broker that needs no server, an
-## in-process worker, and the scripted model unless OPENAI_API_KEY is set.
+## Run the seed scenarios, then a team delegating to two members, on the embedded default: SQLite,
+## a broker that needs no server, an in-process worker, and the scripted model unless OPENAI_API_KEY is set.
 demo: $(STAMP)
 	$(BIN)/ratchet demo
+	$(BIN)/ratchet demo team_research
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running).
 test: $(STAMP) services

@@ -7,10 +7,14 @@ leader's script calls the delegation tools, each member's script calls its tools
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -486,3 +490,23 @@ def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
     start_members(store, claim, [], delegations, publish_grace=30)
     assert store.get_record(run_id).status == S.WAITING
     return run_id
+
+
+# ---------------------------------------------------------------- the example
+
+
+@pytest.mark.slow
+def test_the_team_research_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RATCHET_", "OPENAI_"))}
+    ratchet_bin = str(Path(sys.executable).parent / "ratchet")
+
+    result = subprocess.run(
+        [ratchet_bin, "demo", "team_research"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "while the members work:" in out and "member researcher" in out
+    assert "team run COMPLETED: From the team: Facts: Sea otters hold hands" in out
+    assert "1 top-level run(s)" in out
+    assert out.count("researcher     COMPLETED") == 1 and out.count("writer         COMPLETED") == 1
