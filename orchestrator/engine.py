@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
-from orchestrator.errors import FencedError, ModelCallError, RatchetError
+from orchestrator.errors import FencedError, ModelCallError, RatchetError, StepTimeoutError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.models.base import CallContext
 from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
@@ -62,10 +62,16 @@ class Engine:
         settings: Settings,
         store: Store | None = None,
         dispatcher: Dispatcher | None = None,
+        *,
+        timeouts: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.settings = settings
         self.store = store or Store.open(settings.database_url, auto_migrate=settings.auto_migrate)
         self._dispatcher = dispatcher
+        #: What the task runner raises in a step that ran past its soft time limit (Celery's
+        #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
+        #: a tool, where any other exception is the model's to read, and fails it as StepTimeoutError.
+        self.timeouts = timeouts
         self._inflight: dict[tuple[str, int], InFlight] = {}
         self._lock = threading.Lock()
 
@@ -79,14 +85,14 @@ class Engine:
 
     def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
         """One model call for the run. Returns what happened (for logs and tests)."""
-        claim = self.store.claim(run_id, seq, "model", owner=owner, lease_seconds=self.settings.lease_seconds)
+        claim = self._claim(run_id, seq, "model", owner)
         if claim is None:
             return "dropped"
         flight = self._begin(claim)
         try:
             return self._model_step(claim, flight)
         except BaseException as exc:
-            flight.error = exc
+            self._abort(claim, flight, exc)
             raise
 
     def _model_step(self, claim: Claim, flight: InFlight) -> str:
@@ -159,14 +165,14 @@ class Engine:
 
     def tool_step(self, run_id: str, seq: int, *, owner: str) -> str:
         """Run the tool calls the last assistant message still owes, committing each result."""
-        claim = self.store.claim(run_id, seq, "tools", owner=owner, lease_seconds=self.settings.lease_seconds)
+        claim = self._claim(run_id, seq, "tools", owner)
         if claim is None:
             return "dropped"
         flight = self._begin(claim)
         try:
             return self._tool_step(claim, flight)
         except BaseException as exc:
-            flight.error = exc
+            self._abort(claim, flight, exc)
             raise
 
     def _tool_step(self, claim: Claim, flight: InFlight) -> str:
@@ -185,7 +191,7 @@ class Engine:
                     "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
                 )
         pending, delegations = delegation.split(agent, pending)
-        last = self._run_tools(claim, agent, pending)
+        last = self._run_tools(claim, agent, pending, flight)
         if delegations:
             # Members start as child runs in the commit that parks the team WAITING.
             steps = delegation.start_members(
@@ -202,27 +208,33 @@ class Engine:
         self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="model"))
         return "model"
 
-    def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall]) -> list[Message]:
+    def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:
         """Run the calls concurrently; commit each result as it finishes except the last, which
-        the step's own commit carries (one transaction fewer for the common single-call batch)."""
+        the step's own commit carries (one transaction fewer for the common single-call batch).
+
+        A result waits in `flight.messages` until it is committed, so a step that fails in
+        between (its soft time limit) still flushes it onto the ERROR row: no finished call is
+        run again by a continue."""
         if not calls:
             return []
         session = claim.record.session_id
         if len(calls) == 1:
-            return [self._call_tool(claim, agent, calls[0], session)]
-        with ThreadPoolExecutor(
-            max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool"
-        ) as pool:
+            flight.messages.append(self._call_tool(claim, agent, calls[0], session))
+            return list(flight.messages)
+        pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
+        try:
             pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session) for c in calls}
-            while True:
+            while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                results = [f.result() for f in finished]
-                if not pending:
-                    for msg in results[:-1]:
-                        self.store.append_tool_result(claim, msg)
-                    return results[-1:]
-                for msg in results:
-                    self.store.append_tool_result(claim, msg)
+                flight.messages.extend(f.result() for f in finished)
+                while len(flight.messages) > (0 if pending else 1):
+                    self.store.append_tool_result(claim, flight.messages[0])
+                    flight.messages.pop(0)
+            return list(flight.messages)
+        finally:
+            # The soft time limit is raised in this thread while tools may still run in others:
+            # leave them (a thread cannot be stopped) rather than wait for them into the hard limit.
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
         tool = agent.tool(call.name)
@@ -240,12 +252,42 @@ class Engine:
             self.store.record_tool_start(claim, call.id, call.name)
         try:
             result = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
+        except self.timeouts:  # the step's time is up: not the tool's error, the step's
+            raise
         except Exception as exc:  # a tool's failure is the model's to read, not the run's
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, exc)
             return Message(**base, content=str(exc), tool_call_error=True, tool_args=args)
         return Message(**base, content=_render(result), tool_args=_jsonable(args))
 
-    # ---------------------------------------------------------------- failure
+    # ---------------------------------------------------------------- claim and failure
+
+    def _claim(self, run_id: str, seq: int, kind: str, owner: str) -> Claim | None:
+        return self.store.claim(
+            run_id, seq, kind, owner=owner, lease_seconds=self.settings.lease_seconds,
+            max_attempts=self.settings.max_step_attempts,
+        )  # fmt: skip
+
+    def _abort(self, claim: Claim, flight: InFlight, exc: BaseException) -> None:
+        """Keep why the step failed for `fail_step`; a fenced step only leaves a trace."""
+        if isinstance(exc, FencedError):
+            # Another holder owns the run now: nothing of this step may be written, and no
+            # failure handler runs. The event shows operators a worker that came back too late.
+            self._end(claim)
+            held = claim.record
+            try:
+                with self.store.engine.begin() as conn:
+                    self.store.log_event(
+                        conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner
+                    )
+            except Exception:
+                log.exception("run %s: could not record that epoch %s was fenced", claim.run_id, claim.epoch)
+            return
+        if isinstance(exc, self.timeouts):
+            exc = StepTimeoutError(
+                f"the step ran past its soft time limit ({self.settings.soft_time_limit:g}s); raise "
+                "RATCHET_SOFT_TIME_LIMIT or make the step faster, then continue the run"
+            )
+        flight.error = exc
 
     def _begin(self, claim: Claim) -> InFlight:
         flight = InFlight(epoch=claim.epoch)

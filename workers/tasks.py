@@ -8,8 +8,11 @@
 - `ratchet.sweep()`: one sweeper pass (the beat schedule runs it every RATCHET_SWEEP_SECONDS).
 
 A step that raises goes to `StepTask.on_failure`, which flushes the step's in-flight messages onto
-the run's ERROR row. Celery runs no failure handler when the worker is killed or hits the hard
-time limit; the sweeper recovers those runs from their expired lease.
+the run's ERROR row; past its soft time limit a step fails with StepTimeoutError the same way.
+A killed pool process (WorkerLostError) gets no failure handler: its message is requeued at once
+and dropped by the claim while the lease lives. A hard time limit kills the process too; Celery
+5.7 then calls `on_failure` in the pool's main process, which holds no claim. In both cases the
+sweeper re-queues the run when its lease expires.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import threading
 from typing import Any
 
 from celery import Celery, Task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
 from orchestrator.client import Client
 from orchestrator.engine import Engine
-from orchestrator.errors import FencedError, RatchetError, StepTimeoutError
+from orchestrator.errors import FencedError, RatchetError
 from orchestrator.sweeper import Sweeper
 from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
 
@@ -43,7 +46,9 @@ def engine_for(app: Celery) -> Engine:
             from workers.dispatch import CeleryDispatcher
 
             settings = app.ratchet_settings
-            engine = _engines[key] = Engine(settings, dispatcher=CeleryDispatcher(settings, app=app))
+            engine = _engines[key] = Engine(
+                settings, dispatcher=CeleryDispatcher(settings, app=app), timeouts=(SoftTimeLimitExceeded,)
+            )
         return engine
 
 
@@ -57,11 +62,12 @@ class StepTask(Task):  # type: ignore[misc]
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         run_id, seq = _step_args(args, kwargs)
-        if isinstance(exc, SoftTimeLimitExceeded):
-            exc = StepTimeoutError(
-                f"the step ran past its soft time limit ({engine_for(self.app).settings.soft_time_limit}s); "
-                "raise RATCHET_SOFT_TIME_LIMIT or make the step faster, then continue the run"
-            )
+        if isinstance(exc, TimeLimitExceeded):
+            # Celery 5.7 calls this for a hard time limit in the pool's main process: the killed
+            # child held the claim and the in-flight messages, so there is nothing to record here
+            # (and no database work belongs in the main process). The sweeper takes the run back.
+            log.warning("run %s step %s: killed at the hard time limit; the sweeper will retry it", run_id, seq)
+            return
         try:
             engine_for(self.app).fail_step(run_id, seq, exc)
         except Exception:  # the sweeper still recovers the run from its lease

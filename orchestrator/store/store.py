@@ -227,15 +227,22 @@ class Store:
 
     # ---------------------------------------------------------------- worker writes
 
-    def claim(self, run_id: str, seq: int, kind: str, *, owner: str, lease_seconds: float) -> Claim | None:
-        """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy."""
+    def claim(
+        self, run_id: str, seq: int, kind: str, *, owner: str, lease_seconds: float, max_attempts: int | None = None
+    ) -> Claim | None:
+        """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy.
+
+        A step already claimed `max_attempts` times is not claimed again, even once its lease
+        expired: a redelivered message must not bypass the sweeper's poison check."""
         now = self.clock()
+        cap = runs.c.attempts < max_attempts if max_attempts is not None else None
         with self.engine.begin() as conn:
             record = self._move(
                 conn, run_id, src=(S.QUEUED, S.RUNNING), dst=S.RUNNING, bump_epoch=True,
                 extra_where=and_(
                     runs.c.seq == seq, runs.c.next_step == kind,
                     or_(runs.c.status == S.QUEUED.value, runs.c.lease_expires_at < now),
+                    *([cap] if cap is not None else []),
                 ),
                 lease_owner=owner[:255], lease_expires_at=now + lease_seconds, attempts=runs.c.attempts + 1,
             )  # fmt: skip
@@ -272,9 +279,13 @@ class Store:
             values["content"] = content
         if system_message is not None:
             values["system_message"] = func.coalesce(runs.c.system_message, system_message)
-        record = self._move(conn, claim.run_id, src=(S.RUNNING,), dst=status, epoch=claim.epoch, **values)
+        record = self._move(
+            conn, claim.run_id, src=(S.RUNNING,), dst=status, epoch=claim.epoch, extra_where=_lease_live(now), **values
+        )
         if record is None:
-            raise FencedError(f"run {claim.run_id}: the lease of epoch {claim.epoch} was taken over; commit dropped")
+            raise FencedError(
+                f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
+            )
         self._insert_messages(conn, claim.run_id, record.n_messages - len(new_messages), new_messages, now)
         return record
 
@@ -284,7 +295,12 @@ class Store:
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(runs)
-                .where(runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value)
+                .where(
+                    runs.c.run_id == claim.run_id,
+                    runs.c.epoch == claim.epoch,
+                    runs.c.status == S.RUNNING.value,
+                    _lease_live(now),
+                )
                 .values(n_messages=runs.c.n_messages + 1, updated_at=now)
                 .returning(runs.c.n_messages)
             ).first()
@@ -293,10 +309,20 @@ class Store:
             self._insert_messages(conn, claim.run_id, row.n_messages - 1, [message], now)
 
     def record_tool_start(self, claim: Claim, tool_call_id: str, tool_name: str) -> None:
-        """Mark an at-most-once call as started, before it runs (fenced by the epoch)."""
+        """Mark an at-most-once call as started, before it runs (fenced by the epoch and the lease)."""
+        now = self.clock()
         with self.engine.begin() as conn:
             held = conn.execute(
-                select(runs.c.run_id).where(runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch)
+                select(runs.c.run_id)
+                .where(
+                    runs.c.run_id == claim.run_id,
+                    runs.c.epoch == claim.epoch,
+                    runs.c.status == S.RUNNING.value,
+                    _lease_live(now),
+                )
+                # Locked until the start row commits, so no claim can take the run in between and
+                # miss the start (SQLite: BEGIN IMMEDIATE already serialises the two).
+                .with_for_update()
             ).first()
             if held is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before {tool_name} started")
@@ -326,13 +352,16 @@ class Store:
         now = self.clock()
         with self.engine.begin() as conn:
             record = self._move(
-                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch,
+                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=_lease_live(now),
                 retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
                 publish_after=now + delay + (publish_grace if published else 0.0),
             )  # fmt: skip
             if record is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the retry was parked")
-            self.log_event(conn, claim.run_id, "retry", record.seq, delay=round(delay, 3), error=error)
+            self.log_event(
+                conn, claim.run_id, "retry", record.seq, delay=round(delay, 3), error=error,
+                by="countdown" if published else "sweeper",
+            )  # fmt: skip
             return record
 
     def fail(
@@ -420,6 +449,13 @@ class Store:
                 .order_by(runs.c.publish_after).limit(limit)
             )  # fmt: skip
             return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
+
+
+def _lease_live(now: float) -> Any:
+    """A worker's write needs its lease live, not only its epoch: once the lease expired the
+    sweeper may be re-queueing the run at this very moment, so the worker is no longer its holder
+    even before anyone took over (limits nest under the lease, so a healthy step never gets here)."""
+    return runs.c.lease_expires_at > now
 
 
 _cache_lock = threading.Lock()
