@@ -128,6 +128,7 @@ class Engine:
             # A member's final answer reaches its team in the same transaction: no crash between.
             team = committed.parent_run_id if done else None
             woken = delegation.fan_in(self.store, conn, team, publish_grace=grace) if team else None
+        self.store.remember(committed, [message])
         self._end(claim)
         if done:
             if (step := delegation.wake_step(woken)) is not None:

@@ -12,6 +12,7 @@ run id and an idempotency key `run_id:tool_call_id` that stays the same when a s
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -60,9 +61,9 @@ class Tool:
         self.at_most_once = at_most_once
         self._context_param, self._args_model = _signature_model(fn, self.name)
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
-        """The schema the model is shown."""
+        """The schema the model is shown (built once: pydantic's schema costs ~0.2 ms a step)."""
         schema = self._args_model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():

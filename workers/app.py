@@ -16,6 +16,7 @@ from celery.signals import worker_process_init
 
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
+from workers.broker import TRANSPORT as BROKER_TRANSPORT
 
 MODEL_TASK = "ratchet.model_call"
 TOOLS_TASK = "ratchet.tool_batch"
@@ -78,6 +79,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_routes": queues,
         "task_default_queue": settings.control_queue,
         "broker_transport_options": transport,
+        # kombu's Redis transport with one publishing client per pool, not one per message.
+        "broker_transport": BROKER_TRANSPORT if settings.broker_url.startswith("redis://") else None,
         "broker_connection_retry_on_startup": True,
         "broker_connection_retry": True,
         "broker_connection_max_retries": None,

@@ -24,6 +24,7 @@ from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store.database import is_migrated, migrate, open_engine
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
+from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus
 
@@ -51,6 +52,8 @@ class Store:
         self.engine = engine
         self.clock = clock
         self._is_pg = engine.dialect.name == "postgresql"
+        #: Committed messages of the runs this process stepped: a claim reads only what is new.
+        self.transcripts = TranscriptCache()
 
     # ---------------------------------------------------------------- opening
 
@@ -248,7 +251,24 @@ class Store:
             )  # fmt: skip
             if record is None:
                 return None
-            return Claim(record=record, messages=self.get_messages(run_id, conn))
+            return Claim(record=record, messages=self._transcript(conn, record))
+
+    def _transcript(self, conn: Connection, record: RunRecord) -> list[Message]:
+        """The run's committed messages: the cached prefix plus the rows after it."""
+        known = self.transcripts.known(record.run_id)
+        if len(known) > record.n_messages:  # cannot happen to committed rows; trust the store
+            self.transcripts.forget(record.run_id)
+            known = []
+        if len(known) < record.n_messages:
+            rows = conn.execute(
+                select(messages)
+                .where(messages.c.run_id == record.run_id, messages.c.idx >= len(known))
+                .order_by(messages.c.idx)
+            )  # fmt: skip
+            tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
+            self.transcripts.extend(record.run_id, len(known), tail)
+            known += tail
+        return known
 
     def commit_step(
         self,
@@ -262,13 +282,17 @@ class Store:
         system_message: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
-        """Append the step's messages and move the run on, in one transaction fenced by the epoch."""
+        """Append the step's messages and move the run on, in one transaction fenced by the epoch.
+
+        With `conn`, the caller owns the transaction and calls `remember` once it committed."""
         if conn is None:
             with self.engine.begin() as c:
-                return self.commit_step(
+                committed = self.commit_step(
                     claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
                     content=content, system_message=system_message, conn=c,
                 )  # fmt: skip
+            self.remember(committed, new_messages)
+            return committed
         now = self.clock()
         values: dict[str, Any] = dict(
             seq=runs.c.seq + 1, next_step=next_step, n_messages=runs.c.n_messages + len(new_messages),
@@ -307,6 +331,15 @@ class Store:
             if row is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
             self._insert_messages(conn, claim.run_id, row.n_messages - 1, [message], now)
+        self.transcripts.extend(claim.run_id, row.n_messages - 1, [message])
+
+    def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
+        """After a commit: keep its messages in this process's transcript cache (a final run is
+        dropped from it)."""
+        if record.status.is_final:
+            self.transcripts.forget(record.run_id)
+        else:
+            self.transcripts.extend(record.run_id, record.n_messages - len(new_messages), new_messages)
 
     def record_tool_start(self, claim: Claim, tool_call_id: str, tool_name: str) -> None:
         """Mark an at-most-once call as started, before it runs (fenced by the epoch and the lease)."""
