@@ -66,6 +66,10 @@ CHAOS_SETTINGS: dict[str, Any] = {
 }
 
 
+#: For tests whose recovery waits out a killed step's lease: the scripted steps take milliseconds.
+SHORT_LEASE: dict[str, Any] = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "lease_seconds": 2.0}
+
+
 def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
     """Poll `predicate` until it returns something truthy; fail the test after `timeout` s."""
     deadline = time.monotonic() + timeout
@@ -295,8 +299,11 @@ class Cluster:
     def unflag(self, name: str) -> None:
         (self.dir / name).unlink(missing_ok=True)
 
-    def start_run(self, text_in: str = "hello") -> str:
-        return self.client.start(agents.AGENT, input=text_in).run_id
+    def start_run(self, text_in: str = "hello", *, run_id: str | None = None) -> str:
+        return self.client.start(agents.AGENT, input=text_in, run_id=run_id).run_id
+
+    def events(self, run_id: str) -> list[str]:
+        return [e["kind"] for e in self.store.get_events(run_id)]
 
     def wait_model_call(self, run_id: str, seq: int, *, timeout: float = 20) -> int:
         """Wait until the model server has received step `seq`'s call; the pid that makes it."""

@@ -11,12 +11,15 @@ import pytest
 
 from orchestrator import RunStatus
 from tests.chaos.agents import calls
-from tests.chaos.harness import Cluster, wait_for
+from tests.chaos.harness import SHORT_LEASE, Cluster, wait_for
 
 pytestmark = pytest.mark.chaos
 
 
-def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(cluster: Cluster) -> None:
+def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**SHORT_LEASE)
     # Given a run whose first model call hangs in the model server
     cluster.script(batches=[calls("a")], delay_s=30)
     cluster.start_worker()
@@ -37,7 +40,10 @@ def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(clus
     assert "lease_expired" in [e["kind"] for e in cluster.store.get_events(run_id)]
 
 
-def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(cluster: Cluster) -> None:
+def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**SHORT_LEASE)
     # Given a batch of three calls where b holds while a and c finish
     cluster.script(batches=[calls("a", "b", "c")])
     cluster.flag("hold-b")
@@ -64,7 +70,7 @@ def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinishe
 def test_a_step_that_kills_its_worker_every_time_errors_after_the_attempt_cap(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(max_step_attempts=2)
+    cluster = make_cluster(max_step_attempts=2, **SHORT_LEASE)
     cluster.script(batches=[calls("x", name="crash")])
     cluster.start_worker()
     cluster.start_sweeper()
@@ -78,3 +84,37 @@ def test_a_step_that_kills_its_worker_every_time_errors_after_the_attempt_cap(
     assert len(list(cluster.dir.glob("started-x.*"))) == 2
     # The conversation up to the poison step is kept.
     assert [m.role for m in out.messages] == ["system", "user", "assistant"]
+
+
+@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
+def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_run_errors(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**SHORT_LEASE)
+    # Given a batch where an at-most-once call holds while an ordinary one finishes
+    cluster.script(batches=[calls("a") + calls("b", name="effect_once")])
+    cluster.flag("hold-b")
+    first = cluster.start_worker()
+    cluster.start_sweeper()
+    run_id = cluster.start_run()
+    cluster.wait_tool_started("b")
+    wait_for(lambda: len(cluster.store.get_output(run_id).tools) == 1, timeout=20, what="a's result to be committed")
+
+    # When the worker dies and another takes the step over
+    first.kill()
+    cluster.unflag("hold-b")
+    cluster.start_worker()
+
+    # Then b is not run again: the run stops in ERROR, saying so
+    out = cluster.wait_status(run_id, RunStatus.ERROR, timeout=30)
+    assert out.error is not None and out.error.type == "ToolInterruptedError"
+    assert "at-most-once tool call effect_once" in out.error.message and "not run again" in out.error.message
+    assert cluster.attempts(run_id) == {"a": 1, "b": 1}
+
+    # And continuing it tells the model the outcome is unknown, without running b
+    cluster.client.continue_run(run_id)
+    done = cluster.assert_invariants([run_id])[run_id]
+    assert done.status == RunStatus.COMPLETED
+    assert cluster.attempts(run_id) == {"a": 1, "b": 1}
+    b_result = next(t for t in done.tools if t.tool_name == "effect_once")
+    assert b_result.tool_call_error and "outcome is unknown" in (b_result.result or "")

@@ -1,0 +1,89 @@
+"""Time limits on real prefork workers (the threads pool has none): soft 2 s < hard 3 s <
+lease 4 s < visibility timeout 10 s. A step past its soft limit fails with its messages flushed;
+one killed at the hard limit is taken back by the sweeper when its lease expires."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import RunStatus
+from tests.chaos.agents import calls
+from tests.chaos.harness import Cluster, pid_alive, wait_for
+
+pytestmark = pytest.mark.chaos
+
+
+def test_a_model_call_past_the_soft_limit_errors_with_the_conversation_flushed(cluster: Cluster) -> None:
+    cluster.script(batches=[calls("a")], delay_s=30)
+    cluster.start_worker()
+    run_id = cluster.start_run()
+
+    out = cluster.wait_status(run_id, RunStatus.ERROR, timeout=20)
+
+    # Not mistaken for a connection error and retried: the step's time is up.
+    assert out.error is not None and out.error.type == "StepTimeoutError"
+    assert "soft time limit (2s)" in out.error.message and "RATCHET_SOFT_TIME_LIMIT" in out.error.message
+    assert [(m.role, m.content) for m in out.messages] == [("system", "Do what the script says."), ("user", "hello")]
+    assert cluster.model_calls(run_id) == {0: 1}
+    cluster.assert_invariants([run_id])
+
+
+def test_a_tool_batch_past_the_soft_limit_keeps_its_finished_results_and_continue_runs_only_the_rest(
+    cluster: Cluster,
+) -> None:
+    # Given a batch where a finishes and b is still running at the soft limit
+    cluster.script(batches=[calls("a", "b")])
+    cluster.flag("hold-b")
+    cluster.start_worker()
+    cluster.start_sweeper()
+    run_id = cluster.start_run()
+
+    failed = cluster.wait_status(run_id, RunStatus.ERROR, timeout=20)
+
+    # Then the step failed as timed out, not as a tool error the model would read
+    assert failed.error is not None and failed.error.type == "StepTimeoutError"
+    assert [(t.tool_args, t.result) for t in failed.tools] == [({"key": "a"}, "a: applied")]
+
+    # When b is fixed and the run continued, only b runs again
+    cluster.unflag("hold-b")
+    cluster.client.continue_run(run_id)
+    out = cluster.assert_invariants([run_id])[run_id]
+    assert out.status == RunStatus.COMPLETED and out.messages[: len(failed.messages)] == failed.messages
+    assert cluster.attempts(run_id) == {"a": 1, "b": 2}
+    assert sorted(cluster.effects(run_id).values()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
+def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(cluster: Cluster) -> None:
+    # A lone call runs in the task's own thread, where the soft limit is raised inside the tool.
+    cluster.script(batches=[calls("a")])
+    cluster.flag("hold-a")
+    cluster.start_worker()
+    run_id = cluster.start_run()
+
+    out = cluster.wait_status(run_id, RunStatus.ERROR, timeout=20)
+
+    assert out.error is not None and out.error.type == "StepTimeoutError"
+    assert out.tools == [] and [m.role for m in out.messages] == ["system", "user", "assistant"]
+    cluster.assert_invariants([run_id])
+
+
+def test_a_step_killed_at_the_hard_limit_is_recovered_by_the_sweeper(cluster: Cluster) -> None:
+    # Given a tool that ignores the soft limit and holds until the hard limit kills it
+    cluster.script(batches=[calls("a")])
+    cluster.flag("hold-a")
+    cluster.flag("stubborn-a")
+    worker = cluster.start_worker()
+    cluster.start_sweeper()
+    run_id = cluster.start_run()
+    pid = cluster.wait_tool_started("a")
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="the hard time limit to kill the pool process")
+    cluster.unflag("hold-a")
+
+    # Then the sweeper re-queues the step when its lease expires, and it runs again to the end
+    out = cluster.assert_invariants([run_id])[run_id]
+    assert out.status == RunStatus.COMPLETED
+    assert cluster.attempts(run_id) == {"a": 2}
+    assert "lease_expired" in cluster.events(run_id)
+    assert "Hard time limit (3.0s) exceeded" in worker.log()
+    assert "killed at the hard time limit; the sweeper will retry it" in worker.log()
