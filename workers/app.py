@@ -72,7 +72,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Flower sees every task from the workers' events; a "sent" event from the publisher as
+        # well costs a second Redis publish per step (0.25 ms of 0.6, measured by bench/).
+        "task_send_sent_event": False,
         "task_track_started": False,
         "task_soft_time_limit": settings.soft_time_limit,
         "task_time_limit": settings.hard_time_limit,

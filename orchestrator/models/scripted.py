@@ -72,8 +72,14 @@ def conversation_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
         {
             "role": m.role,
             "content": m.content,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.calls] or None,
+            "tool_calls": [_call(c) for c in m.tool_calls] if m.tool_calls else None,
             "tool_call_id": m.tool_call_id,
         }
         for m in messages
     ]
+
+
+def _call(raw: dict[str, Any]) -> dict[str, Any]:
+    # What ToolCall.from_openai reads, without building one per message per call.
+    fn = raw.get("function") or {}
+    return {"id": str(raw["id"]), "name": str(fn.get("name", "")), "arguments": str(fn.get("arguments") or "{}")}

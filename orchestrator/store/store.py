@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError, RunNotFoundError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, can_move
+from orchestrator.store import statements
 from orchestrator.store.database import is_migrated, migrate, open_engine
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 from orchestrator.store.transcripts import TranscriptCache
@@ -238,19 +239,16 @@ class Store:
         A step already claimed `max_attempts` times is not claimed again, even once its lease
         expired: a redelivered message must not bypass the sweeper's poison check."""
         now = self.clock()
-        cap = runs.c.attempts < max_attempts if max_attempts is not None else None
         with self.engine.begin() as conn:
-            record = self._move(
-                conn, run_id, src=(S.QUEUED, S.RUNNING), dst=S.RUNNING, bump_epoch=True,
-                extra_where=and_(
-                    runs.c.seq == seq, runs.c.next_step == kind,
-                    or_(runs.c.status == S.QUEUED.value, runs.c.lease_expires_at < now),
-                    *([cap] if cap is not None else []),
+            row = conn.execute(
+                statements.CLAIM, dict(
+                    b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
+                    b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
                 ),
-                lease_owner=owner[:255], lease_expires_at=now + lease_seconds, attempts=runs.c.attempts + 1,
-            )  # fmt: skip
-            if record is None:
+            ).first()  # fmt: skip
+            if row is None:
                 return None
+            record = RunRecord.from_row(row)
             return Claim(record=record, messages=self._transcript(conn, record))
 
     def _transcript(self, conn: Connection, record: RunRecord) -> list[Message]:
@@ -294,18 +292,16 @@ class Store:
             self.remember(committed, new_messages)
             return committed
         now = self.clock()
-        values: dict[str, Any] = dict(
-            seq=runs.c.seq + 1, next_step=next_step, n_messages=runs.c.n_messages + len(new_messages),
-            attempts=0, retries=0, lease_owner=None, lease_expires_at=None,
-            publish_after=now + publish_grace if status == S.QUEUED else None,
-        )  # fmt: skip
-        if content is not None:
-            values["content"] = content
-        if system_message is not None:
-            values["system_message"] = func.coalesce(runs.c.system_message, system_message)
-        record = self._move(
-            conn, claim.run_id, src=(S.RUNNING,), dst=status, epoch=claim.epoch, extra_where=_lease_live(now), **values
-        )
+        if not can_move(S.RUNNING, status):
+            raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
+        row = conn.execute(
+            statements.COMMIT, dict(
+                b_run_id=claim.run_id, b_epoch=claim.epoch, b_now=now, b_status=status.value, b_next=next_step,
+                b_count=len(new_messages), b_publish_after=now + publish_grace if status == S.QUEUED else None,
+                b_content=content, b_system=system_message,
+            ),
+        ).first()  # fmt: skip
+        record = RunRecord.from_row(row) if row is not None else None
         if record is None:
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"

@@ -209,7 +209,10 @@ def decide(
     calls = _planned_calls(cfg, turn, tools, conversation)
     prompt_tokens = sum(estimate_tokens(_text_of(m)) for m in conversation)
     if calls:
-        ids_seed = _digest(json.dumps(list(conversation), sort_keys=True, default=str))
+        # Deterministic per conversation and turn, at a cost that does not grow with the
+        # conversation (hashing all of it made every call cost more as the run grew).
+        first_user = next((str(m.get("content") or "") for m in conversation if m.get("role") == "user"), "")
+        ids_seed = _digest(json.dumps([conversation_key, turn, first_user]))
         tool_calls = [
             (
                 f"call_{turn}_{i}_{ids_seed}",
