@@ -1,0 +1,158 @@
+"""`python -m bench [--quick] [--out DIR] [--only ITEMS]`: run the benchmarks, write RESULTS.md
+and results.json (see bench/README.md for how to read them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import concurrency, flatness, latency, memory, overhead, recovery
+from bench.env import DATABASES, bench_env
+from bench.rig import Rig, spawn_rig
+from bench.stats import Section
+from orchestrator.testing.server import ScriptedServer
+
+HERE = Path(__file__).resolve().parent
+ITEMS = ("overhead", "latency", "flat", "io", "recovery", "memory")
+REQUIRED = (
+    "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
+    "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
+)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a one-minute version (fewer rounds, shorter runs)")
+    parser.add_argument("--out", type=Path, default=HERE, help="where to write RESULTS.md and results.json")
+    parser.add_argument("--only", default=",".join(ITEMS), help=f"comma-separated subset of {','.join(ITEMS)}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    only = set(args.only.split(","))
+    q = args.quick
+    t0 = time.monotonic()
+    sections: list[Section] = []
+
+    def run(title: str, fn: Callable[[], Section | list[Section]]) -> None:
+        started = time.monotonic()
+        print(f"bench: {title} ...", file=sys.stderr, flush=True)
+        result = fn()
+        for s in result if isinstance(result, list) else [result]:
+            s.seconds = time.monotonic() - started
+            sections.append(s)
+            for row in s.rows:
+                print("  " + " | ".join(row.cells()), file=sys.stderr, flush=True)
+
+    with bench_env() as env, ScriptedServer() as server:
+        if only & {"overhead", "latency", "flat"}:
+            rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
+            try:
+                for rig in rigs.values():
+                    for w in rig.workers:
+                        w.wait_ready()
+                for db, rig in rigs.items():
+                    if "overhead" in only:
+                        run(
+                            f"per-step overhead ({db})",
+                            lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 5),
+                        )
+                    if "latency" in only:
+                        run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
+                    if "flat" in only:
+                        run(f"flatness ({db})", lambda rig=rig: flatness.measure(
+                            rig, env, rounds=1 if q else 3, far=200 if q else 1000))  # fmt: skip
+            finally:
+                for rig in rigs.values():
+                    rig.close()
+        if "io" in only:
+            run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
+        if "recovery" in only:
+            run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3))
+        if "memory" in only:
+            run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
+    numbers: dict[str, float] = {}
+    for s in sections:
+        numbers.update(s.numbers)
+    elapsed = time.monotonic() - t0
+    write(args.out, sections, numbers, quick=q, elapsed=elapsed)
+    missing = [k for k in REQUIRED if k.split("_")[0] in _ran(only) and not math.isfinite(numbers.get(k, math.nan))]
+    print(f"bench: done in {elapsed:.0f} s; wrote {args.out / 'RESULTS.md'} and results.json", file=sys.stderr)
+    if missing:
+        print(f"bench: missing figures: {missing}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _ran(only: set[str]) -> set[str]:
+    prefixes = {"overhead": "per", "latency": "e2e", "flat": "flat", "io": "concurrency", "recovery": "recovery"}
+    return {p for item, p in prefixes.items() if item in only}
+
+
+def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:
+    del server  # the concurrency benchmark runs its own server, with the 0.5 s delay
+    if quick:
+        main_c, extra_c, n_runs, rounds = 20, [], 40, 1
+    else:
+        main_c, extra_c, n_runs, rounds = 100, [200], 1000, 2
+    section, figures = concurrency.measure(env, n_runs=n_runs, rounds=rounds, pool="threads", concurrency=main_c)  # type: ignore[arg-type]
+    section.numbers.update(
+        concurrency_ratio=figures["ratio"], concurrency_steps_per_s=figures["ratchet"],
+        concurrency_floor_steps_per_s=figures["floor"], concurrency_threads=float(main_c),
+    )  # fmt: skip
+    sections = [section]
+    for c in extra_c:
+        more, figs = concurrency.measure(env, n_runs=n_runs, rounds=1, pool="threads", concurrency=c)  # type: ignore[arg-type]
+        more.numbers[f"concurrency_ratio_c{c}"] = figs["ratio"]
+        more.numbers[f"concurrency_steps_per_s_c{c}"] = figs["ratchet"]
+        sections.append(more)
+    return sections
+
+
+def write(out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
+        "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
+    }  # fmt: skip
+    data = {
+        **{k: (round(v, 6) if math.isfinite(v) else None) for k, v in sorted(numbers.items())},
+        "meta": meta,
+        "sections": [
+            {"title": s.title, "seconds": round(s.seconds, 1), "rows": [r.to_json() for r in s.rows], "notes": s.notes}
+            for s in sections
+        ],
+    }
+    (out / "results.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    lines = [
+        "# Ratchet benchmark results",
+        "",
+        f"Measured {meta['when']} on {meta['cpus']} CPUs, Python {meta['python']}"
+        f"{' (quick run: fewer rounds, shorter runs)' if quick else ''}; {elapsed:.0f} s in all. "
+        "How to read this: [README.md](README.md).",
+        "",
+        "| what | setup | median | min-max | rounds | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sections:
+        lines.append(f"| **{s.title}** | | | | | |")
+        for row in s.rows:
+            lines.append("| " + " | ".join(c.replace("|", "/") for c in row.cells()) + " |")
+    lines += ["", "## Headline numbers", "", "```json"]
+    lines += [json.dumps({k: data[k] for k in REQUIRED if k in data}, indent=2)]
+    lines += ["```", ""]
+    findings = HERE / "FINDINGS.md"
+    if findings.exists():
+        lines += [findings.read_text().rstrip(), ""]
+    (out / "RESULTS.md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

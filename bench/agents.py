@@ -1,0 +1,95 @@
+"""The benchmarks' agents. A bench worker imports this module (`ratchet worker --app
+bench.agents`), so every agent here is known on both sides of the broker.
+
+- `bench-steps`: the scripted model, in-process: 100 model calls that each ask for the no-op
+  tool, their 100 tool batches, and a final answer (201 steps).
+- `bench-instant`: `InstantModel`, whose cost does not grow with the transcript; the input
+  `batches=N gates=a,b,...` sets the run's length and the steps where it pauses for a reading.
+- `bench-chat` / `bench-io`: the real openai client against the scripted HTTP server
+  (OPENAI_BASE_URL), one step / model-tool-model.
+- `bench-recovery`: its first tool call stalls until the worker is killed.
+- `bench-mem`: model, tool, model on the scripted model, for the memory soak.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+import bench.ready  # noqa: F401  (announces readiness)
+from orchestrator import Agent, ToolContext
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models import OpenAIChat, ScriptedModel
+from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.testing.script import ScriptConfig
+
+UNLIMITED = 1_000_000
+
+
+def noop() -> str:
+    """Do nothing and say so."""
+    return "ok"
+
+
+def stall(ctx: ToolContext) -> str:
+    """The first call of a run reports that it started, then hangs (its worker is killed)."""
+    r = _redis()
+    if r.set(f"bench:stall:{ctx.run_id}", os.getpid(), nx=True, ex=600):
+        r.rpush(f"bench:stall:{ctx.run_id}:started", os.getpid())
+        time.sleep(300)
+    return "ok"
+
+
+class InstantModel(Model):
+    """Answers at once at a cost that does not depend on the transcript's length (the scripted
+    model hashes the whole conversation to name its tool calls: 3.6 ms at 1,000 messages).
+
+    The run's first user message says how many tool batches to ask for, and at which steps
+    (`seq`) to pause until the benchmark has taken a reading: `batches=510 gates=10,20`."""
+
+    def __init__(self) -> None:
+        self.id = "instant"
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        user = next(m for m in messages if m.role == "user")
+        options = dict(part.split("=", 1) for part in (user.content or "").split() if "=" in part)
+        gates = {int(g) for g in options.get("gates", "").split(",") if g}
+        if context.seq in gates:
+            _gate(context.run_id, context.seq)
+        turn = context.seq // 2 + 1
+        if tools and turn <= int(options.get("batches", "0")):
+            call = ToolCall(id=f"call_{context.seq}", name=tools[0].name, arguments="{}")
+            return ModelReply(tool_calls=[call], usage={"input_tokens": 1, "output_tokens": 1})
+        return ModelReply(content="done", usage={"input_tokens": 1, "output_tokens": 1})
+
+
+def _gate(run_id: str, seq: int) -> None:
+    r = _redis()
+    r.rpush(f"bench:gate:{run_id}:arrived", seq)
+    if r.blpop([f"bench:gate:{run_id}:go"], timeout=120) is None:
+        raise RuntimeError(f"bench gate {run_id}@{seq} was never opened")
+
+
+_client: Any = None
+
+
+def _redis() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ.get("BENCH_REDIS_URL") or os.environ["RATCHET_BROKER_URL"])
+    return _client  # type: ignore[no-any-return]
+
+
+steps = Agent(
+    name="bench-steps", model=ScriptedModel(script=ScriptConfig(tool_batches=100)), tools=[noop],
+    max_tool_batches=UNLIMITED,
+)  # fmt: skip
+instant = Agent(name="bench-instant", model=InstantModel(), tools=[noop], max_tool_batches=UNLIMITED)
+chat = Agent(name="bench-chat", model=OpenAIChat(id="scripted"))
+io = Agent(name="bench-io", model=OpenAIChat(id="scripted"), tools=[noop])
+recovery = Agent(name="bench-recovery", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[stall])
+mem = Agent(name="bench-mem", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[noop])

@@ -1,0 +1,212 @@
+"""The floor: what a careful engineer gets from Celery and SQLAlchemy alone.
+
+`bench.hop(run_id, n, total, io)` does one SQLAlchemy transaction (append one ~300-byte message
+row, update the run row), then enqueues hop n+1 itself (not a canvas chain). Celery runs with the
+durability settings any such chain needs (JSON, acks_late, reject_on_worker_lost, prefetch 1)
+and nothing else: no task events, no result backend. With `io` set, even hops first make one
+HTTP call to the scripted model server (which delays as configured), like a model call.
+
+Also the physical limit: a bare Redis hop (LPUSH, BRPOP) and one raw-driver transaction.
+
+A worker runs it as `celery -A bench.floor:app worker`; the environment names the database
+(BENCH_FLOOR_DB), the broker (BENCH_REDIS_URL) and the queue (BENCH_FLOOR_QUEUE).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import redis
+from celery import Celery, Task
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+
+import bench.ready  # noqa: F401  (announces readiness)
+from orchestrator.store.database import open_engine
+
+HOP_TASK = "bench.hop"
+PAYLOAD = ("The tool returned its result; the model reads it on the next turn. " * 5)[:300]
+
+metadata = MetaData()
+floor_runs = Table(
+    "bench_floor_runs", metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)  # fmt: skip
+floor_messages = Table(
+    "bench_floor_messages", metadata,
+    Column("run_id", String(64), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    PrimaryKeyConstraint("run_id", "idx"),
+)  # fmt: skip
+
+
+def floor_engine(url: str) -> Engine:
+    """SQLAlchemy with the store's SQLite tuning (WAL, BEGIN IMMEDIATE), without pre-ping."""
+    engine = open_engine(url, pool_pre_ping=False) if url.startswith("postgres") else open_engine(url)
+    metadata.create_all(engine)
+    return engine
+
+
+def create_floor_app(broker_url: str, queue: str) -> Celery:
+    """A bare Celery app with the one hop task."""
+    app = Celery("bench-floor", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json", accept_content=["json"], task_ignore_result=True, result_backend=None,
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        task_default_queue=queue, worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+    )  # fmt: skip
+    _state: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def engine() -> Engine:
+        with lock:
+            if "engine" not in _state:
+                _state["engine"] = floor_engine(os.environ["BENCH_FLOOR_DB"])
+            return _state["engine"]  # type: ignore[no-any-return]
+
+    @app.task(name=HOP_TASK, bind=True, acks_late=True, shared=False)
+    def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None) -> None:
+        if io and n % 2 == 0:
+            io_call(io, run_id)
+        now = time.time()
+        with engine().begin() as conn:
+            conn.execute(
+                insert(floor_messages).values(run_id=run_id, idx=n, role="assistant", content=PAYLOAD, created_at=now)
+            )
+            conn.execute(
+                update(floor_runs).where(floor_runs.c.run_id == run_id)
+                .values(seq=n + 1, updated_at=now, status="DONE" if n + 1 >= total else "QUEUED")
+            )  # fmt: skip
+        if n + 1 < total:
+            hop.apply_async((run_id, n + 1, total, io), queue=queue)
+
+    return app
+
+
+_local = threading.local()
+
+
+def io_call(base_url: str, run_id: str) -> None:
+    """One Chat Completions request to the scripted server on a kept-alive connection."""
+    conn: http.client.HTTPConnection | None = getattr(_local, "conn", None)
+    parts = urlsplit(base_url)
+    if conn is None:
+        conn = _local.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hop"}]})
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench", "X-Ratchet-Run-Id": run_id}
+    try:
+        conn.request("POST", parts.path + "/chat/completions", body, headers)
+        conn.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        _local.conn = None
+        raise
+
+
+def start_chain(engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None) -> float:
+    """Write the floor run's row, enqueue its first hop; returns the start time."""
+    now = time.time()
+    with engine.begin() as conn:
+        conn.execute(insert(floor_runs).values(run_id=run_id, status="QUEUED", seq=0, created_at=now, updated_at=now))
+    app.send_task(HOP_TASK, args=[run_id, 0, total, io], queue=queue)
+    return now
+
+
+def chains_done(engine: Engine, run_ids: list[str]) -> list[tuple[float, float]] | None:
+    """(created_at, updated_at) of every chain if all are done, else None."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(floor_runs.c.status, floor_runs.c.created_at, floor_runs.c.updated_at)
+            .where(floor_runs.c.run_id.in_(run_ids))
+        ).all()  # fmt: skip
+    if len(rows) < len(run_ids) or any(r.status != "DONE" for r in rows):
+        return None
+    return [(r.created_at, r.updated_at) for r in rows]
+
+
+# ---------------------------------------------------------------- the physical limit
+
+
+def redis_hop_ms(redis_url: str, queue: str, n: int) -> float:
+    """Milliseconds per bare Redis hop: LPUSH a message, BRPOP it on a second connection."""
+    producer = redis.Redis.from_url(redis_url)
+    consumer = redis.Redis.from_url(redis_url)
+    body = json.dumps({"run_id": "r", "seq": 0}).encode()
+    producer.ping(), consumer.ping()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.lpush(queue, body)
+        consumer.brpop([queue], timeout=5)
+    elapsed = time.perf_counter() - t0
+    producer.close(), consumer.close()
+    return elapsed / n * 1000
+
+
+def raw_tx_ms(db_url: str, n: int) -> float:
+    """Milliseconds per raw-driver transaction: the floor's INSERT and UPDATE, then COMMIT."""
+    url = make_url(db_url)
+    run_id = f"raw-{time.time_ns()}"
+    if url.get_backend_name() == "sqlite":
+        conn: Any = sqlite3.connect(url.database or "", isolation_level=None, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        begin, ph = "BEGIN IMMEDIATE", "?"
+    else:
+        conn = psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False))
+        begin, ph = None, "%s"
+    cur = conn.cursor()
+    now = time.time()
+    if begin:
+        cur.execute(begin)
+    cur.execute(f"INSERT INTO bench_floor_runs VALUES ({ph},'QUEUED',0,{ph},{ph})", (run_id, now, now))
+    conn.commit()
+    ins = f"INSERT INTO bench_floor_messages VALUES ({ph},{ph},'assistant',{ph},{ph})"
+    upd = f"UPDATE bench_floor_runs SET seq={ph}, updated_at={ph} WHERE run_id={ph}"
+    t0 = time.perf_counter()
+    for i in range(n):
+        if begin:
+            cur.execute(begin)
+        cur.execute(ins, (run_id, i, PAYLOAD, now))
+        cur.execute(upd, (i + 1, now, run_id))
+        conn.commit()
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed / n * 1000
+
+
+def __getattr__(name: str) -> Any:
+    # `celery -A bench.floor:app` builds the app from the environment.
+    if name == "app":
+        global app
+        app = create_floor_app(os.environ["BENCH_REDIS_URL"], os.environ["BENCH_FLOOR_QUEUE"])
+        return app
+    raise AttributeError(name)

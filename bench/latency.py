@@ -1,0 +1,72 @@
+"""Item 3: end-to-end latency of a one-step run, as a producer sees it.
+
+The producer (this process) calls `Client.start`, the worker subprocess runs one model call
+through the real openai client against the scripted HTTP server (also in this process), and
+`RunHandle.wait()` returns when the run is COMPLETED. Interleaved with the floor: a producer
+that writes a row, sends a one-hop bare Celery chain whose hop makes the same HTTP call and
+one transaction, and polls the row on the same schedule as `wait()`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from sqlalchemy import select
+
+from bench.floor import floor_runs, start_chain
+from bench.rig import Rig
+from bench.stats import Row, Section, median, percentile
+from orchestrator.status import RunStatus
+from orchestrator.testing.script import ScriptConfig
+
+
+def measure(rig: Rig, *, runs: int) -> Section:
+    engine, app, queue, server = rig.floor_engine, rig.floor_app, rig.floor_queue, rig.server
+    server.configure(ScriptConfig(tool_batches=0))
+
+    def ratchet_once() -> float:
+        t0 = time.perf_counter()
+        out = rig.client.start("bench-chat", input="hello").wait(timeout=30)
+        elapsed = time.perf_counter() - t0
+        assert out.status == RunStatus.COMPLETED, out.error
+        return elapsed * 1000
+
+    def floor_once() -> float:
+        run_id = uuid.uuid4().hex
+        t0 = time.perf_counter()
+        start_chain(engine, app, run_id, 1, queue, io=server.url)
+        delay = 0.002  # the schedule of Client.wait()
+        while True:
+            with engine.connect() as conn:
+                status = conn.execute(select(floor_runs.c.status).where(floor_runs.c.run_id == run_id)).scalar()
+            if status == "DONE":
+                return (time.perf_counter() - t0) * 1000
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.1)
+
+    for _ in range(5):  # warm-up: connections, the openai client, compiled statements
+        ratchet_once(), floor_once()
+    floor: list[float] = []
+    ratchet: list[float] = []
+    for _ in range(runs):
+        floor.append(floor_once())
+        ratchet.append(ratchet_once())
+    db = rig.db
+    name = rig.name
+    ratio = median(ratchet) / median(floor)
+    setup = f"{rig.setup}, openai client -> scripted HTTP server, {runs} runs"
+    target, met = ("< 10 ms median", median(ratchet) < 10) if db == "pg" else ("", None)
+    rows = [
+        Row(f"Floor: enqueue -> 1 hop (HTTP + tx) -> seen DONE ({db})", setup, floor, "ms", digits=1),
+        Row(f"Ratchet: enqueue -> 1 model call -> wait() sees COMPLETED ({db})", setup, ratchet, "ms",
+            ratio=ratio, ratio_note="vs floor (medians)", target=target, met=met, digits=1),
+        Row(f"Ratchet: p99 of the same ({db})", setup, [percentile(ratchet, 99)], "ms",
+            ratio=percentile(ratchet, 99) / percentile(floor, 99), ratio_note="vs floor p99", digits=1),
+    ]  # fmt: skip
+    section = Section(f"End-to-end latency of a one-step run on {name}", rows=rows)
+    section.numbers[f"e2e_ms_median_{db}"] = median(ratchet)
+    section.numbers[f"e2e_ms_p99_{db}"] = percentile(ratchet, 99)
+    section.numbers[f"e2e_floor_ms_median_{db}"] = median(floor)
+    section.numbers[f"e2e_ratio_{db}"] = ratio
+    return section

@@ -1,0 +1,40 @@
+"""`make bench-quick` runs: the benchmarks' one-minute version writes every headline figure.
+
+Benchmarks are not tests (`make test` does not run them); this only checks that they still run
+and report, into a temporary folder so bench/RESULTS.md is left alone."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import REQUIRED
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.mark.timeout(170)
+def test_the_quick_benchmark_writes_every_headline_figure_as_a_finite_number(tmp_path: Path, redis_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env["PYTHONPATH"] = str(ROOT)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for key in REQUIRED:
+        assert isinstance(results.get(key), (int, float)) and math.isfinite(results[key]), (key, results.get(key))
+    assert results["meta"]["quick"] is True
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "| what | setup | median | min-max | rounds | ratio |" in table
