@@ -377,12 +377,14 @@ class Store:
 
         `published` says whether the caller publishes it with a countdown; if not (a long wait),
         the sweeper publishes it when it is due, so no worker is held and no countdown outlives
-        the broker's visibility timeout."""
+        the broker's visibility timeout. The retry gets the next seq: a copy of the failed
+        attempt's task still about (a sweeper republish, a redelivery) is then stale, and cannot
+        call the model again before the backoff (Retry-After) is over."""
         now = self.clock()
         with self.engine.begin() as conn:
             record = self._move(
                 conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=_lease_live(now),
-                retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
+                seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
                 publish_after=now + delay + (publish_grace if published else 0.0),
             )  # fmt: skip
             if record is None:

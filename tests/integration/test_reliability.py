@@ -24,6 +24,7 @@ from orchestrator.engine import Engine
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
+from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store import Claim, Store
 from orchestrator.sweeper import Sweeper
@@ -388,13 +389,35 @@ def test_a_rate_limited_call_is_retried_after_its_retry_after_and_then_succeeds(
     assert out.status == S.COMPLETED
     calls = [r for r in scripted.requests if r["run_id"] == out.run_id]
     assert [r["status"] for r in calls] == [429, 429, 200]
-    assert {r["step"] for r in calls} == {"0"}  # retries of one step
+    assert [r["step"] for r in calls] == ["0", "1", "2"]  # each retry is published as the next seq
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(calls)]
     assert all(g >= 0.4 for g in gaps), gaps
     retries = [e for e in Client(settings).store.get_events(out.run_id) if e["kind"] == "retry"]
     assert [e["detail"]["error"]["type"] for e in retries] == ["RateLimitError", "RateLimitError"]
     assert [e["detail"]["by"] for e in retries] == ["countdown", "countdown"]
     assert all(e["detail"]["delay"] >= 0.4 for e in retries)
+
+
+def test_a_stray_copy_of_a_failed_attempt_cannot_call_the_model_before_retry_after(
+    settings: Settings, scripted: ScriptedServer
+) -> None:
+    # Given a call that was rate limited and parked for 1.5 s
+    scripted.configure(ScriptConfig(faults=[Fault(status=429, times=1, retry_after=1.5)]))
+    agent = define(settings, retries=3, retry_policy=QUICK_RETRIES)
+    client = Client(settings)
+    with EmbeddedWorker(settings):
+        run_id = agent.start("hello").run_id
+        wait_for(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")
+
+        # When another copy of the failed attempt's task arrives (a sweeper republish, a redelivery)
+        client.dispatcher.publish(StepRef(run_id=run_id, seq=0, kind="model"))
+        out = client.wait(run_id, timeout=30)
+
+    # Then it was stale: the model was not called again before Retry-After
+    assert out.status == S.COMPLETED
+    calls = [r for r in scripted.requests if r["run_id"] == run_id]
+    assert [r["status"] for r in calls] == [429, 200]
+    assert calls[1]["at"] - calls[0]["at"] >= 1.5
 
 
 def test_a_long_retry_after_parks_the_run_without_holding_a_worker_until_the_sweeper_publishes_it(
