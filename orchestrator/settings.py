@@ -80,6 +80,13 @@ class Settings(BaseModel):
         for (lo_name, lo), (hi_name, hi) in itertools.pairwise(chain):
             if not lo < hi:
                 raise ValueError(f"{lo_name} ({lo}) must be less than {hi_name} ({hi})")
+        if self.max_countdown > self.visibility_timeout:
+            # A countdown'd task waits unacked in a worker; past the visibility timeout Redis
+            # hands it out again, over and over (kombu#337): longer waits belong to the sweeper.
+            raise ValueError(
+                f"RATCHET_MAX_COUNTDOWN ({self.max_countdown}) must not exceed RATCHET_VISIBILITY_TIMEOUT "
+                f"({self.visibility_timeout})"
+            )
         if self.max_step_attempts < 1:
             raise ValueError("RATCHET_MAX_STEP_ATTEMPTS must be at least 1")
         if self.sweep_seconds <= 0:

@@ -28,3 +28,8 @@ def test_limits_must_nest_soft_under_hard_under_lease_under_visibility() -> None
         Settings.from_env({"RATCHET_LEASE_SECONDS": "100"})
     with pytest.raises(ConfigurationError, match="RATCHET_LEASE_SECONDS .* must be less than RATCHET_VISIBILITY"):
         Settings.from_env({"RATCHET_VISIBILITY_TIMEOUT": "500"})
+
+
+def test_a_countdown_may_not_outlive_the_visibility_timeout() -> None:
+    with pytest.raises(ConfigurationError, match="RATCHET_MAX_COUNTDOWN .* must not exceed RATCHET_VISIBILITY"):
+        Settings.from_env({"RATCHET_MAX_COUNTDOWN": "7200"})
