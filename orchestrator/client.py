@@ -31,6 +31,8 @@ from orchestrator.store import Store
 
 S = RunStatus
 RESUMABLE = (S.ERROR, S.PAUSED)
+#: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
+SAFETY_POLL = 0.5
 
 
 class RunHandle:
@@ -222,18 +224,32 @@ class Client:
         return self.store.get_session(session_id)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOutput:
-        """Poll until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED)."""
+        """Block until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED).
+
+        On PostgreSQL the run's final move wakes the waiter at once (LISTEN/NOTIFY), with a
+        slow poll as a safety net; elsewhere, or while notices are down, it polls."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        watcher = self.store.final_watcher()
+        event = watcher.subscribe(run_id) if watcher is not None else None
         delay = 0.002
-        while True:
-            if self.store.get_record(run_id).status.is_final:
-                return self.store.get_output(run_id)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RunWaitTimeout(
-                    f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"
-                )
-            time.sleep(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 1.5, 0.1)
+        try:
+            while True:
+                if self.store.get_record(run_id).status.is_final:
+                    return self.store.get_output(run_id)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise RunWaitTimeout(
+                        f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"
+                    )
+                if event is not None and watcher is not None and watcher.listening:
+                    event.wait(SAFETY_POLL if left is None else min(SAFETY_POLL, left))
+                    event.clear()
+                else:
+                    time.sleep(delay if left is None else min(delay, left))
+                    delay = min(delay * 1.5, 0.1)
+        finally:
+            if event is not None and watcher is not None:
+                watcher.unsubscribe(run_id, event)
 
     async def await_run(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """`wait()` for asyncio."""

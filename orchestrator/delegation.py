@@ -215,11 +215,14 @@ def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRe
         return fan_in(store, conn, team_run_id, publish_grace=publish_grace)
 
 
-def after_member_final(store: Store, run_id: str, *, publish_grace: float) -> RunRecord | None:
+def after_member_final(
+    store: Store, run_id: str, *, publish_grace: float, record: RunRecord | None = None
+) -> RunRecord | None:
     """After a run ended outside a model step's commit (ERROR, cancel): fan in to its team.
 
-    A member that COMPLETED was fanned in by its own final commit already."""
-    record = store.get_record(run_id)
+    A member that COMPLETED was fanned in by its own final commit already. `record`: the run
+    as its final move left it, if the caller has it (one read fewer)."""
+    record = record if record is not None else store.get_record(run_id)
     if record.parent_run_id is None or record.status == S.COMPLETED:
         return None
     return fan_in_now(store, record.parent_run_id, publish_grace=publish_grace)

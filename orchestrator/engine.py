@@ -21,6 +21,7 @@ from orchestrator.errors import FencedError, ModelCallError, RatchetError, StepT
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.models.base import CallContext
 from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
@@ -133,7 +134,7 @@ class Engine:
         if done:
             if (step := delegation.wake_step(woken)) is not None:
                 self.publish(step)
-            self.after_final(committed.run_id)
+            self.after_final(committed.run_id, committed)
             return "completed"
         self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="tools"))
         return "tools"
@@ -333,10 +334,13 @@ class Engine:
                 "run %s: publishing step %s failed (%s); the sweeper will publish it", step.run_id, step.seq, exc
             )
 
-    def after_final(self, run_id: str) -> None:
+    def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
         """Called when a run reaches COMPLETED or ERROR: a member that failed moves its team
-        (a completed member already fanned in with its final commit)."""
-        team = delegation.after_member_final(self.store, run_id, publish_grace=self.settings.publish_grace_seconds)
+        (a completed member already fanned in with its final commit). `record`, the run as
+        just committed, saves reading it again."""
+        team = delegation.after_member_final(
+            self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
+        )
         if (step := delegation.wake_step(team)) is not None:
             self.publish(step)
 

@@ -24,6 +24,7 @@ from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
 from orchestrator.store.database import is_migrated, migrate, open_engine
+from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 from orchestrator.store.transcripts import TranscriptCache
 
@@ -55,6 +56,18 @@ class Store:
         self._is_pg = engine.dialect.name == "postgresql"
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
+        self._watcher: FinalWatcher | None = None
+        self._watcher_lock = threading.Lock()
+
+    def final_watcher(self) -> FinalWatcher | None:
+        """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
+        if not self._is_pg:
+            return None
+        with self._watcher_lock:
+            if self._watcher is None:
+                dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+                self._watcher = FinalWatcher(dsn)
+            return self._watcher
 
     # ---------------------------------------------------------------- opening
 
@@ -163,17 +176,17 @@ class Store:
                 )  # fmt: skip
         now = self.clock()
         self._ensure_session(conn, session_id, now)
-        conn.execute(
+        row = conn.execute(
             insert(runs).values(
                 run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
                 parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
                 status=S.QUEUED.value, epoch=0, seq=0,
                 next_step="model", n_messages=len(input_messages), system_message=system_message,
                 attempts=0, retries=0, publish_after=now + publish_grace, created_at=now, updated_at=now,
-            )
-        )  # fmt: skip
+            ).returning(*runs.c)
+        ).one()  # fmt: skip
         self._insert_messages(conn, run_id, 0, input_messages, now)
-        return self.get_record(run_id, conn)
+        return RunRecord.from_row(row)
 
     def _ensure_session(self, conn: Connection, session_id: str, now: float) -> None:
         dialect_insert = postgresql.insert if self._is_pg else sqlite.insert
@@ -227,7 +240,11 @@ class Store:
         if bump_epoch:
             values["epoch"] = runs.c.epoch + 1
         row = conn.execute(update(runs).where(*where).values(**values).returning(*runs.c)).first()
-        return RunRecord.from_row(row) if row is not None else None
+        if row is None:
+            return None
+        if self._is_pg and dst.is_final:
+            notify_final(conn, run_id)
+        return RunRecord.from_row(row)
 
     # ---------------------------------------------------------------- worker writes
 
@@ -302,6 +319,8 @@ class Store:
             ),
         ).first()  # fmt: skip
         record = RunRecord.from_row(row) if row is not None else None
+        if record is not None and self._is_pg and status.is_final:
+            notify_final(conn, claim.run_id)
         if record is None:
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
