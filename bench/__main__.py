@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                         run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
                     if "flat" in only:
                         run(f"flatness ({db})", lambda rig=rig: flatness.measure(
-                            rig, env, rounds=1 if q else 3, far=200 if q else 1000))  # fmt: skip
+                            rig, env, rounds=1 if q else 5, far=200 if q else 1000))  # fmt: skip
             finally:
                 for rig in rigs.values():
                     rig.close()

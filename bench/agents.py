@@ -70,8 +70,19 @@ class InstantModel(Model):
 def _gate(run_id: str, seq: int) -> None:
     r = _redis()
     r.rpush(f"bench:gate:{run_id}:arrived", seq)
-    if r.blpop([f"bench:gate:{run_id}:go"], timeout=120) is None:
+    if pop(r, f"bench:gate:{run_id}:go", timeout=120) is None:
         raise RuntimeError(f"bench gate {run_id}@{seq} was never opened")
+
+
+def pop(r: redis.Redis, key: str, timeout: float) -> bytes | None:
+    """BLPOP one item within `timeout` seconds, in one-second waits (a long blocking read can
+    trip the client's socket timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = r.blpop([key], timeout=1)
+        if got is not None:
+            return got[1]  # type: ignore[no-any-return]
+    return None
 
 
 _client: Any = None

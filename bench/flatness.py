@@ -18,6 +18,7 @@ window, the paused step left out; the median of those.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import redis
 from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from bench.agents import pop
 from bench.env import BenchEnv
 from bench.rig import Rig
 from bench.stats import Row, Section, median, wait_until
@@ -77,43 +79,56 @@ class Meter:
             conn.execute(text("CHECKPOINT"))
             return conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
 
-    def bytes_since(self, start: object) -> float:
+    def bytes_since(self, start: object) -> tuple[float, float]:
+        """Bytes written since `start`: (all of it, without PostgreSQL's full-page images)."""
         if self.sqlite:
             wal = self.path.with_name(self.path.name + "-wal")
-            return float((wal.stat().st_size if wal.exists() else 0) + self.path.stat().st_size - int(start))  # type: ignore[call-overload]
+            written = (wal.stat().st_size if wal.exists() else 0) + self.path.stat().st_size - int(str(start))
+            return float(written), float(written)
         assert self.engine is not None
         with self.engine.connect() as conn:
             end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
             if not self.walinspect:
-                return float(conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"e": end, "s": start}).scalar())
-            pattern = f"%/{self.dboid}/%"
-            return float(conn.execute(text(
-                "WITH r AS (SELECT xid, record_length, block_ref FROM pg_get_wal_records_info(:s, :e)) "
-                "SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE :p "
-                "OR (xid <> 0 AND xid IN (SELECT xid FROM r WHERE block_ref LIKE :p))"
-            ), {"s": start, "e": end, "p": pattern}).scalar())  # fmt: skip
+                diff = conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"e": end, "s": start}).scalar()
+                return float(diff), math.nan
+            row = conn.execute(
+                text(
+                    "WITH r AS (SELECT xid, record_length, fpi_length, block_ref"
+                    "           FROM pg_get_wal_records_info(:s, :e)) "
+                    "SELECT coalesce(sum(record_length), 0), coalesce(sum(record_length - fpi_length), 0) FROM r "
+                    "WHERE block_ref LIKE :p OR (xid <> 0 AND xid IN (SELECT xid FROM r WHERE block_ref LIKE :p))"
+                ),
+                {"s": start, "e": end, "p": f"%/{self.dboid}/%"},
+            ).one()
+            return float(row[0]), float(row[1])
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.dispose()
 
 
-def one_run(
-    client: Client, store: Store, meter: Meter, r: redis.Redis, points: list[int]
-) -> dict[int, tuple[float, float]]:
-    """One long run; per window start a: (bytes per step, median ms per step)."""
+Readings = dict[int, tuple[float, float, float]]
+
+
+def run_batches(far: int) -> int:
+    """Tool batches for a run that goes 2 x WINDOW steps past `far` (a run of 2 x this + 1 steps)."""
+    return (far + 2 * WINDOW + 2) // 2 + 1
+
+
+def one_run(client: Client, store: Store, meter: Meter, r: redis.Redis, points: list[int]) -> Readings:
+    """One long run; per window start a: (bytes per step, bytes per step without full-page
+    images, median ms per step)."""
     gates = sorted({g for a in points for g in (a, a + WINDOW)})
-    last = max(gates) + 2
-    batches = last // 2 + 1
+    batches = run_batches(max(points))
     handle = client.start("bench-instant", input=f"batches={batches} gates={','.join(map(str, gates))}")
     run_id = handle.run_id
     readings: dict[int, object] = {}
-    sizes: dict[int, float] = {}
+    sizes: dict[int, tuple[float, float]] = {}
     for gate in gates:
-        got = r.blpop([f"bench:gate:{run_id}:arrived"], timeout=120)
+        got = pop(r, f"bench:gate:{run_id}:arrived", timeout=120)
         if got is None:
             raise TimeoutError(f"the run never reached step {gate}")
-        seq = int(got[1])
+        seq = int(got)
         if seq in points:
             readings[seq] = meter.start()
         else:
@@ -122,14 +137,19 @@ def one_run(
     record = wait_until(lambda: (x := store.get_record(run_id)).status.is_final and x, 300, what="the long run")
     assert record.status == RunStatus.COMPLETED, record
     with store.engine.connect() as conn:
-        stamps = [row.created_at for row in conn.execute(
-            select(messages.c.created_at).where(messages.c.run_id == run_id).order_by(messages.c.idx)
-        )]  # fmt: skip
-    # Step s commits message s+1 (message 0 is the user's); gap s = its commit minus the previous one.
+        stamps = [
+            row.created_at
+            for row in conn.execute(
+                select(messages.c.created_at).where(messages.c.run_id == run_id).order_by(messages.c.idx)
+            )
+        ]
+    # Step s commits message s+1 (message 0 is the user's): its duration is the gap between the
+    # two commits. Time is taken over 2 x WINDOW steps from a, without the two paused steps.
     result = {}
     for a in points:
-        gaps = [(stamps[s + 1] - stamps[s]) * 1000 for s in range(a + 1, a + WINDOW)]
-        result[a] = (sizes[a] / WINDOW, median(gaps))
+        gaps = [(stamps[s + 1] - stamps[s]) * 1000 for s in range(a + 1, a + 2 * WINDOW) if s != a + WINDOW]
+        total, no_fpi = sizes[a]
+        result[a] = (total / WINDOW, no_fpi / WINDOW, median(gaps))
     return result
 
 
@@ -141,24 +161,28 @@ def measure(rig: Rig, env: BenchEnv, *, rounds: int, far: int) -> Section:
     meter.close()
     db = rig.db
     name = rig.name
-    setup = f"{name}, one run of {far + WINDOW + 3} steps, window of {WINDOW} steps"
+    setup = f"{name}, one run of {2 * run_batches(far) + 1} steps, window of {WINDOW} steps"
     rows: list[Row] = []
     numbers: dict[str, float] = {}
-    for what, i, unit in (("time", 1, "ms"), ("bytes", 0, "B")):
-        base = [res[10][i] for res in results]
+    kinds = [("time", 2, "ms", "Time per step"), ("bytes", 1 if not meter.sqlite else 0, "B", "Bytes per step")]
+    if not meter.sqlite:
+        kinds.append(("bytes_fpi", 0, "B", "Bytes per step with full-page images"))
+    for key, i, unit, label in kinds:
         for p in points:
             values = [res[p][i] for res in results]
             ratios = [res[p][i] / res[10][i] for res in results]
-            is_far = p == far
-            rows.append(Row(
-                f"{what.capitalize()} per step at step {p} ({db})",
-                setup + (f"; {meter.method}" if what == "bytes" else ""), values, unit,
-                ratio=median(ratios) if p != 10 else None, ratio_note="vs step 10" if p != 10 else "",
-                target="≤ 1.15x" if is_far else "", met=(median(ratios) <= 1.15) if is_far else None,
-                digits=3 if unit == "ms" else 0,
-            ))  # fmt: skip
-        numbers[f"flat_{what}_ratio_{db}"] = median([res[far][i] / res[10][i] for res in results])
-        numbers[f"flat_{what}_step10_{db}"] = median(base)
+            headline = p == far and key != "bytes_fpi"
+            how = {"time": "", "bytes": f"; {meter.method}", "bytes_fpi": f"; {meter.method}, with FPIs"}[key]
+            rows.append(
+                Row(
+                    f"{label} at step {p} ({db})", setup + how, values, unit,
+                    ratio=median(ratios) if p != 10 else None, ratio_note="vs step 10" if p != 10 else "",
+                    target="≤ 1.15x" if headline else "", met=(median(ratios) <= 1.15) if headline else None,
+                    digits=3 if unit == "ms" else 0,
+                )
+            )  # fmt: skip
+        numbers[f"flat_{key}_ratio_{db}"] = median([res[far][i] / res[10][i] for res in results])
+        numbers[f"flat_{key}_step10_{db}"] = median([res[10][i] for res in results])
     section = Section(f"Flatness on {name}: step 10 vs 100 vs {far}", rows=rows, numbers=numbers)
     section.numbers[f"flat_far_step_{db}"] = float(far)
     return section

@@ -14,6 +14,7 @@ import time
 import redis
 from sqlalchemy import select
 
+from bench.agents import pop
 from bench.env import BenchEnv
 from bench.procs import WorkerProcess, ratchet_worker
 from bench.stats import Row, Section, median, wait_until
@@ -53,10 +54,10 @@ def measure(env: BenchEnv, *, rounds: int, db: str = "pg") -> Section:
     try:
         for round_ in range(rounds):
             run_id = client.start("bench-recovery", input="stall").run_id
-            got = r.blpop([f"bench:stall:{run_id}:started"], timeout=60)
+            got = pop(r, f"bench:stall:{run_id}:started", timeout=60)
             if got is None:
                 raise TimeoutError("the stalling tool never started")
-            pid = int(got[1])
+            pid = int(got)
             victim = next(w for w in workers if w.pid == pid)
             victim.kill()
             killed = time.time()
