@@ -232,9 +232,14 @@ class Client:
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
         delay = 0.002
+        notified = False
         try:
             while True:
-                if self.store.get_record(run_id).status.is_final:
+                if notified:  # most likely final: read the output at once (one transaction, not two)
+                    output = self.store.get_output(run_id)
+                    if output.status.is_final:
+                        return output
+                elif self.store.get_record(run_id).status.is_final:
                     return self.store.get_output(run_id)
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -242,9 +247,10 @@ class Client:
                         f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"
                     )
                 if event is not None and watcher is not None and watcher.listening:
-                    event.wait(SAFETY_POLL if left is None else min(SAFETY_POLL, left))
+                    notified = event.wait(SAFETY_POLL if left is None else min(SAFETY_POLL, left))
                     event.clear()
                 else:
+                    notified = False
                     time.sleep(delay if left is None else min(delay, left))
                     delay = min(delay * 1.5, 0.1)
         finally:
