@@ -10,7 +10,8 @@ hold a tool mid-call, learn which pool process runs it, and then kill exactly th
 - `model-<run_id>-<seq>.<pid>`   written before each model call of a step;
 - `crash-before-publish-<run_id>`   the next worker process that is about to publish a step of
   that run after committing it dies instead (`os._exit`), once: the commit/publish gap;
-- `publish-twice`   every step a worker publishes is published twice (duplicate deliveries).
+- `publish-twice`   every step a worker publishes is published twice (duplicate deliveries);
+- `ready-<node name>`   written by each worker once it consumes.
 
 The side effect of `effect(key)` is a row in `chaos_tool_effects`, keyed by the call's
 idempotency key (run_id, tool_call_id) with a primary key, so a call can take effect once only;

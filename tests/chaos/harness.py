@@ -360,6 +360,16 @@ class Cluster:
             rows = conn.execute(select(agents.attempts.c.key).where(agents.attempts.c.run_id == run_id))
             return Counter(r.key for r in rows)
 
+    def attempted_calls(self, run_id: str, key: str) -> set[str]:
+        """The tool_call_ids that the executions of call `key` saw in their ToolContext."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(
+                select(agents.attempts.c.tool_call_id).where(
+                    agents.attempts.c.run_id == run_id, agents.attempts.c.key == key
+                )
+            )
+            return {r.tool_call_id for r in rows}
+
     def effects(self, run_id: str) -> dict[str, str]:
         """tool_call_id -> key of every side effect that took place."""
         with self.store.engine.connect() as conn:

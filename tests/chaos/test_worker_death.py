@@ -63,6 +63,7 @@ def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinishe
     out = cluster.assert_invariants([run_id])[run_id]
     assert out.status == RunStatus.COMPLETED
     assert cluster.attempts(run_id) == {"a": 1, "b": 2, "c": 1}
+    assert len(cluster.attempted_calls(run_id, "b")) == 1  # both runs of b had the same idempotency key
     assert sorted(cluster.effects(run_id).values()) == ["a", "b", "c"]
     assert sorted(t.result for t in out.tools) == ["a: applied", "b: applied", "c: applied"]
 
