@@ -240,26 +240,30 @@ class Engine:
 
     def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
         tool = agent.tool(call.name)
-        base = {"role": "tool", "tool_call_id": call.id, "tool_name": call.name}
+
+        def result(content: str, *, error: bool = False, args: dict[str, Any] | None = None) -> Message:
+            return Message(
+                role="tool", tool_call_id=call.id, tool_name=call.name, content=content, tool_call_error=error,
+                tool_args=args,
+            )  # fmt: skip
+
         if tool is None:
             known = ", ".join(t.name for t in agent.all_tools()) or "none"
-            return Message(
-                **base, content=f"unknown tool {call.name!r}; available tools: {known}", tool_call_error=True
-            )
+            return result(f"unknown tool {call.name!r}; available tools: {known}", error=True)
         try:
             args = tool.parse_arguments(call.arguments)
         except ToolArgumentsError as exc:
-            return Message(**base, content=str(exc), tool_call_error=True, tool_args=_raw_args(call.arguments))
+            return result(str(exc), error=True, args=_raw_args(call.arguments))
         if tool.at_most_once:
             self.store.record_tool_start(claim, call.id, call.name)
         try:
-            result = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
+            value = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
         except self.timeouts:  # the step's time is up: not the tool's error, the step's
             raise
         except Exception as exc:  # a tool's failure is the model's to read, not the run's
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, exc)
-            return Message(**base, content=str(exc), tool_call_error=True, tool_args=args)
-        return Message(**base, content=_render(result), tool_args=_jsonable(args))
+            return result(str(exc), error=True, args=_jsonable(args))
+        return result(_render(value), args=_jsonable(args))
 
     # ---------------------------------------------------------------- claim and failure
 
@@ -363,7 +367,9 @@ def _raw_args(raw: str) -> dict[str, Any] | None:
 
 
 def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(args, default=str))
+    # Validated arguments may hold dates, enums or models: store what JSON can carry.
+    value: dict[str, Any] = json.loads(json.dumps(args, default=str))
+    return value
 
 
 def _render(result: Any) -> str:
