@@ -23,6 +23,8 @@ demo: $(STAMP)
 ## Every test, against real Redis and PostgreSQL (started here if they are not running).
 test: $(STAMP) services
 	$(BIN)/ruff check orchestrator workers tests examples bench
+	$(BIN)/ruff format --check orchestrator workers tests examples bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest tests
 
 services:
