@@ -257,6 +257,12 @@ class Store:
         expired: a redelivered message must not bypass the sweeper's poison check."""
         now = self.clock()
         with self.engine.begin() as conn:
+            if self._is_pg:
+                # The claim need not wait for its WAL flush: if the database crashes and loses it,
+                # the run is back as it was, the step's commit (fenced by this claim's epoch)
+                # fails, and the sweeper republishes. A synchronous commit that follows (the
+                # step's, or an at-most-once tool's start) flushes the WAL in order, claim first.
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             row = conn.execute(
                 statements.CLAIM, dict(
                     b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],

@@ -137,6 +137,9 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # Tests restart servers quickly; a port in TIME_WAIT must not fail the next bind.
     allow_reuse_address = True
+    # Hundreds of concurrent clients (the concurrency benchmark) overflow socketserver's
+    # default listen backlog of 5, and the kernel then resets their connections.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: ScriptedServer) -> None:
         self.owner = owner
