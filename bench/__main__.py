@@ -101,7 +101,7 @@ def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Secti
     if quick:
         main_c, extra_c, n_runs, rounds = 20, [], 40, 1
     else:
-        main_c, extra_c, n_runs, rounds = 100, [200], 1000, 2
+        main_c, extra_c, n_runs, rounds = 50, [100, 200], 1000, 2
     section, figures = concurrency.measure(env, n_runs=n_runs, rounds=rounds, pool="threads", concurrency=main_c)  # type: ignore[arg-type]
     section.numbers.update(
         concurrency_ratio=figures["ratio"], concurrency_steps_per_s=figures["ratchet"],

@@ -8,7 +8,7 @@ bench.agents`), so every agent here is known on both sides of the broker.
 - `bench-chat` / `bench-io`: the real openai client against the scripted HTTP server
   (OPENAI_BASE_URL), one step / model-tool-model.
 - `bench-recovery`: its first tool call stalls until the worker is killed.
-- `bench-mem`: model, tool, model on the scripted model, for the memory soak.
+- `bench-mem`: one model call on the scripted model, for the memory soak.
 """
 
 from __future__ import annotations
@@ -103,4 +103,4 @@ instant = Agent(name="bench-instant", model=InstantModel(), tools=[noop], max_to
 chat = Agent(name="bench-chat", model=OpenAIChat(id="scripted"))
 io = Agent(name="bench-io", model=OpenAIChat(id="scripted"), tools=[noop])
 recovery = Agent(name="bench-recovery", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[stall])
-mem = Agent(name="bench-mem", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[noop])
+mem = Agent(name="bench-mem", model=ScriptedModel(script=ScriptConfig(tool_batches=0)))

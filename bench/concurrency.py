@@ -45,9 +45,13 @@ def ratchet_throughput(client: Client, store: Store, n_runs: int) -> float:
     wait_until(done, 600, interval=0.2, what="the concurrent runs")
     with store.engine.connect() as conn:
         rows = conn.execute(
-            select(runs_table.c.status, runs_table.c.updated_at, runs_table.c.seq).where(runs_table.c.run_id.in_(ids))
-        ).all()
-    assert all(r.status == RunStatus.COMPLETED.value and r.seq == STEPS_PER_RUN for r in rows), "a run failed"
+            select(
+                runs_table.c.status, runs_table.c.updated_at, runs_table.c.seq, runs_table.c.error_type,
+                runs_table.c.error_message,
+            ).where(runs_table.c.run_id.in_(ids))
+        ).all()  # fmt: skip
+    failed = [r for r in rows if r.status != RunStatus.COMPLETED.value or r.seq != STEPS_PER_RUN]
+    assert not failed, f"{len(failed)} runs failed, e.g. {failed[0].error_type}: {failed[0].error_message}"
     return n_runs * STEPS_PER_RUN / (max(r.updated_at for r in rows) - t0)
 
 

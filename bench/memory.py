@@ -1,5 +1,5 @@
-"""Item 7: worker memory after many runs. One worker subprocess runs short runs (model call,
-tool batch, model call on the scripted model) in batches; its resident memory is read after
+"""Item 7: worker memory after many runs. One worker subprocess runs one-step runs (a model
+call on the scripted model) in batches; its resident memory is read after
 100 runs and then at checkpoints up to the total. No growth beyond noise means the last reading
 is within a few MiB of the one after 100 runs."""
 
@@ -41,7 +41,7 @@ def measure(env: BenchEnv, *, total: int, db: str = "pg") -> Section:
     first, last = readings[100], readings[total]
     growth = last - first
     rows = [
-        Row(f"Worker RSS after {n:,} runs", f"PostgreSQL, worker -P threads -c 4, 3-step runs, batches of {BATCH}",
+        Row(f"Worker RSS after {n:,} runs", f"PostgreSQL, worker -P threads -c 4, 1-step runs, batches of {BATCH}",
             [mb], "MiB", ratio=mb / first, ratio_note="vs after 100 runs",
             target=f"≤ +{NOISE_MB:g} MiB" if n == total else "", met=(growth <= NOISE_MB) if n == total else None,
             digits=1)
