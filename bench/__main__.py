@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import concurrency, flatness, latency, memory, overhead, recovery
 from bench.env import DATABASES, bench_env
 from bench.rig import Rig, spawn_rig
-from bench.stats import Section
+from bench.stats import Row, Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a one-minute version (fewer rounds, shorter runs)")
     parser.add_argument("--out", type=Path, default=HERE, help="where to write RESULTS.md and results.json")
     parser.add_argument("--only", default=",".join(ITEMS), help=f"comma-separated subset of {','.join(ITEMS)}")
+    parser.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(args.out)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     only = set(args.only.split(","))
     q = args.quick
@@ -116,10 +119,27 @@ def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Secti
     return sections
 
 
-def write(out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float) -> None:
+def render(out: Path) -> int:
+    """Rewrite RESULTS.md from results.json (after editing FINDINGS.md, say)."""
+    data = json.loads((out / "results.json").read_text())
+    sections = []
+    for s in data["sections"]:
+        section = Section(s["title"], rows=[Row.from_json(r) for r in s["rows"]], notes=s["notes"])
+        section.seconds = s["seconds"]
+        sections.append(section)
+    numbers = {k: (v if v is not None else math.nan) for k, v in data.items() if k not in ("meta", "sections")}
+    meta = data["meta"]
+    write(out, sections, numbers, quick=meta["quick"], elapsed=meta["seconds"], when=meta["when"])
+    return 0
+
+
+def write(
+    out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float,
+    when: str | None = None,
+) -> None:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
+        "when": when or datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
         "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
     }  # fmt: skip
     data = {

@@ -73,7 +73,18 @@ class Row:
             "min": _num(min(self.samples)) if self.samples else None,
             "max": _num(max(self.samples)) if self.samples else None, "samples": [_num(s) for s in self.samples],
             "ratio": _num(self.ratio), "ratio_note": self.ratio_note, "target": self.target, "met": self.met,
+            "digits": self.digits,
         }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Row:
+        """Rebuild a row written by `to_json` (to render RESULTS.md again)."""
+        unit = data["unit"]
+        digits = data.get("digits", 0 if unit == "B" else 1 if unit in ("MiB", "steps/s") else 2 if unit == "s" else 3)
+        return cls(
+            data["what"], data["setup"], [s for s in data["samples"] if s is not None], unit, ratio=data["ratio"],
+            ratio_note=data["ratio_note"], target=data["target"], met=data["met"], digits=digits,
+        )  # fmt: skip
 
 
 def _num(value: float | None) -> float | None:
