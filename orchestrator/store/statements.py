@@ -52,6 +52,7 @@ COMMIT = (
         runs.c.run_id == bindparam("b_run_id", type_=String),
         runs.c.status == S.RUNNING.value,
         runs.c.epoch == bindparam("b_epoch", type_=Integer),
+        runs.c.lease_owner == bindparam("b_owner", type_=String),
         runs.c.lease_expires_at > bindparam("b_now", type_=Float),
     )
     .values(

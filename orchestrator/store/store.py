@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError, RunNotFoundError
@@ -319,7 +319,8 @@ class Store:
             raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
         row = conn.execute(
             statements.COMMIT, dict(
-                b_run_id=claim.run_id, b_epoch=claim.epoch, b_now=now, b_status=status.value, b_next=next_step,
+                b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
+                b_status=status.value, b_next=next_step,
                 b_count=len(new_messages), b_publish_after=now + publish_grace if status == S.QUEUED else None,
                 b_content=content, b_system=system_message,
             ),
@@ -344,7 +345,7 @@ class Store:
                     runs.c.run_id == claim.run_id,
                     runs.c.epoch == claim.epoch,
                     runs.c.status == S.RUNNING.value,
-                    _lease_live(now),
+                    _held(claim, now),
                 )
                 .values(n_messages=runs.c.n_messages + 1, updated_at=now)
                 .returning(runs.c.n_messages)
@@ -372,7 +373,7 @@ class Store:
                     runs.c.run_id == claim.run_id,
                     runs.c.epoch == claim.epoch,
                     runs.c.status == S.RUNNING.value,
-                    _lease_live(now),
+                    _held(claim, now),
                 )
                 # Locked until the start row commits, so no claim can take the run in between and
                 # miss the start (SQLite: BEGIN IMMEDIATE already serialises the two).
@@ -408,7 +409,7 @@ class Store:
         now = self.clock()
         with self.engine.begin() as conn:
             record = self._move(
-                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=_lease_live(now),
+                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=_held(claim, now),
                 seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
                 publish_after=now + delay + (publish_grace if published else 0.0),
             )  # fmt: skip
@@ -507,11 +508,15 @@ class Store:
             return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
 
 
-def _lease_live(now: float) -> Any:
-    """A worker's write needs its lease live, not only its epoch: once the lease expired the
-    sweeper may be re-queueing the run at this very moment, so the worker is no longer its holder
-    even before anyone took over (limits nest under the lease, so a healthy step never gets here)."""
-    return runs.c.lease_expires_at > now
+def _held(claim: Claim, now: float) -> Any:
+    """A worker's write needs its lease live and its own, not only its epoch.
+
+    Live: once the lease expired the sweeper may be re-queueing the run at this very moment, so
+    the worker is no longer its holder even before anyone took over (limits nest under the lease,
+    so a healthy step never gets here). Its own: on PostgreSQL the claim commits without waiting
+    for its WAL flush, so a database crash can lose a claim and a later claim can reuse its epoch
+    number; the owner (host, pid, task id) still tells the two holders apart."""
+    return and_(runs.c.lease_expires_at > now, runs.c.lease_owner == claim.record.lease_owner)
 
 
 _cache_lock = threading.Lock()

@@ -14,6 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 
 from orchestrator import Agent, Client, RunStatus
+from orchestrator.errors import FencedError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import ScriptedModel
 from orchestrator.settings import Settings
@@ -96,3 +97,25 @@ def test_sqlite_stores_run_in_wal_mode_with_a_busy_timeout(tmp_path: Any) -> Non
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
+
+
+def test_a_claim_lost_in_a_database_crash_cannot_let_two_holders_share_an_epoch(settings: Settings) -> None:
+    # Given worker A's claim, which PostgreSQL commits without waiting for its WAL flush
+    store = Store.open(settings.database_url)
+    run_id = new_run(store)
+    a = store.claim(run_id, 0, "model", owner="host:1:task-a", lease_seconds=30)
+    assert a is not None
+    # When a crash loses that claim (the row is back as it was) and worker B claims the same step
+    with store.engine.begin() as conn:
+        conn.execute(text("update ratchet_runs set status='QUEUED', epoch=epoch-1, lease_owner=null where run_id=:r"),
+                     {"r": run_id})  # fmt: skip
+    b = store.claim(run_id, 0, "model", owner="host:2:task-b", lease_seconds=30)
+    assert b is not None and b.epoch == a.epoch  # the epoch number is reused
+    # Then A, still running, is fenced by owner; B commits
+    reply = [Message(role="assistant", content="done")]
+    with pytest.raises(FencedError):
+        store.commit_step(a, reply, status=RunStatus.COMPLETED, next_step=None, publish_grace=60)
+    with pytest.raises(FencedError):
+        store.append_tool_result(a, Message(role="tool", tool_call_id="x", tool_name="t", content="late"))
+    store.commit_step(b, reply, status=RunStatus.COMPLETED, next_step=None, publish_grace=60)
+    assert [m.content for m in store.get_messages(run_id)] == ["hello", "done"]
