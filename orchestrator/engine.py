@@ -19,7 +19,7 @@ from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import FencedError, ModelCallError, RatchetError, StepTimeoutError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
-from orchestrator.models.base import CallContext
+from orchestrator.models.base import CallContext, ModelReply
 from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
@@ -73,7 +73,9 @@ class Engine:
         #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
         #: a tool, where any other exception is the model's to read, and fails it as StepTimeoutError.
         self.timeouts = timeouts
-        self._inflight: dict[tuple[str, int], InFlight] = {}
+        # Keyed by the claim's owner (host, pid, task id), not by (run_id, seq): under the threads
+        # pool one process may hold a stale and a live attempt of the same step at once.
+        self._inflight: dict[str, InFlight] = {}
         self._lock = threading.Lock()
 
     @property
@@ -106,14 +108,16 @@ class Engine:
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
         batches = sum(1 for m in claim.messages if m.role == "assistant" and m.tool_calls)
+        context = CallContext(run_id=run_id, seq=record.seq, timeout=self.settings.model_timeout)
         try:
-            reply = agent.model.invoke(prompt, agent.tool_specs(), context=CallContext(run_id=run_id, seq=record.seq))
+            reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
         except ModelCallError as exc:
             if self._retry(claim, agent, exc):
                 self._end(claim)
                 return "retry"
             raise
-        message = reply.to_message()
+        calls = _unique_call_ids(reply.tool_calls, claim.messages, record.seq)
+        message = ModelReply(content=reply.content, tool_calls=calls, usage=reply.usage).to_message()
         if reply.tool_calls and batches >= agent.max_tool_batches:
             flight.messages.append(message)
             raise ToolBatchLimitError(
@@ -298,20 +302,21 @@ class Engine:
     def _begin(self, claim: Claim) -> InFlight:
         flight = InFlight(epoch=claim.epoch)
         with self._lock:
-            self._inflight[(claim.run_id, claim.record.seq)] = flight
+            self._inflight[claim.record.lease_owner or ""] = flight
         return flight
 
     def _end(self, claim: Claim) -> None:
         with self._lock:
-            self._inflight.pop((claim.run_id, claim.record.seq), None)
+            self._inflight.pop(claim.record.lease_owner or "", None)
 
-    def fail_step(self, run_id: str, seq: int, exc: BaseException) -> bool:
+    def fail_step(self, run_id: str, seq: int, exc: BaseException, *, owner: str) -> bool:
         """The failure handler: flush the step's in-flight messages and put the run in ERROR.
 
+        `owner` is the failed delivery's claim owner (as passed to `model_step`/`tool_step`).
         Only a step that holds the claim may fail the run (fenced by its epoch): an error before
         the claim, or from a worker whose lease was taken over, changes nothing."""
         with self._lock:
-            flight = self._inflight.pop((run_id, seq), None)
+            flight = self._inflight.pop(owner[:255], None)
         exc = flight.error if flight is not None and flight.error is not None else exc
         if flight is None or isinstance(exc, FencedError):
             log.warning("run %s step %s: %s not recorded (no claim held): %s", run_id, seq, type(exc).__name__, exc)
@@ -347,6 +352,29 @@ class Engine:
         )
         if (step := delegation.wake_step(team)) is not None:
             self.publish(step)
+
+
+def _unique_call_ids(calls: list[ToolCall], transcript: list[Message], seq: int) -> list[ToolCall]:
+    """The reply's tool calls with ids unique in the run.
+
+    A tool result, an at-most-once start and a member delegation are keyed by (run_id,
+    tool_call_id), and tools get `run_id:tool_call_id` as their idempotency key; a provider that
+    sends an empty id, the same id twice, or reuses an earlier turn's id would make them collide.
+    Such ids get a suffix; the stored assistant message carries the new ids, so the model sees
+    its results under them."""
+    if not calls:
+        return calls
+    used = {c.id for m in transcript if m.tool_calls for c in m.calls}
+    unique: list[ToolCall] = []
+    for i, call in enumerate(calls):
+        cid = call.id
+        n = 0
+        while not cid or cid in used:
+            n += 1
+            cid = f"{call.id or 'call'}~{seq}.{i}" + (f".{n}" if n > 1 else "")
+        used.add(cid)
+        unique.append(call if cid == call.id else call.model_copy(update={"id": cid}))
+    return unique
 
 
 def _interrupted_message(call: ToolCall) -> Message:

@@ -69,7 +69,7 @@ class StepTask(Task):  # type: ignore[misc]
             log.warning("run %s step %s: killed at the hard time limit; the sweeper will retry it", run_id, seq)
             return
         try:
-            engine_for(self.app).fail_step(run_id, seq, exc)
+            engine_for(self.app).fail_step(run_id, seq, exc, owner=_owner_of(task_id))
         except Exception:  # the sweeper still recovers the run from its lease
             log.exception("run %s step %s: the failure handler could not record the error", run_id, seq)
 
@@ -80,7 +80,12 @@ def _step_args(args: Any, kwargs: Any) -> tuple[str, int]:
 
 
 def _owner(task: Task) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{task.request.id}"
+    return _owner_of(task.request.id)
+
+
+def _owner_of(task_id: str) -> str:
+    """The claim owner of a delivery: unique per host, process and task id."""
+    return f"{socket.gethostname()}:{os.getpid()}:{task_id}"
 
 
 def register_tasks(app: Celery) -> None:

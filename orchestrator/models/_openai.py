@@ -216,7 +216,8 @@ class OpenAIModel(Model):
                 retryable=False,
                 kind="AuthenticationError",
             )
-        client = client_for(self.resolved_base_url(), api_key, self.timeout, self.max_retries, self.organization)
+        timeout = self._timeout or context.timeout or self.timeout
+        client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params = {**self.request_params, **self.build_request(messages, tools)}
         headers = {**self.default_headers, **context.headers()}
         failure: ModelCallError | None = None
@@ -228,7 +229,14 @@ class OpenAIModel(Model):
             # Raised outside the except block so the SDK's exception (whose text may hold part
             # of the key) is not chained into tracebacks and logs.
             raise failure
-        return self.read_reply(raw)
+        try:
+            return self.read_reply(raw)
+        except ModelCallError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # A reply the provider sent but we cannot read (a tool call without an id or a name,
+            # a missing field): the next sample may be fine, so it is retried like a 5xx.
+            raise malformed(self, f"{type(exc).__name__}: {str(exc)[:300]}") from None
 
     @abstractmethod
     def build_request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:

@@ -31,6 +31,9 @@ class CallContext:
 
     run_id: str
     seq: int
+    #: The HTTP timeout the worker's settings give one call (RATCHET_MODEL_TIMEOUT); a model's own
+    #: `timeout=` wins.
+    timeout: float | None = None
 
     def headers(self) -> dict[str, str]:
         """Headers that name the run and step (harmless to real providers)."""
