@@ -12,6 +12,8 @@ import asyncio
 import time
 import uuid
 
+from sqlalchemy.exc import IntegrityError
+
 from orchestrator import agent as registry
 from orchestrator import delegation
 from orchestrator.errors import (
@@ -30,7 +32,6 @@ from orchestrator.status import RunStatus
 from orchestrator.store import Store
 
 S = RunStatus
-RESUMABLE = (S.ERROR, S.PAUSED)
 #: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
 SAFETY_POLL = 0.5
 
@@ -107,10 +108,8 @@ class Client:
                 input_messages=[Message(role="user", content=input)],
                 publish_grace=self.settings.publish_grace_seconds,
             )  # fmt: skip
-        except Exception as exc:
-            if "unique" in str(exc).lower() or "duplicate" in str(exc).lower():
-                raise ConfigurationError(f"a run with run_id {run_id!r} already exists; use a new id") from None
-            raise
+        except IntegrityError:
+            raise ConfigurationError(f"a run with run_id {run_id!r} already exists; use a new id") from None
         self._publish_first(record)
         return RunHandle(run_id, self)
 
@@ -179,7 +178,8 @@ class Client:
         created = self.store.create_run(
             run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
             input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
-            publish_grace=self.settings.publish_grace_seconds, parent_run_id=record.parent_run_id,
+            # A fork of a member's run is the user's own run, not a member of the team any more.
+            publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
             forked_from=record.run_id, system_message=record.system_message,
         )  # fmt: skip
         self._publish_first(created)
@@ -189,6 +189,8 @@ class Client:
         try:
             self.dispatcher.publish(StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step))  # type: ignore[arg-type]
         except Exception as exc:
+            # Due at once: the first sweep after the broker is back publishes it.
+            self.store.mark_due(record.run_id, epoch=record.epoch)
             raise BrokerUnavailableError(
                 f"run {record.run_id} is QUEUED again but its step could not be published ({exc}); "
                 "the sweeper publishes it once the broker is reachable",

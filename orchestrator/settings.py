@@ -5,8 +5,9 @@ With nothing set, Ratchet runs embedded: a SQLite file and kombu's filesystem br
 `RATCHET_DATABASE_URL` (PostgreSQL) and `RATCHET_BROKER_URL` (Redis).
 
 Time limits nest so that no step outlives its lease and no lease outlives the broker's
-redelivery clock:  model timeout x attempts < soft limit < hard limit < lease < visibility timeout.
-`Settings.validate_limits` enforces it at start-up.
+redelivery clock: soft limit < hard limit < lease < visibility timeout, which
+`Settings.validate_limits` enforces at start-up. Keep the model timeout (plus backoff) under the
+soft limit too; that one is advice, since a model may set its own timeout.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Run states and the one table of legal moves between them.
 
-Nothing writes a run's status except `store.Store.transition`, which checks every move against
-`TRANSITIONS` and applies it as a guarded `UPDATE ... WHERE status IN (...) AND epoch = ...`,
+Nothing writes a run's status except the store's guarded moves (`Store._move` and the prebuilt
+statements in `store/statements.py`), which check every move against
+`TRANSITIONS` and apply it as a guarded `UPDATE ... WHERE status IN (...) AND epoch = ...`,
 so a duplicate delivery, a double-clicked continue or a stale worker changes nothing.
 """
 
@@ -59,8 +60,3 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 def can_move(src: RunStatus, dst: RunStatus) -> bool:
     """Whether `src -> dst` is a legal move."""
     return dst in TRANSITIONS[src]
-
-
-def sources_of(dst: RunStatus) -> frozenset[RunStatus]:
-    """Every status from which `dst` can be reached."""
-    return frozenset(src for src, dsts in TRANSITIONS.items() if dst in dsts)

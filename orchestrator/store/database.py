@@ -90,9 +90,4 @@ def is_migrated(engine: Engine) -> bool:
     return inspect(engine).has_table("ratchet_runs")
 
 
-def pid_safe(engine: Engine) -> None:
-    """After a fork, drop pooled connections inherited from the parent without closing them."""
-    engine.dispose(close=False)
-
-
-__all__ = ["migrate", "normalise_url", "open_engine", "pid_safe", "is_migrated"]
+__all__ = ["migrate", "normalise_url", "open_engine", "is_migrated"]
