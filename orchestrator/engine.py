@@ -107,7 +107,7 @@ class Engine:
         flight.system_message = new_system
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
-        batches = sum(1 for m in claim.messages if m.role == "assistant" and m.tool_calls)
+        batches = _batches_since_last_user_message(claim.messages)
         context = CallContext(run_id=run_id, seq=record.seq, timeout=self.settings.model_timeout)
         try:
             reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
@@ -352,6 +352,18 @@ class Engine:
         )
         if (step := delegation.wake_step(team)) is not None:
             self.publish(step)
+
+
+def _batches_since_last_user_message(transcript: list[Message]) -> int:
+    """Tool batches the model asked for since the user last spoke: the cap is per request, so a
+    conversation continued with new input (or forked) starts counting again."""
+    count = 0
+    for message in reversed(transcript):
+        if message.role == "user":
+            break
+        if message.role == "assistant" and message.tool_calls:
+            count += 1
+    return count
 
 
 def _unique_call_ids(calls: list[ToolCall], transcript: list[Message], seq: int) -> list[ToolCall]:

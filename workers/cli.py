@@ -220,8 +220,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from workers.tasks import engine_for
 
     report = Sweeper(engine_for(create_app(Settings.from_env()))).sweep_once()
-    print(f"requeued {len(report.requeued)}, republished {len(report.republished)}, poisoned {len(report.poisoned)}")
-    for kind in ("requeued", "republished", "poisoned"):
+    print(
+        f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
+        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}"
+    )
+    for kind in ("requeued", "republished", "poisoned", "fanned_in"):
         for run_id in getattr(report, kind):
             print(f"  {kind}: {run_id}")
     return 0

@@ -125,7 +125,12 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=SWEEP_TASK, bind=True, shared=False)
     def sweep(self: Task) -> dict[str, list[str]]:
         report = Sweeper(engine_for(self.app)).sweep_once()
-        return {"requeued": report.requeued, "republished": report.republished, "poisoned": report.poisoned}
+        return {
+            "requeued": report.requeued,
+            "republished": report.republished,
+            "poisoned": report.poisoned,
+            "fanned_in": report.fanned_in,
+        }
 
     _ = (model_call, tool_batch, start_run, continue_run, sweep)
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 log = logging.getLogger("ratchet.store")
 CHANNEL = "ratchet_final"
+RETRY_AFTER_FAILURE = 30.0
 _NOTIFY = text(f"SELECT pg_notify('{CHANNEL}', :run_id)")
 
 
@@ -36,13 +38,20 @@ class FinalWatcher:
         self._thread: threading.Thread | None = None
         self._listening = threading.Event()
         self._closed = False
+        # When LISTEN last failed: for a while after, waiters poll at once instead of each one
+        # waiting for a connection that will not come (PgBouncer in transaction mode, no slots).
+        self._failed_at: float | None = None
 
     def subscribe(self, run_id: str, timeout: float = 2.0) -> threading.Event | None:
         """An event set when the run's final move commits; None if not listening (then poll).
 
         Subscribe before reading the run's status, so no notice can fall between the two."""
         with self._lock:
+            if self._closed:
+                return None
             if self._thread is None or not self._thread.is_alive():
+                if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_AFTER_FAILURE:
+                    return None
                 self._listening.clear()
                 self._thread = threading.Thread(target=self._listen, name="ratchet-final-watcher", daemon=True)
                 self._thread.start()
@@ -84,7 +93,8 @@ class FinalWatcher:
                         events = list(self._waiters.get(notice.payload, ()))
                     for event in events:
                         event.set()
-        except Exception as exc:  # waiters fall back to polling; the next subscribe reconnects
+        except Exception as exc:  # waiters fall back to polling; a later subscribe reconnects
+            self._failed_at = time.monotonic()
             log.info("run notifications stopped (%s: %s); waiters poll", type(exc).__name__, exc)
         finally:
             self._listening.clear()

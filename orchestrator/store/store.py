@@ -527,5 +527,7 @@ def forget_stores() -> None:
     """Drop cached stores (after a fork, or between tests that change RATCHET_DATABASE_URL)."""
     with _cache_lock:
         for store in _cache.values():
+            if store._watcher is not None:
+                store._watcher.close()
             store.engine.dispose(close=False)
         _cache.clear()

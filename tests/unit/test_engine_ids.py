@@ -23,3 +23,12 @@ def test_ids_that_are_empty_repeated_or_used_before_get_a_suffix_and_fresh_ones_
 def test_a_reply_with_unique_ids_is_returned_as_it_is() -> None:
     reply = [ToolCall(id="a", name="t"), ToolCall(id="b", name="t")]
     assert _unique_call_ids(reply, [], seq=0) == reply
+
+
+def test_the_tool_batch_cap_counts_only_since_the_user_last_spoke() -> None:
+    from orchestrator.engine import _batches_since_last_user_message
+
+    batch = Message(role="assistant", tool_calls=[ToolCall(id="x", name="t").to_openai()])
+    transcript = [Message(role="user", content="a"), batch, batch, Message(role="user", content="b"), batch]
+    assert _batches_since_last_user_message(transcript) == 1
+    assert _batches_since_last_user_message(transcript[:3]) == 2
