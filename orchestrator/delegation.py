@@ -30,13 +30,12 @@ unique index on (run_id, tool_call_id) refuses a second result for a call if all
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
@@ -253,7 +252,7 @@ def _result(call: ToolCall, members: Sequence[RunRecord]) -> Message:
         )
         error = all(e for _, e in answers)
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=_args(call),
+        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=call.arguments_dict(),
         content=content, tool_call_error=error,
     )  # fmt: skip
 
@@ -272,14 +271,6 @@ def _in_member_order(team: RunRecord, members: list[RunRecord]) -> list[RunRecor
     except RatchetError:
         order = {}
     return sorted(members, key=lambda m: (order.get(m.agent_name, len(order)), m.agent_name, m.run_id))
-
-
-def _args(call: ToolCall) -> dict[str, Any] | None:
-    try:
-        value = json.loads(call.arguments)
-    except (json.JSONDecodeError, TypeError):
-        return {"_raw": call.arguments}
-    return value if isinstance(value, dict) else {"_raw": call.arguments}
 
 
 # ---------------------------------------------------------------- continue

@@ -257,7 +257,7 @@ class Engine:
         try:
             args = tool.parse_arguments(call.arguments)
         except ToolArgumentsError as exc:
-            return result(str(exc), error=True, args=_raw_args(call.arguments))
+            return result(str(exc), error=True, args=call.arguments_dict())
         if tool.at_most_once:
             self.store.record_tool_start(claim, call.id, call.name)
         try:
@@ -391,19 +391,11 @@ def _unique_call_ids(calls: list[ToolCall], transcript: list[Message], seq: int)
 
 def _interrupted_message(call: ToolCall) -> Message:
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=_raw_args(call.arguments),
+        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=call.arguments_dict(),
         tool_call_error=True,
         content="this call was interrupted before it reported a result and was not run again "
         "(at-most-once); its outcome is unknown",
     )  # fmt: skip
-
-
-def _raw_args(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, TypeError):
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"_raw": raw}
 
 
 def _jsonable(args: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,15 @@ class ToolCall(BaseModel):
         """The call in the OpenAI Chat shape that Agno stores in `Message.tool_calls`."""
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
+    def arguments_dict(self) -> dict[str, Any]:
+        """The arguments as a dict for `Message.tool_args`; text that is not a JSON object is kept
+        under "_raw" so a transcript shows what the model actually sent."""
+        try:
+            value = json.loads(self.arguments)
+        except (json.JSONDecodeError, TypeError):
+            return {"_raw": self.arguments}
+        return value if isinstance(value, dict) else {"_raw": self.arguments}
+
     @classmethod
     def from_openai(cls, raw: dict[str, Any]) -> ToolCall:
         """Read a call back from the OpenAI Chat shape."""
