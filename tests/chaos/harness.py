@@ -66,8 +66,15 @@ CHAOS_SETTINGS: dict[str, Any] = {
 }
 
 
-#: For tests whose recovery waits out a killed step's lease: the scripted steps take milliseconds.
+#: For tests whose recovery waits out a lease of a step that kills its worker by itself (or is
+#: cut short by the broker): the scripted steps take milliseconds.
 SHORT_LEASE: dict[str, Any] = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "lease_seconds": 2.0}
+
+#: For tests that kill a worker mid-step once the step got somewhere (a tool started, results or
+#: other runs committed), then wait out its lease: getting there can take seconds on a loaded
+#: machine, and the soft limit must not end the step first. The lease is just past the hard
+#: limit, so the recovery waits no longer than it must.
+KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5, "lease_seconds": 6.0}
 
 
 def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:

@@ -17,14 +17,12 @@ import pytest
 from orchestrator import RunOutput, RunStatus
 from orchestrator.testing.script import ScriptConfig
 from tests.chaos.agents import calls
-from tests.chaos.harness import Cluster, wait_for
+from tests.chaos.harness import KILL_LIMITS, Cluster, wait_for
 from tests.chaos.team_agents import RESEARCHER, TEAM, WRITER
 from tests.chaos.team_harness import delegate, delegation_calls, start_team_worker
 
 pytestmark = pytest.mark.chaos
 S = RunStatus
-#: Recovery waits for the killed step's lease; the scripted steps take milliseconds.
-SHORT_LEASE = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "lease_seconds": 2.0}
 
 
 def team_script(cluster: Cluster, **members: ScriptConfig) -> None:
@@ -71,7 +69,7 @@ def _children_of(cluster: Cluster, team_run_id: str, call_id: str) -> set[str]:
 def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_call(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**SHORT_LEASE)
+    cluster = make_cluster(**KILL_LIMITS)
     # Given a researcher whose batch holds in r2 after r1 finished and was committed
     team_script(cluster)
     cluster.flag("hold-r2")
@@ -103,7 +101,7 @@ def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_
 def test_a_pool_process_killed_during_the_step_that_fans_in_redoes_it_once(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**SHORT_LEASE)
+    cluster = make_cluster(**KILL_LIMITS)
     # Given a writer that answers at once, last: its one model call, whose commit fans in, hangs
     team_script(cluster, writer=ScriptConfig(batches=[], final_text="W", delay_s=30))
     start_team_worker(cluster)

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import RunStatus
 from tests.chaos.agents import calls
-from tests.chaos.harness import SHORT_LEASE, Cluster, wait_for
+from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.chaos
 def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**SHORT_LEASE)
+    cluster = make_cluster(**KILL_LIMITS)
     # Given a run whose first model call hangs in the model server
     cluster.script(batches=[calls("a")], delay_s=30)
     cluster.start_worker()
@@ -43,7 +43,7 @@ def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(
 def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**SHORT_LEASE)
+    cluster = make_cluster(**KILL_LIMITS)
     # Given a batch of three calls where b holds while a and c finish
     cluster.script(batches=[calls("a", "b", "c")])
     cluster.flag("hold-b")
@@ -91,7 +91,7 @@ def test_a_step_that_kills_its_worker_every_time_errors_after_the_attempt_cap(
 def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_run_errors(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**SHORT_LEASE)
+    cluster = make_cluster(**KILL_LIMITS)
     # Given a batch where an at-most-once call holds while an ordinary one finishes
     cluster.script(batches=[calls("a") + calls("b", name="effect_once")])
     cluster.flag("hold-b")

@@ -3,8 +3,9 @@ concurrent deliveries and continues, the sweeper, at-most-once tools, the poison
 retries. Real Redis, real Celery (an in-process worker), the real openai client against the
 scripted model. Worker processes that are killed, frozen or time-limited: tests/chaos.
 
-Lease expiry is shown two ways: store tests move the store's clock (a lease is a time, and the
-store reads time from its `clock`); tests with a worker claim with a short lease and wait for it.
+Lease expiry is shown by moving the store's clock (a lease is a time, and the store reads time
+from its `clock`), never by waiting for a short real lease: on a loaded machine a lease that must
+stay live for a few steps of the test could run out first.
 """
 
 from __future__ import annotations
@@ -238,19 +239,19 @@ def test_a_step_is_not_claimed_past_the_attempt_cap_and_the_sweeper_errors_it(
 
 
 def test_continue_of_a_running_run_is_refused_while_its_lease_is_live_and_resumes_it_after(
-    settings: Settings, scripted: ScriptedServer
+    settings: Settings, scripted: ScriptedServer, store: Store, clock: Clock
 ) -> None:
     agent = define(settings)
-    client = Client(settings)
+    client = Client(settings, store=store)
     run_id = client.start(agent.name, input="hello").run_id
     # A worker took the first step and froze (no worker consumes yet: its task stays queued).
-    frozen = client.store.claim(run_id, 0, "model", owner="frozen-worker", lease_seconds=1.0, max_attempts=5)
+    frozen = client.store.claim(run_id, 0, "model", owner="frozen-worker", lease_seconds=30, max_attempts=5)
     assert frozen is not None
 
     with pytest.raises(RunBusyError, match="RUNNING on frozen-worker and its lease is live"):
         client.continue_run(run_id)
 
-    wait_for(lambda: time.time() > (frozen.record.lease_expires_at or 0), timeout=5, what="the lease to expire")
+    clock.advance(31)  # the lease expires
     handle = client.continue_run(run_id)
     record = client.store.get_record(run_id)
     assert handle.run_id == run_id and record.status == S.QUEUED and record.epoch == frozen.epoch + 1
@@ -334,7 +335,7 @@ def lookup(query: str) -> str:
 
 
 def test_an_interrupted_at_most_once_tool_is_not_run_again_and_the_run_errors_saying_so(
-    settings: Settings, scripted: ScriptedServer
+    settings: Settings, scripted: ScriptedServer, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     charged: list[str] = []
 
@@ -346,13 +347,17 @@ def test_an_interrupted_at_most_once_tool_is_not_run_again_and_the_run_errors_sa
 
     agent = define(settings, tools=[charge_card])
     client = Client(settings)
+    # This process's store (the test's, the engine's, the embedded worker's and its sweeper's)
+    # reads time from `clock`.
+    monkeypatch.setattr(client.store, "clock", clock)
     run_id = client.start(agent.name, input="charge it").run_id
     assert Engine(settings).model_step(run_id, 0, owner="test") == "tools"
     # A worker started the charge and died before it reported back.
-    doomed = client.store.claim(run_id, 1, "tools", owner="doomed", lease_seconds=0.5, max_attempts=5)
+    doomed = client.store.claim(run_id, 1, "tools", owner="doomed", lease_seconds=30, max_attempts=5)
     assert doomed is not None
     call_id = doomed.messages[-1].calls[0].id
     client.store.record_tool_start(doomed, call_id, "charge_card")
+    clock.advance(31)  # its lease expires: the worker's sweeper takes the step back
 
     with EmbeddedWorker(settings):
         out = client.wait(run_id, timeout=30)
