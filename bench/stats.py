@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.testing.waiting import wait_until  # noqa: F401  (re-exported for the benchmarks)
+
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
@@ -109,15 +111,3 @@ def timed(fn: Callable[[], Section]) -> Section:
     section = fn()
     section.seconds = time.monotonic() - t0
     return section
-
-
-def wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.02, what: str = "condition") -> Any:
-    """Poll `check` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

@@ -23,13 +23,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from sqlalchemy import create_engine, func, select, text
@@ -45,10 +44,10 @@ from orchestrator.store.schema import messages as messages_table
 from orchestrator.sweeper import Sweeper
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
+from orchestrator.testing.waiting import wait_until
 from tests.chaos import agents
 from workers.dispatch import CeleryDispatcher
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-chaos-test-key-for-the-scripted-model"
 
@@ -75,18 +74,6 @@ SHORT_LEASE: dict[str, Any] = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "
 #: machine, and the soft limit must not end the step first. The lease is just past the hard
 #: limit, so the recovery waits no longer than it must.
 KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5, "lease_seconds": 6.0}
-
-
-def wait_for(predicate: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -134,7 +121,7 @@ class RedisServer:
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")],
         )  # fmt: skip
-        wait_for(self._pong, timeout=10, what=f"redis-server on port {self.port}")
+        wait_until(self._pong, timeout=10, what=f"redis-server on port {self.port}")
         return self
 
     def _pong(self) -> bool:
@@ -254,7 +241,7 @@ class Cluster:
             )
         worker = Worker(name, proc, log)
         self.workers.append(worker)
-        wait_for(
+        wait_until(
             lambda: (self.dir / f"ready-{name}").exists() or not worker.alive(),
             timeout=30,
             what=f"worker {name} to start",
@@ -314,7 +301,7 @@ class Cluster:
 
     def wait_model_call(self, run_id: str, seq: int, *, timeout: float = 20) -> int:
         """Wait until the model server has received step `seq`'s call; the pid that makes it."""
-        wait_for(
+        wait_until(
             lambda: any(r["run_id"] == run_id and r["step"] == str(seq) for r in self.model.requests),
             timeout=timeout, what=f"the model call of step {seq} of run {run_id}",
         )  # fmt: skip
@@ -324,13 +311,13 @@ class Cluster:
 
     def wait_tool_started(self, key: str, *, timeout: float = 20) -> int:
         """Wait until a process started tool call `key`; its pid."""
-        found = wait_for(
+        found = wait_until(
             lambda: list(self.dir.glob(f"started-{key}.*")), timeout=timeout, what=f"tool call {key} to start"
         )
         return int(found[0].suffix[1:])
 
     def wait_status(self, run_id: str, *statuses: RunStatus, timeout: float = 20) -> RunOutput:
-        wait_for(
+        wait_until(
             lambda: self.store.get_record(run_id).status in statuses,
             timeout=timeout, what=f"run {run_id} to be {'/'.join(statuses)}",
         )  # fmt: skip
@@ -341,11 +328,11 @@ class Cluster:
         ids = list(run_ids)
         final = (RunStatus.COMPLETED, RunStatus.ERROR)
         try:
-            wait_for(
+            wait_until(
                 lambda: all(self.store.get_record(r).status in final for r in ids),
                 timeout=timeout, what=f"runs {ids} to reach COMPLETED or ERROR", interval=0.05,
             )  # fmt: skip
-        except AssertionError as exc:
+        except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{self.diagnose(ids)}") from None
         return {r: self.store.get_output(r) for r in ids}
 

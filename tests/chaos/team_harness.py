@@ -9,7 +9,8 @@ from typing import Any
 
 from orchestrator.messages import ToolCall
 from orchestrator.team import TO_MEMBER
-from tests.chaos.harness import Cluster, Worker, wait_for
+from orchestrator.testing.waiting import wait_until
+from tests.chaos.harness import Cluster, Worker
 
 TEAM_APPS = ("tests.chaos.agents", "tests.chaos.team_agents")
 
@@ -28,7 +29,9 @@ def start_team_worker(cluster: Cluster, *, concurrency: int = 2) -> Worker:
         )  # fmt: skip
     worker = Worker(name, proc, log)
     cluster.workers.append(worker)
-    wait_for(lambda: (cluster.dir / f"ready-{name}").exists() or not worker.alive(), timeout=30, what=f"worker {name}")
+    wait_until(
+        lambda: (cluster.dir / f"ready-{name}").exists() or not worker.alive(), timeout=30, what=f"worker {name}"
+    )
     assert worker.alive(), f"worker {name} died at start:\n{worker.log()[-3000:]}"
     return worker
 

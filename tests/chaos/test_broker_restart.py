@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from orchestrator import RunStatus
+from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import SHORT_LEASE, Cluster, wait_for
+from tests.chaos.harness import SHORT_LEASE, Cluster
 
 pytestmark = pytest.mark.chaos
 
@@ -22,7 +23,7 @@ def test_runs_in_flight_complete_after_redis_restarts_empty(make_cluster: Callab
     cluster.start_sweeper()
     run_ids = [cluster.start_run(f"run {i}") for i in range(6)]
     # Some steps are running, others wait in Redis.
-    wait_for(lambda: len(cluster.model.requests) >= 2, timeout=20, what="two model calls in flight or done")
+    wait_until(lambda: len(cluster.model.requests) >= 2, timeout=20, what="two model calls in flight or done")
 
     cluster.redis.restart()
 

@@ -12,8 +12,9 @@ import pytest
 
 from orchestrator import RunStatus
 from orchestrator.ports import StepRef
+from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import Cluster, pid_alive, wait_for
+from tests.chaos.harness import Cluster, pid_alive
 
 pytestmark = pytest.mark.chaos
 
@@ -37,7 +38,7 @@ def test_a_worker_frozen_past_its_lease_is_fenced_when_it_wakes(cluster: Cluster
     # And the frozen pool process wakes first (its main process, still frozen, cannot enforce
     # the time limit), reads the model's answer, and tries to commit it
     os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: "fenced" in cluster.events(run_id), timeout=20, what="the woken worker's commit to be fenced")
+    wait_until(lambda: "fenced" in cluster.events(run_id), timeout=20, what="the woken worker's commit to be fenced")
     frozen.signal_all(signal.SIGCONT)
 
     # Then its commit was rolled back: the run is exactly as the other worker left it
@@ -63,7 +64,7 @@ def test_every_step_delivered_twice_at_once_runs_once(cluster: Cluster) -> None:
     assert cluster.model_calls(run_id) == {0: 1, 2: 1}
     assert cluster.attempts(run_id) == {"a": 1, "b": 1}
     # ...and each of the three steps' second delivery was dropped by the claim.
-    wait_for(
+    wait_until(
         lambda: sum(w.log().count("'dropped'") for w in workers) == 3,
         timeout=20, what="three duplicate deliveries to be dropped",
     )  # fmt: skip

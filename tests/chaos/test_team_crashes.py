@@ -16,8 +16,9 @@ import pytest
 
 from orchestrator import RunOutput, RunStatus
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, Cluster, wait_for
+from tests.chaos.harness import KILL_LIMITS, Cluster
 from tests.chaos.team_agents import RESEARCHER, TEAM, WRITER
 from tests.chaos.team_harness import delegate, delegation_calls, start_team_worker
 
@@ -77,7 +78,7 @@ def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_
     cluster.start_sweeper()
     team_run_id = cluster.client.start(TEAM, input="otters").run_id
     cluster.wait_tool_started("r2")
-    wait_for(
+    wait_until(
         lambda: (r := member(cluster, team_run_id, RESEARCHER)) is not None and len(r.tools) == 1,
         timeout=20, what="r1's result to be committed",
     )  # fmt: skip
@@ -107,7 +108,7 @@ def test_a_pool_process_killed_during_the_step_that_fans_in_redoes_it_once(
     start_team_worker(cluster)
     cluster.start_sweeper()
     team_run_id = cluster.client.start(TEAM, input="otters").run_id
-    writing = wait_for(lambda: member(cluster, team_run_id, WRITER), timeout=20, what="the writer's run")
+    writing = wait_until(lambda: member(cluster, team_run_id, WRITER), timeout=20, what="the writer's run")
     pid = cluster.wait_model_call(writing.run_id, seq=0)
     cluster.wait_status(member(cluster, team_run_id, RESEARCHER).run_id, S.COMPLETED)  # type: ignore[union-attr]
 
@@ -140,7 +141,7 @@ def test_a_process_that_dies_between_the_fan_in_commit_and_the_leaders_publish_l
     cluster.unflag("hold-w1")
 
     # Then the fan-in it committed stands, and the sweeper publishes the leader's step
-    wait_for(
+    wait_until(
         lambda: (cluster.dir / f"crash-before-publish-{team_run_id}.taken").exists(),
         timeout=20, what="the crash between the fan-in and the publish",
     )  # fmt: skip

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import RunStatus
+from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import Cluster, pid_alive, wait_for
+from tests.chaos.harness import Cluster, pid_alive
 
 pytestmark = pytest.mark.chaos
 
@@ -77,7 +78,7 @@ def test_a_step_killed_at_the_hard_limit_is_recovered_by_the_sweeper(cluster: Cl
     cluster.start_sweeper()
     run_id = cluster.start_run()
     pid = cluster.wait_tool_started("a")
-    wait_for(lambda: not pid_alive(pid), timeout=10, what="the hard time limit to kill the pool process")
+    wait_until(lambda: not pid_alive(pid), timeout=10, what="the hard time limit to kill the pool process")
     cluster.unflag("hold-a")
 
     # Then the sweeper re-queues the step when its lease expires, and it runs again to the end

@@ -10,8 +10,9 @@ from collections.abc import Callable
 import pytest
 
 from orchestrator import RunStatus
+from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster, wait_for
+from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster
 
 pytestmark = pytest.mark.chaos
 
@@ -50,7 +51,7 @@ def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinishe
     first = cluster.start_worker()
     run_id = cluster.start_run()
     cluster.wait_tool_started("b")
-    wait_for(
+    wait_until(
         lambda: len(cluster.store.get_output(run_id).tools) == 2, timeout=20, what="a's and c's results to be committed"
     )
 
@@ -99,7 +100,7 @@ def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_
     cluster.start_sweeper()
     run_id = cluster.start_run()
     cluster.wait_tool_started("b")
-    wait_for(lambda: len(cluster.store.get_output(run_id).tools) == 1, timeout=20, what="a's result to be committed")
+    wait_until(lambda: len(cluster.store.get_output(run_id).tools) == 1, timeout=20, what="a's result to be committed")
 
     # When the worker dies and another takes the step over
     first.kill()

@@ -12,11 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from base64 import b64encode
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,9 @@ import redis
 import yaml
 from sqlalchemy import create_engine, text
 
-from orchestrator import Client, RunStatus
+from orchestrator import Client, RunNotFoundError, RunStatus
 from orchestrator.settings import Settings
+from orchestrator.testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = f"sk-canary-{uuid.uuid4().hex}"
@@ -43,20 +43,6 @@ def free_port() -> int:
 def expand(word: str, env: dict[str, str]) -> str:
     """compose's ${VAR:-default} interpolation."""
     return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), word)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except Exception:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def flower_get(port: int, path: str) -> Any:
@@ -114,10 +100,9 @@ def stack(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[dict[str, Any
         )  # fmt: skip
     try:
         wait_until(
-            "flower to see both workers",
             lambda: len(json.loads(flower_get(flower_port, "/api/workers?refresh=1"))) >= 2,
-            90,
-        )
+            90, what="flower to see both workers", interval=0.2, ignore=(OSError, ValueError),
+        )  # fmt: skip
         yield {"env": env, "flower_port": flower_port, "logs": logs, "broker": broker, "pg_url": pg_url}
     finally:
         for proc in procs.values():
@@ -145,10 +130,10 @@ def test_compose_services_run_a_run_end_to_end_and_flower_shows_it_without_secre
 
     # Flower shows each step by task name, with the run id in its arguments
     tasks = wait_until(
-        "flower to list the run's steps",
         lambda: (t := json.loads(flower_get(port, "/api/tasks"))) and
         {v["name"] for v in t.values() if run_id in str(v.get("args"))} >= {"ratchet.model_call", "ratchet.tool_batch"}
         and t,
+        60, what="flower to list the run's steps", interval=0.2, ignore=(OSError, ValueError),
     )  # fmt: skip
     assert any(k.startswith(run_id) for k in tasks)
 
@@ -157,7 +142,10 @@ def test_compose_services_run_a_run_end_to_end_and_flower_shows_it_without_secre
     body = {"args": ["compose-agent", "from http", None, http_run], "queue": "ratchet.control"}
     sent = flower_post(port, "/api/task/send-task/ratchet.start_run", body)
     assert sent.get("task-id")
-    out = Client(settings).wait(wait_until("the HTTP run to exist", lambda: _exists(settings, http_run)), timeout=60)
+    out = Client(settings).wait(
+        wait_until(lambda: _exists(settings, http_run), 60, what="the HTTP run to exist", ignore=(RunNotFoundError,)),
+        timeout=60,
+    )
     assert out.status == RunStatus.COMPLETED and out.messages[1].content == "from http"
 
     # The API key reached neither Flower, nor the broker, nor the database, nor any log

@@ -3,27 +3,15 @@ and a producer whose broker is down at enqueue time (the run is kept and publish
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 from celery import Celery
 
-from orchestrator import Agent, BrokerUnavailableError, Client, RunStatus
+from orchestrator import Agent, BrokerUnavailableError, Client, RunNotFoundError, RunStatus, Session
 from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
-
-
-def wait_for_run(client: Client, run_id: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            client.get_run(run_id)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+from orchestrator.testing.waiting import wait_until
 
 
 @pytest.mark.usefixtures("worker", "scripted")
@@ -40,7 +28,7 @@ def test_a_plain_celery_producer_starts_and_continues_runs_by_task_name(settings
     )
 
     client = Client(settings)
-    wait_for_run(client, run_id)
+    wait_until(lambda: client.get_run(run_id), 30, what="the run to be written", ignore=(RunNotFoundError,))
     out = client.wait(run_id, timeout=30)
     assert out.status == RunStatus.COMPLETED and out.session_id == "s-by-name"
     assert [m.content for m in out.messages if m.role == "user"] == ["hello by name"]
@@ -50,14 +38,13 @@ def test_a_plain_celery_producer_starts_and_continues_runs_by_task_name(settings
         "ratchet.start_run", args=[name, "hello by name", "s-by-name", run_id], queue=settings.control_queue
     )
     producer.send_task("ratchet.continue_run", args=[run_id, "and again"], queue=settings.control_queue)
-    session = None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        session = client.get_session("s-by-name")
-        if session and len(session.runs) == 2 and session.runs[1].status == RunStatus.COMPLETED:
-            break
-        time.sleep(0.05)
-    assert session is not None and len(session.runs) == 2  # the original and one fork from continue
+
+    def fork_finished() -> Session | None:
+        s = client.get_session("s-by-name")
+        return s if s and len(s.runs) == 2 and s.runs[1].status == RunStatus.COMPLETED else None
+
+    session = wait_until(fork_finished, 30, what="the continued run's fork to finish")
+    assert len(session.runs) == 2  # the original and one fork from continue
     assert session.runs[1].forked_from == run_id
     producer.close()
 

@@ -31,7 +31,7 @@ from orchestrator.store import Claim, Store
 from orchestrator.sweeper import Sweeper
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
-from tests.chaos.harness import wait_for
+from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from workers import cli
 from workers.dispatch import CeleryDispatcher
@@ -312,7 +312,7 @@ def test_a_step_committed_but_never_published_is_published_by_ratchet_sweep(
     assert (record.status, record.seq, record.next_step) == (S.QUEUED, 1, "tools")
 
     # When `ratchet sweep` runs once the step is overdue
-    wait_for(lambda: time.time() > (record.publish_after or 0), timeout=5, what="the step to be overdue")
+    wait_until(lambda: time.time() > (record.publish_after or 0), timeout=5, what="the step to be overdue")
     for name, value in settings.model_dump().items():
         if value is not None:
             monkeypatch.setenv(f"RATCHET_{name.upper()}", str(value))
@@ -411,7 +411,7 @@ def test_a_stray_copy_of_a_failed_attempt_cannot_call_the_model_before_retry_aft
     client = Client(settings)
     with EmbeddedWorker(settings):
         run_id = agent.start("hello").run_id
-        wait_for(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")
+        wait_until(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")
 
         # When another copy of the failed attempt's task arrives (a sweeper republish, a redelivery)
         client.dispatcher.publish(StepRef(run_id=run_id, seq=0, kind="model"))
@@ -428,25 +428,25 @@ def test_a_long_retry_after_parks_the_run_without_holding_a_worker_until_the_swe
     db_url: str, redis_url: str, scripted: ScriptedServer
 ) -> None:
     settings = make_settings(db_url, redis_url, max_countdown=0.2, sweep_seconds=0.1)
-    scripted.configure(ScriptConfig(faults=[Fault(status=429, times=1, retry_after=2.0)]))
+    scripted.configure(ScriptConfig(faults=[Fault(status=429, times=1, retry_after=4.0)]))
     agent = define(settings, retries=3, retry_policy=QUICK_RETRIES)
     client = Client(settings)
 
     with EmbeddedWorker(settings):
         run_id = agent.start("hello").run_id
-        retry = wait_for(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")[0]
+        retry = wait_until(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")[0]
         assert retry["kind"] == "retry" and retry["detail"]["by"] == "sweeper"
         # While it waits, no worker holds the run and the broker holds no message for it.
         record = client.store.get_record(run_id)
         assert record.status == S.QUEUED and record.lease_owner is None
-        wait_for(lambda: broker_holds(redis_url, settings.model_queue) == 0, timeout=1, what="the broker to let go")
+        wait_until(lambda: broker_holds(redis_url, settings.model_queue) == 0, timeout=2.5, what="the broker to let go")
         assert client.store.get_record(run_id).status == S.QUEUED
         out = client.wait(run_id, timeout=30)
 
     assert out.status == S.COMPLETED
     calls = [r for r in scripted.requests if r["run_id"] == run_id]
     assert [r["status"] for r in calls] == [429, 200]
-    assert calls[1]["at"] - calls[0]["at"] >= 2.0
+    assert calls[1]["at"] - calls[0]["at"] >= 4.0
 
 
 def test_a_model_that_fails_forever_ends_in_error_after_the_agents_retries_with_the_conversation_kept(

@@ -11,11 +11,9 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -28,24 +26,12 @@ from orchestrator.store import Store
 from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
+from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
 from workers.cli import main as ratchet
 from workers.embedded import EmbeddedWorker
 
-T = TypeVar("T")
 S = RunStatus
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def tag() -> str:
@@ -234,7 +220,7 @@ def test_member_runs_are_stored_and_visible_while_they_run(
             return run if members["writer"].status == S.RUNNING else None
         return None
 
-    mid = eventually(researcher_done_writer_running, what="the researcher done and the writer running")
+    mid = wait_until(researcher_done_writer_running, what="the researcher done and the writer running")
     record = client.store.get_record(handle.run_id)
     assert record.lease_owner is None and record.next_step is None
     assert member_runs(mid)["writer"].messages[0].content == "draft"
@@ -323,7 +309,7 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert bad.run_id in failed.error.message and "scripted bad request" in failed.error.message
     assert [m.role for m in bad.messages] == ["user", "assistant", "tool"]
     assert [m.role for m in failed.messages][:3] == ["system", "user", "assistant"]
-    writer_done = eventually(lambda: (w := client.get_run(members["writer"].run_id)).status == S.COMPLETED and w)
+    writer_done = wait_until(lambda: (w := client.get_run(members["writer"].run_id)).status == S.COMPLETED and w)
     writer_calls = len(requests_for(scripted, writer_done.run_id))
 
     # When the team is continued
@@ -350,7 +336,7 @@ def test_cancelling_a_team_cancels_its_members(settings: Settings, scripted: Scr
     script(scripted, [to_member(researcher, "facts"), to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
     client = Client(settings)
     handle = team.start("otters")
-    eventually(lambda: len(client.store.children(handle.run_id)) == 2, what="the members to start")
+    wait_until(lambda: len(client.store.children(handle.run_id)) == 2, what="the members to start")
 
     out = client.cancel(handle.run_id)
 
@@ -458,7 +444,7 @@ def test_the_sweeper_finishes_a_fan_in_that_a_crash_left_undone(
     script(scripted, [to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
     client = Client(settings)
     handle = team.start("otters")
-    member = eventually(
+    member = wait_until(
         lambda: next((c for c in client.store.children(handle.run_id) if c.status == S.RUNNING), None),
         what="the writer to be running",
     )
