@@ -110,18 +110,20 @@ class Client:
             )  # fmt: skip
         except IntegrityError:
             raise ConfigurationError(f"a run with run_id {run_id!r} already exists; use a new id") from None
-        self._publish_first(record)
+        self.publish(record)
         return RunHandle(run_id, self)
 
-    def _publish_first(self, record: RunRecord) -> None:
+    def publish(self, record: RunRecord) -> None:
+        """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
+        once, so the first sweep after the broker is back publishes it, and raise
+        BrokerUnavailableError naming the run: nothing is lost."""
         step = StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step or "model")  # type: ignore[arg-type]
         try:
             self.dispatcher.publish(step)
         except Exception as exc:
-            # Due at once: the first sweep after the broker is back publishes it.
             self.store.mark_due(record.run_id, epoch=record.epoch)
             raise BrokerUnavailableError(
-                f"run {record.run_id} is saved as QUEUED but the broker refused its first task ({type(exc).__name__}: "
+                f"run {record.run_id} is saved as QUEUED but its step could not be published ({type(exc).__name__}: "
                 f"{exc}); nothing is lost: the sweeper (`ratchet sweep` or the beat task) publishes it once the broker "
                 "is reachable",
                 run_id=record.run_id,
@@ -167,7 +169,7 @@ class Client:
             publish_after=now + self.settings.publish_grace_seconds,
         )  # fmt: skip
         if moved is not None:
-            self._publish_next(moved)
+            self.publish(moved)
         return RunHandle(run_id, self)
 
     def _fork(self, record: RunRecord, input: str | None) -> RunHandle:
@@ -182,20 +184,8 @@ class Client:
             publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
             forked_from=record.run_id, system_message=record.system_message,
         )  # fmt: skip
-        self._publish_first(created)
+        self.publish(created)
         return RunHandle(fork_id, self)
-
-    def _publish_next(self, record: RunRecord) -> None:
-        try:
-            self.dispatcher.publish(StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step))  # type: ignore[arg-type]
-        except Exception as exc:
-            # Due at once: the first sweep after the broker is back publishes it.
-            self.store.mark_due(record.run_id, epoch=record.epoch)
-            raise BrokerUnavailableError(
-                f"run {record.run_id} is QUEUED again but its step could not be published ({exc}); "
-                "the sweeper publishes it once the broker is reachable",
-                run_id=record.run_id,
-            ) from exc
 
     def cancel(self, run_id: str) -> RunOutput:
         """Cancel a run that has not finished. Its in-flight step is fenced: nothing it does

@@ -301,16 +301,12 @@ def continue_team(client: Client, team: RunRecord, owed: Sequence[ToolCall]) -> 
         error_type=None, error_message=None,
     )  # fmt: skip
     if moved is not None:
-        step = wake_step(fan_in_now(store, team.run_id, publish_grace=client.settings.publish_grace_seconds))
-        if step is not None:
+        woken = fan_in_now(store, team.run_id, publish_grace=client.settings.publish_grace_seconds)
+        if woken is not None and wake_step(woken) is not None:
             try:
-                client.dispatcher.publish(step)
-            except Exception as exc:
-                broker_down = BrokerUnavailableError(
-                    f"run {team.run_id} is QUEUED again but its step could not be published ({exc}); "
-                    "the sweeper publishes it once the broker is reachable",
-                    run_id=team.run_id,
-                )
+                client.publish(woken)
+            except BrokerUnavailableError as exc:
+                broker_down = exc
     if broker_down is not None:
         raise broker_down
     return True

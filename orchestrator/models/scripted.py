@@ -32,10 +32,6 @@ class ScriptedModel(Model):
         self.api_key = api_key
         self.state = ScriptState()
 
-    def describe(self) -> str:
-        """Class and model id; never the key."""
-        return f"{type(self).__name__}(id={self.id!r})"
-
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`."""
         decision = decide(
