@@ -13,22 +13,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.errors import ConfigurationError, FencedError, RunNotFoundError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
-from orchestrator.store.database import is_migrated, migrate, open_engine
+from orchestrator.store.database import is_migrated, migrate, open_engine, open_quick_engine
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +56,8 @@ class Store:
         self.engine = engine
         self.clock = clock
         self._is_pg = engine.dialect.name == "postgresql"
+        #: Reads and claims (PostgreSQL: autocommit, asynchronous commit; see `open_quick_engine`).
+        self.quick_engine = open_quick_engine(engine) if self._is_pg else engine
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -89,11 +93,23 @@ class Store:
 
     # ---------------------------------------------------------------- reads
 
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` on a connection of the quick pool (reads and the claim). On PostgreSQL that
+        pool has no pre-ping: when the server dropped the connection (a restart, a failover, an
+        idle timeout), the pool is refreshed and `work` runs once more on a new connection."""
+        try:
+            with self.quick_engine.connect() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            if not (self._is_pg and exc.connection_invalidated):
+                raise
+        with self.quick_engine.connect() as conn:
+            return work(conn)
+
     def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
         """The run's row, or RunNotFoundError."""
         if conn is None:
-            with self.engine.connect() as c:
-                return self.get_record(run_id, c)
+            return self._read(lambda c: self.get_record(run_id, c))
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
@@ -102,49 +118,53 @@ class Store:
     def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's stored messages in order (the system message lives on the run row)."""
         if conn is None:
-            with self.engine.connect() as c:
-                return self.get_messages(run_id, c)
+            return self._read(lambda c: self.get_messages(run_id, c))
         rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx))
         return [Message.from_row(r) for r in rows]
 
     def get_output(self, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs (recursively)."""
-        with self.engine.connect() as conn:
-            return self._output(conn, self.get_record(run_id, conn))
+        return self._read(lambda conn: self._output(conn, self.get_record(run_id, conn)))
 
     def _output(self, conn: Connection, record: RunRecord) -> RunOutput:
-        children = conn.execute(
-            select(runs).where(runs.c.parent_run_id == record.run_id).order_by(runs.c.created_at, runs.c.run_id)
-        )
-        members = [self._output(conn, RunRecord.from_row(r)) for r in children]
+        members: list[RunOutput] = []
+        if record.kind == "team":  # only a team's runs have member runs
+            children = conn.execute(
+                select(runs).where(runs.c.parent_run_id == record.run_id).order_by(runs.c.created_at, runs.c.run_id)
+            )
+            members = [self._output(conn, RunRecord.from_row(r)) for r in children]
         return RunOutput.from_record(record, self.get_messages(record.run_id, conn), members)
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""
-        with self.engine.connect() as conn:
-            if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
-                return None
-            rows = conn.execute(
-                select(runs)
-                .where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
-                .order_by(runs.c.created_at, runs.c.run_id)
-            )
-            return Session(session_id=session_id, runs=[self._output(conn, RunRecord.from_row(r)) for r in rows])
+        return self._read(lambda conn: self._session(conn, session_id))
+
+    def _session(self, conn: Connection, session_id: str) -> Session | None:
+        if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
+            return None
+        rows = conn.execute(
+            select(runs)
+            .where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
+            .order_by(runs.c.created_at, runs.c.run_id)
+        )
+        return Session(session_id=session_id, runs=[self._output(conn, RunRecord.from_row(r)) for r in rows])
 
     def get_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
-        with self.engine.connect() as conn:
+
+        def read(conn: Connection) -> list[dict[str, Any]]:
             rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
             return [
                 {"at": r.at, "kind": r.kind, "seq": r.seq, "detail": json.loads(r.detail) if r.detail else None}
                 for r in rows
             ]
 
+        return self._read(read)
+
     def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
         """The run's direct child runs."""
         if conn is None:
-            with self.engine.connect() as c:
-                return self.children(run_id, c)
+            return self._read(lambda c: self.children(run_id, c))
         rows = conn.execute(select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.created_at))
         return [RunRecord.from_row(r) for r in rows]
 
@@ -256,23 +276,30 @@ class Store:
         A step already claimed `max_attempts` times is not claimed again, even once its lease
         expired: a redelivered message must not bypass the sweeper's poison check."""
         now = self.clock()
-        with self.engine.begin() as conn:
-            if self._is_pg:
-                # The claim need not wait for its WAL flush: if the database crashes and loses it,
-                # the run is back as it was, the step's commit (fenced by this claim's epoch)
-                # fails, and the sweeper republishes. A synchronous commit that follows (the
-                # step's, or an at-most-once tool's start) flushes the WAL in order, claim first.
-                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-            row = conn.execute(
-                statements.CLAIM, dict(
-                    b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
-                    b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
-                ),
-            ).first()  # fmt: skip
+        params = dict(
+            b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
+            b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
+        )  # fmt: skip
+
+        def claim(conn: Connection) -> Claim | None:
+            row = conn.execute(statements.CLAIM, params).first()
             if row is None:
                 return None
             record = RunRecord.from_row(row)
+            # Committed messages are never rewritten and the row counts them: reading them after
+            # the claim committed (PostgreSQL) sees the same transcript as reading them inside it.
             return Claim(record=record, messages=self._transcript(conn, record))
+
+        if self._is_pg:
+            # One autocommitted UPDATE that does not wait for its WAL flush: if the database
+            # crashes and loses it, the run is back as it was, the step's commit (fenced by this
+            # claim's epoch and owner) fails, and the sweeper republishes. A synchronous commit
+            # that follows (the step's, or an at-most-once tool's start) flushes the WAL in order,
+            # claim first. If a dropped connection hid a claim that did commit, the retry finds the
+            # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
+            return self._read(claim)
+        with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE
+            return claim(conn)
 
     def _transcript(self, conn: Connection, record: RunRecord) -> list[Message]:
         """The run's committed messages: the cached prefix plus the rows after it."""
@@ -390,11 +417,8 @@ class Store:
 
     def started_tool_calls(self, run_id: str) -> set[str]:
         """Ids of at-most-once calls that were started (finished or not)."""
-        with self.engine.connect() as conn:
-            return {
-                r.tool_call_id
-                for r in conn.execute(select(tool_starts.c.tool_call_id).where(tool_starts.c.run_id == run_id))
-            }
+        query = select(tool_starts.c.tool_call_id).where(tool_starts.c.run_id == run_id)
+        return self._read(lambda conn: {r.tool_call_id for r in conn.execute(query)})
 
     def park_for_retry(
         self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
@@ -496,7 +520,8 @@ class Store:
 
     def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
         """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
-        with self.engine.connect() as conn:
+
+        def read(conn: Connection) -> tuple[list[RunRecord], list[RunRecord]]:
             expired = conn.execute(
                 select(runs).where(runs.c.status == S.RUNNING.value, runs.c.lease_expires_at < now)
                 .order_by(runs.c.lease_expires_at).limit(limit)
@@ -506,6 +531,8 @@ class Store:
                 .order_by(runs.c.publish_after).limit(limit)
             )  # fmt: skip
             return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
+
+        return self._read(read)
 
 
 def _held(claim: Claim, now: float) -> Any:
@@ -530,4 +557,6 @@ def forget_stores() -> None:
             if store._watcher is not None:
                 store._watcher.close()
             store.engine.dispose(close=False)
+            if store.quick_engine is not store.engine:
+                store.quick_engine.dispose(close=False)
         _cache.clear()

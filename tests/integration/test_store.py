@@ -128,3 +128,42 @@ def test_a_claim_lost_in_a_database_crash_cannot_let_two_holders_share_an_epoch(
         store.append_tool_result(a, Message(role="tool", tool_call_id="x", tool_name="t", content="late"))
     store.commit_step(b, reply, status=RunStatus.COMPLETED, next_step=None, publish_grace=60)
     assert [m.content for m in store.get_messages(run_id)] == ["hello", "done"]
+
+
+def test_postgres_claims_and_reads_autocommit_without_waiting_for_the_wal_and_writes_wait(pg_url: str) -> None:
+    store = Store.open(pg_url)
+    with store.quick_engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+        assert conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    # The claim is committed when claim() returns: another connection sees the run RUNNING.
+    run_id = new_run(store)
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    assert claim is not None
+    with store.engine.connect() as conn:
+        seen = conn.execute(text("select status, lease_owner from ratchet_runs where run_id=:r"), {"r": run_id}).one()
+    assert tuple(seen) == ("RUNNING", "host:1:t")
+
+
+def test_a_connection_the_server_dropped_costs_no_read_claim_or_commit(pg_url: str) -> None:
+    # Given a store whose pooled connections all worked a moment ago
+    store = Store.open(pg_url)
+    run_id = new_run(store)
+    store.get_output(run_id)
+    # When the server drops every one of them (a restart, a failover, an idle-connection killer)
+    admin = open_engine(pg_url)
+    with admin.connect() as conn:
+        killed = conn.exec_driver_sql(
+            "select count(pg_terminate_backend(pid)) from pg_stat_activity "
+            "where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'"
+        ).scalar()
+    admin.dispose()
+    assert killed and killed >= 2  # the durable pool's connection and the quick pool's
+    # Then reads, the claim and the step's commit go on, each on a new connection
+    assert store.get_output(run_id).status == RunStatus.QUEUED
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    assert claim is not None and [m.content for m in claim.messages] == ["hello"]
+    store.commit_step(claim, [Message(role="assistant", content="done")], status=RunStatus.COMPLETED,
+                      next_step=None, publish_grace=60, content="done")  # fmt: skip
+    assert store.get_output(run_id).content == "done"
