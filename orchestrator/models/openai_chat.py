@@ -80,8 +80,10 @@ class OpenAIChat(OpenAIModel):
         return params
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], headers: dict[str, str]) -> Any:
-        """POST /chat/completions."""
-        return client.chat.completions.create(**params, extra_headers=headers)
+        """POST /chat/completions (see `OpenAIModel.send` for why not `chat.completions.create`)."""
+        from openai.types.chat import ChatCompletion
+
+        return client.post("/chat/completions", body=params, cast_to=ChatCompletion, options={"headers": headers})
 
     def read_reply(self, raw: Any) -> ModelReply:
         """The first choice's text and function calls; arguments are passed through unparsed."""

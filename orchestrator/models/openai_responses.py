@@ -84,8 +84,10 @@ class OpenAIResponses(OpenAIModel):
         return params
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], headers: dict[str, str]) -> Any:
-        """POST /responses."""
-        return client.responses.create(**params, extra_headers=headers)
+        """POST /responses (see `OpenAIModel.send` for why not `responses.create`)."""
+        from openai.types.responses import Response
+
+        return client.post("/responses", body=params, cast_to=Response, options={"headers": headers})
 
     def read_reply(self, raw: Any) -> ModelReply:
         """The output's text and function calls; arguments are passed through unparsed."""

@@ -252,6 +252,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "step": self.headers.get(STEP_HEADER),
                 "status": decision.status if isinstance(decision, ScriptedError) else 200,
                 "tool_calls": 0 if isinstance(decision, ScriptedError) else len(decision.tool_calls),
+                # The request's parameter names (not their values): what the client sent besides the transcript.
+                "params": sorted(k for k in body if k not in ("messages", "input")),
                 # At most the last 4 characters, and only of keys long enough that they give nothing away.
                 "key_last4": api_key[-4:] if api_key and len(api_key) >= 12 else None,
                 "at": time.time(),

@@ -183,6 +183,15 @@ def test_the_request_log_records_run_and_step_but_never_the_key(
     assert GOOD_KEY not in raw and GOOD_KEY[:-4] not in raw
 
 
+def test_request_params_reach_the_provider_as_given_even_ones_the_sdk_does_not_know(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    model = adapter(id="scripted", base_url=server.url, request_params={"metadata": {"a": "1"}, "x_beta_knob": 3})
+    ask(model)
+    (seen,) = server.requests
+    assert {"model", "tools", "metadata", "x_beta_knob"} <= set(seen["params"])
+
+
 def test_describe_never_shows_the_key(adapter: type[OpenAIModel]) -> None:
     model = adapter("gpt-test", api_key=GOOD_KEY, base_url="http://user:pw@example.com/v1?key=x")
     assert model.describe() == f"{adapter.__name__}(id='gpt-test', base_url='http://example.com/v1')"
