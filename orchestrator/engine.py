@@ -125,15 +125,24 @@ class Engine:
             )
         done = not reply.tool_calls
         grace = self.settings.publish_grace_seconds
-        with self.store.engine.begin() as conn:
+        status, next_step = (S.COMPLETED, None) if done else (S.QUEUED, "tools")
+        content = reply.content if done else None
+        team = record.parent_run_id if done else None
+        woken = None
+        if team is None:
             committed = self.store.commit_step(
-                claim, [message], status=S.COMPLETED if done else S.QUEUED, next_step=None if done else "tools",
-                publish_grace=grace, content=reply.content if done else None, system_message=new_system, conn=conn,
+                claim, [message], status=status, next_step=next_step, publish_grace=grace, content=content,
+                system_message=new_system,
             )  # fmt: skip
+        else:
             # A member's final answer reaches its team in the same transaction: no crash between.
-            team = committed.parent_run_id if done else None
-            woken = delegation.fan_in(self.store, conn, team, publish_grace=grace) if team else None
-        self.store.remember(committed, [message])
+            with self.store.engine.begin() as conn:
+                committed = self.store.commit_step(
+                    claim, [message], status=status, next_step=next_step, publish_grace=grace, content=content,
+                    system_message=new_system, conn=conn,
+                )  # fmt: skip
+                woken = delegation.fan_in(self.store, conn, team, publish_grace=grace)
+            self.store.remember(committed, [message])
         self._end(claim)
         if done:
             if (step := delegation.wake_step(woken)) is not None:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from orchestrator.messages import Message
@@ -42,14 +42,17 @@ class RunRecord:
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
-        """Build from a SQLAlchemy row of `ratchet_runs`."""
-        data = dict(row._mapping)
+        """Build from a SQLAlchemy row with the columns of `ratchet_runs` (others are ignored)."""
+        data = {k: v for k, v in row._mapping.items() if k in _RECORD_FIELDS}
         data["status"] = RunStatus(data["status"])
         return cls(**data)
 
     def lease_live(self, now: float) -> bool:
         """Whether a worker's lease on this run has not yet expired."""
         return self.lease_expires_at is not None and self.lease_expires_at > now
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(RunRecord))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,17 +1,45 @@
-"""The two statements every step runs, built once: the claim and the commit's move.
+"""The statements every step runs, built once: the claim and the commit's move.
 
 Building a SQLAlchemy statement costs more than running it on SQLite (a fifth of a worker's
 CPU per step in our profiles), so the per-step hot path uses these prebuilt statements with
 bound parameters. They encode exactly the guarded moves `Store._move` would build; the moves
 they make are checked against `status.TRANSITIONS` here, once, at import.
+
+On PostgreSQL the commit is one statement (`COMMIT_PG`): the guarded move, the append of the
+step's messages and, for a final move, the NOTIFY that wakes waiting producers, so it needs
+no BEGIN, no second INSERT and no COMMIT round trip. The messages only go in if the move
+matched: a fenced commit writes nothing.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Integer, String, Text, and_, bindparam, func, or_, update
+from collections.abc import Sequence
+from typing import Any
 
+from sqlalchemy import (
+    CTE,
+    Boolean,
+    Float,
+    Integer,
+    Select,
+    String,
+    Text,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from orchestrator.messages import Message
 from orchestrator.status import RunStatus, can_move
-from orchestrator.store.schema import runs
+from orchestrator.store.notify import CHANNEL
+from orchestrator.store.schema import messages, runs, sessions
 
 S = RunStatus
 NO_CAP = 2**31 - 1
@@ -71,3 +99,68 @@ COMMIT = (
     )
     .returning(*runs.c)
 )
+
+
+#: The message columns a write appends, in the order `message_arrays` gives them.
+_APPENDED = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error")
+_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean)
+
+
+def _append_messages(source: CTE, first_idx: Any) -> CTE:
+    """PostgreSQL: INSERT the bound `message_arrays` as messages of the run `source` returns, at
+    `first_idx` onwards; nothing when `source` returns no row (a guard that did not match)."""
+    rows = (
+        func.unnest(*(bindparam(f"b_m_{c}", type_=ARRAY(t)) for c, t in zip(_APPENDED, _ARRAY_TYPES, strict=True)))
+        .table_valued(*_APPENDED, with_ordinality="ord")
+        .render_derived(name="m")
+    )
+    return insert(messages).from_select(
+        ["run_id", "idx", *_APPENDED, "created_at"],
+        select(
+            source.c.run_id, first_idx + rows.c.ord - 1, *(rows.c[c] for c in _APPENDED),
+            bindparam("b_now", type_=Float),
+        ).select_from(source).join(rows, true()),
+    ).cte(f"{source.name}_messages")  # fmt: skip
+
+
+def _commit_pg(notify: bool) -> Select[Any]:
+    moved = COMMIT.cte("moved")
+    columns: list[Any] = [moved]
+    if notify:
+        columns.append(func.pg_notify(CHANNEL, moved.c.run_id).label("notified"))
+    first = moved.c.n_messages - bindparam("b_count", type_=Integer)
+    return select(*columns).add_cte(_append_messages(moved, first))
+
+
+#: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
+#: parameters and `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
+COMMIT_PG = _commit_pg(notify=False)
+#: The same for a move to a final status, which also wakes the run's waiters when it commits.
+COMMIT_PG_FINAL = _commit_pg(notify=True)
+
+
+def _create_pg() -> Select[Any]:
+    session = (
+        postgresql.insert(sessions)
+        .values(session_id=bindparam("b_session_id", type_=String), created_at=bindparam("b_now", type_=Float))
+        .on_conflict_do_nothing()
+        .cte("new_session")
+    )
+    run = (
+        insert(runs)
+        .values({c.name: bindparam(f"b_r_{c.name}", type_=c.type) for c in runs.c})
+        .returning(*runs.c)
+        .cte("new_run")
+    )
+    return select(run).add_cte(session, _append_messages(run, 0))
+
+
+#: PostgreSQL: a new run, its session if new, and its input messages in one statement; bind
+#: `b_session_id`, `b_now`, every run column as `b_r_<column>`, and `message_arrays(input)`.
+CREATE_PG = _create_pg()
+
+
+def message_arrays(items: Sequence[Message]) -> dict[str, list[Any]]:
+    """Messages as one array per column: the bound values of `COMMIT_PG` and `CREATE_PG`."""
+    rows = [m.to_row() for m in items]
+    return {f"b_m_{c}": [r[c] for r in rows] for c in _APPENDED}

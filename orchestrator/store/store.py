@@ -185,26 +185,35 @@ class Store:
         parent_tool_call_id: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
-        """Write the run (QUEUED, first step a model call) and its input in one transaction."""
+        """Write the run (QUEUED, first step a model call) and its input, atomically: on
+        PostgreSQL in one statement (autocommitted unless `conn`, the caller's transaction, is
+        given), on SQLite in one transaction."""
         if conn is None:
-            with self.engine.begin() as c:
-                return self.create_run(
-                    run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-                    input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
-                    forked_from=forked_from, system_message=system_message,
-                    parent_tool_call_id=parent_tool_call_id, conn=c,
-                )  # fmt: skip
+            with self.engine.connect() as c:
+                if self._is_pg:
+                    c = c.execution_options(isolation_level="AUTOCOMMIT")
+                with c.begin():
+                    return self.create_run(
+                        run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
+                        input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
+                        forked_from=forked_from, system_message=system_message,
+                        parent_tool_call_id=parent_tool_call_id, conn=c,
+                    )  # fmt: skip
         now = self.clock()
+        values: dict[str, Any] = dict(
+            run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
+            parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
+            status=S.QUEUED.value, epoch=0, seq=0,
+            next_step="model", n_messages=len(input_messages), system_message=system_message, lease_owner=None,
+            lease_expires_at=None, attempts=0, retries=0, publish_after=now + publish_grace, content=None,
+            error_type=None, error_message=None, created_at=now, updated_at=now,
+        )  # fmt: skip
+        if self._is_pg:
+            params = {f"b_r_{k}": v for k, v in values.items()}
+            params.update(b_session_id=session_id, b_now=now, **statements.message_arrays(input_messages))
+            return RunRecord.from_row(conn.execute(statements.CREATE_PG, params).one())
         self._ensure_session(conn, session_id, now)
-        row = conn.execute(
-            insert(runs).values(
-                run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-                parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
-                status=S.QUEUED.value, epoch=0, seq=0,
-                next_step="model", n_messages=len(input_messages), system_message=system_message,
-                attempts=0, retries=0, publish_after=now + publish_grace, created_at=now, updated_at=now,
-            ).returning(*runs.c)
-        ).one()  # fmt: skip
+        row = conn.execute(insert(runs).values(**values).returning(*runs.c)).one()
         self._insert_messages(conn, run_id, 0, input_messages, now)
         return RunRecord.from_row(row)
 
@@ -330,36 +339,43 @@ class Store:
         system_message: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
-        """Append the step's messages and move the run on, in one transaction fenced by the epoch.
+        """Append the step's messages and move the run on, fenced by the epoch, atomically.
 
-        With `conn`, the caller owns the transaction and calls `remember` once it committed."""
+        Without `conn` it is its own write (on PostgreSQL one autocommitted statement) and the
+        messages go into this process's transcript cache. With `conn`, the caller's transaction
+        carries it and the caller calls `remember` once that committed."""
+        if not can_move(S.RUNNING, status):
+            raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
         if conn is None:
-            with self.engine.begin() as c:
-                committed = self.commit_step(
-                    claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
-                    content=content, system_message=system_message, conn=c,
-                )  # fmt: skip
+            with self.engine.connect() as c:
+                if self._is_pg:  # one statement: no BEGIN and COMMIT round trips around it
+                    c = c.execution_options(isolation_level="AUTOCOMMIT")
+                with c.begin():
+                    committed = self.commit_step(
+                        claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
+                        content=content, system_message=system_message, conn=c,
+                    )  # fmt: skip
             self.remember(committed, new_messages)
             return committed
         now = self.clock()
-        if not can_move(S.RUNNING, status):
-            raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
-        row = conn.execute(
-            statements.COMMIT, dict(
-                b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
-                b_status=status.value, b_next=next_step,
-                b_count=len(new_messages), b_publish_after=now + publish_grace if status == S.QUEUED else None,
-                b_content=content, b_system=system_message,
-            ),
-        ).first()  # fmt: skip
-        record = RunRecord.from_row(row) if row is not None else None
-        if record is not None and self._is_pg and status.is_final:
-            notify_final(conn, claim.run_id)
-        if record is None:
+        params: dict[str, Any] = dict(
+            b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
+            b_status=status.value, b_next=next_step,
+            b_count=len(new_messages), b_publish_after=now + publish_grace if status == S.QUEUED else None,
+            b_content=content, b_system=system_message,
+        )  # fmt: skip
+        if self._is_pg:
+            statement = statements.COMMIT_PG_FINAL if status.is_final else statements.COMMIT_PG
+            row = conn.execute(statement, {**params, **statements.message_arrays(new_messages)}).first()
+        else:
+            row = conn.execute(statements.COMMIT, params).first()
+        if row is None:
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
-        self._insert_messages(conn, claim.run_id, record.n_messages - len(new_messages), new_messages, now)
+        record = RunRecord.from_row(row)
+        if not self._is_pg:
+            self._insert_messages(conn, claim.run_id, record.n_messages - len(new_messages), new_messages, now)
         return record
 
     def append_tool_result(self, claim: Claim, message: Message) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -14,12 +15,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 
 from orchestrator import Agent, Client, RunStatus
-from orchestrator.errors import FencedError
+from orchestrator.errors import ConfigurationError, FencedError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import ScriptedModel
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.database import migrate, open_engine
+from orchestrator.store.store import Claim
 
 
 @contextmanager
@@ -87,8 +89,11 @@ def test_a_checkpoint_inserts_only_the_new_messages_and_never_rewrites_earlier_o
                 claim, [Message(role="assistant", tool_calls=[call.to_openai()])],
                 status=RunStatus.QUEUED, next_step="model", publish_grace=60,
             )  # fmt: skip
+        # One statement appends to the messages (on PostgreSQL, the same one that moves the run);
+        # none updates or deletes a message.
         touching_messages = [s for s in seen if "RATCHET_MESSAGES" in s]
-        assert len(touching_messages) == 1 and touching_messages[0].startswith("INSERT INTO RATCHET_MESSAGES")
+        assert len(touching_messages) == 1 and "INSERT INTO RATCHET_MESSAGES" in touching_messages[0]
+        assert not any(f"{verb} RATCHET_MESSAGES" in s for s in seen for verb in ("UPDATE", "DELETE FROM"))
     rows = store.get_messages(run_id)
     assert [m.role for m in rows] == ["user", "assistant", "assistant", "assistant"]
 
@@ -167,3 +172,46 @@ def test_a_connection_the_server_dropped_costs_no_read_claim_or_commit(pg_url: s
     store.commit_step(claim, [Message(role="assistant", content="done")], status=RunStatus.COMPLETED,
                       next_step=None, publish_grace=60, content="done")  # fmt: skip
     assert store.get_output(run_id).content == "done"
+
+
+def test_postgres_commits_a_step_in_one_statement_and_wakes_waiters_only_on_a_final_move(pg_url: str) -> None:
+    store = Store.open(pg_url)
+    watcher = store.final_watcher()
+    assert watcher is not None
+    run_id = new_run(store)
+    woken = watcher.subscribe(run_id)
+    assert woken is not None
+    call = ToolCall(id="c0", name="noop")
+    # A step that is not final: one statement, no notice
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    assert claim is not None
+    with statements(store) as seen:
+        store.commit_step(claim, [Message(role="assistant", tool_calls=[call.to_openai()])],
+                          status=RunStatus.QUEUED, next_step="tools", publish_grace=60)  # fmt: skip
+    assert len(seen) == 1 and seen[0].startswith("WITH MOVED AS (UPDATE RATCHET_RUNS")
+    # A fenced final commit writes nothing and wakes nobody
+    claim = store.claim(run_id, 1, "tools", owner="host:1:t", lease_seconds=30)
+    assert claim is not None
+    stale = Claim(record=replace(claim.record, lease_owner="host:2:old"), messages=claim.messages)
+    with pytest.raises(FencedError):
+        store.commit_step(stale, [Message(role="tool", tool_call_id="c0", tool_name="noop", content="x")],
+                          status=RunStatus.COMPLETED, next_step=None, publish_grace=60)  # fmt: skip
+    assert [m.role for m in store.get_messages(run_id)] == ["user", "assistant"]
+    # The final commit wakes the waiter (a notice that came with the non-final one would already be here)
+    assert not woken.is_set()
+    store.commit_step(claim, [Message(role="tool", tool_call_id="c0", tool_name="noop", content="ok")],
+                      status=RunStatus.COMPLETED, next_step=None, publish_grace=60, content="ok")  # fmt: skip
+    assert woken.wait(10)
+    watcher.unsubscribe(run_id, woken)
+    assert [m.role for m in store.get_messages(run_id)] == ["user", "assistant", "tool"]
+
+
+def test_starting_a_run_id_that_exists_is_refused_and_leaves_the_first_run_alone(settings: Settings) -> None:
+    Agent(name="lonely", model=ScriptedModel(), client=Client(settings))
+    client = Client(settings)
+    first = client.start("lonely", input="first", run_id="run-taken", session_id="s-1")
+    with pytest.raises(ConfigurationError, match="run-taken.*already exists; use a new id"):
+        client.start("lonely", input="second", run_id="run-taken", session_id="s-2")
+    run = client.get_run(first.run_id)
+    assert (run.session_id, [m.content for m in run.messages]) == ("s-1", ["first"])
+    assert client.get_session("s-2") is None  # nothing of the refused start was written
