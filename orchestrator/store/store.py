@@ -93,7 +93,7 @@ class Store:
 
     # ---------------------------------------------------------------- reads
 
-    def _read(self, work: Callable[[Connection], T]) -> T:
+    def _quick(self, work: Callable[[Connection], T]) -> T:
         """Run `work` on a connection of the quick pool (reads and the claim). On PostgreSQL that
         pool has no pre-ping: when the server dropped the connection (a restart, a failover, an
         idle timeout), the pool is refreshed and `work` runs once more on a new connection."""
@@ -109,7 +109,7 @@ class Store:
     def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
         """The run's row, or RunNotFoundError."""
         if conn is None:
-            return self._read(lambda c: self.get_record(run_id, c))
+            return self._quick(lambda c: self.get_record(run_id, c))
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
@@ -118,13 +118,13 @@ class Store:
     def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's stored messages in order (the system message lives on the run row)."""
         if conn is None:
-            return self._read(lambda c: self.get_messages(run_id, c))
+            return self._quick(lambda c: self.get_messages(run_id, c))
         rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx))
         return [Message.from_row(r) for r in rows]
 
     def get_output(self, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs (recursively)."""
-        return self._read(lambda conn: self._output(conn, self.get_record(run_id, conn)))
+        return self._quick(lambda conn: self._output(conn, self.get_record(run_id, conn)))
 
     def _output(self, conn: Connection, record: RunRecord) -> RunOutput:
         members: list[RunOutput] = []
@@ -137,7 +137,7 @@ class Store:
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""
-        return self._read(lambda conn: self._session(conn, session_id))
+        return self._quick(lambda conn: self._session(conn, session_id))
 
     def _session(self, conn: Connection, session_id: str) -> Session | None:
         if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
@@ -159,12 +159,12 @@ class Store:
                 for r in rows
             ]
 
-        return self._read(read)
+        return self._quick(read)
 
     def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
         """The run's direct child runs."""
         if conn is None:
-            return self._read(lambda c: self.children(run_id, c))
+            return self._quick(lambda c: self.children(run_id, c))
         rows = conn.execute(select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.created_at))
         return [RunRecord.from_row(r) for r in rows]
 
@@ -306,7 +306,7 @@ class Store:
             # that follows (the step's, or an at-most-once tool's start) flushes the WAL in order,
             # claim first. If a dropped connection hid a claim that did commit, the retry finds the
             # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
-            return self._read(claim)
+            return self._quick(claim)
         with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE
             return claim(conn)
 
@@ -434,7 +434,7 @@ class Store:
     def started_tool_calls(self, run_id: str) -> set[str]:
         """Ids of at-most-once calls that were started (finished or not)."""
         query = select(tool_starts.c.tool_call_id).where(tool_starts.c.run_id == run_id)
-        return self._read(lambda conn: {r.tool_call_id for r in conn.execute(query)})
+        return self._quick(lambda conn: {r.tool_call_id for r in conn.execute(query)})
 
     def park_for_retry(
         self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
@@ -548,7 +548,7 @@ class Store:
             )  # fmt: skip
             return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
 
-        return self._read(read)
+        return self._quick(read)
 
 
 def _held(claim: Claim, now: float) -> Any:
