@@ -385,7 +385,9 @@ def _unique_call_ids(calls: list[ToolCall], transcript: list[Message], seq: int)
     its results under them."""
     if not calls:
         return calls
-    used = {c.id for m in transcript if m.tool_calls for c in m.calls}
+    # From the stored dicts, not `Message.calls`: building a ToolCall per earlier call made every
+    # model step cost more the longer the run (2 ms of 2.5 at step 1000 in the flatness benchmark).
+    used = {c.get("id") for m in transcript if m.tool_calls for c in m.tool_calls}
     unique: list[ToolCall] = []
     for i, call in enumerate(calls):
         cid = call.id
