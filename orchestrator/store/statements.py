@@ -13,6 +13,7 @@ matched: a fenced commit writes nothing.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus, can_move
@@ -158,6 +159,51 @@ def _create_pg() -> Select[Any]:
 #: PostgreSQL: a new run, its session if new, and its input messages in one statement; bind
 #: `b_session_id`, `b_now`, every run column as `b_r_<column>`, and `message_arrays(input)`.
 CREATE_PG = _create_pg()
+
+
+#: The message columns `with_messages` returns for each message, in this order.
+MESSAGE_COLUMNS = (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "tool_args",
+    "tool_call_error",
+    "created_at",
+)
+_MessageRow = namedtuple("_MessageRow", MESSAGE_COLUMNS)  # type: ignore[misc]
+
+
+def with_messages(source: Any) -> Select[Any]:
+    """PostgreSQL: `source`'s run rows, each with its messages from index `b_since` on (up to the
+    row's count) as one JSON array in the column `messages_json`: the run and its transcript in
+    one round trip, from one snapshot."""
+    m = messages.alias("m")
+    tail = (
+        select(
+            func.json_agg(
+                aggregate_order_by(func.json_build_array(*(m.c[c] for c in MESSAGE_COLUMNS)), m.c.idx)
+            )
+        )
+        .where(
+            m.c.run_id == source.c.run_id, m.c.idx >= bindparam("b_since", type_=Integer),
+            m.c.idx < source.c.n_messages,
+        )
+        .scalar_subquery()
+    )  # fmt: skip
+    return select(source, tail.label("messages_json"))
+
+
+#: PostgreSQL: CLAIM, returning the claimed row with the messages from `b_since` on.
+CLAIM_PG = with_messages(CLAIM.cte("claimed"))
+#: PostgreSQL: the run `b_run_id` with its messages from `b_since` on.
+RUN_PG = with_messages(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))
+
+
+def messages_from_json(values: list[list[Any]] | None) -> list[Message]:
+    """The messages of a `messages_json` column."""
+    return [Message.from_row(_MessageRow(*v)) for v in values or ()]
 
 
 def message_arrays(items: Sequence[Message]) -> dict[str, list[Any]]:

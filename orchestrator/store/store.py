@@ -124,16 +124,29 @@ class Store:
 
     def get_output(self, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs (recursively)."""
-        return self._quick(lambda conn: self._output(conn, self.get_record(run_id, conn)))
+        if not self._is_pg:
+            return self._quick(lambda conn: self._output(conn, self.get_record(run_id, conn)))
 
-    def _output(self, conn: Connection, record: RunRecord) -> RunOutput:
+        def read(conn: Connection) -> RunOutput:
+            # The run and its transcript in one round trip.
+            row = conn.execute(statements.RUN_PG, {"b_run_id": run_id, "b_since": 0}).first()
+            if row is None:
+                raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
+            record = RunRecord.from_row(row)
+            return self._output(conn, record, statements.messages_from_json(row.messages_json))
+
+        return self._quick(read)
+
+    def _output(self, conn: Connection, record: RunRecord, transcript: list[Message] | None = None) -> RunOutput:
         members: list[RunOutput] = []
         if record.kind == "team":  # only a team's runs have member runs
             children = conn.execute(
                 select(runs).where(runs.c.parent_run_id == record.run_id).order_by(runs.c.created_at, runs.c.run_id)
             )
             members = [self._output(conn, RunRecord.from_row(r)) for r in children]
-        return RunOutput.from_record(record, self.get_messages(record.run_id, conn), members)
+        if transcript is None:
+            transcript = self.get_messages(record.run_id, conn)
+        return RunOutput.from_record(record, transcript, members)
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""
@@ -295,9 +308,17 @@ class Store:
             if row is None:
                 return None
             record = RunRecord.from_row(row)
-            # Committed messages are never rewritten and the row counts them: reading them after
-            # the claim committed (PostgreSQL) sees the same transcript as reading them inside it.
             return Claim(record=record, messages=self._transcript(conn, record))
+
+        def claim_pg(conn: Connection) -> Claim | None:
+            # The claim and the messages this process has not cached yet, in one round trip.
+            known = self.transcripts.known(run_id)
+            row = conn.execute(statements.CLAIM_PG, {**params, "b_since": len(known)}).first()
+            if row is None:
+                return None
+            record = RunRecord.from_row(row)
+            tail = statements.messages_from_json(row.messages_json)
+            return Claim(record=record, messages=self._transcript(conn, record, known=known, tail=tail))
 
         if self._is_pg:
             # One autocommitted UPDATE that does not wait for its WAL flush: if the database
@@ -306,12 +327,26 @@ class Store:
             # that follows (the step's, or an at-most-once tool's start) flushes the WAL in order,
             # claim first. If a dropped connection hid a claim that did commit, the retry finds the
             # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
-            return self._quick(claim)
+            return self._quick(claim_pg)
         with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE
             return claim(conn)
 
-    def _transcript(self, conn: Connection, record: RunRecord) -> list[Message]:
-        """The run's committed messages: the cached prefix plus the rows after it."""
+    def _transcript(
+        self,
+        conn: Connection,
+        record: RunRecord,
+        *,
+        known: list[Message] | None = None,
+        tail: list[Message] | None = None,
+    ) -> list[Message]:
+        """The run's committed messages: the cached prefix plus the rows after it.
+
+        `known` and `tail`: a cached prefix and the rows after it, already read with the record
+        (used when they add up to the record's count; else read again). Committed messages are
+        never rewritten and the row counts them, so a prefix read earlier stays valid."""
+        if known is not None and tail is not None and len(known) + len(tail) == record.n_messages:
+            self.transcripts.extend(record.run_id, len(known), tail)
+            return known + tail
         known = self.transcripts.known(record.run_id)
         if len(known) > record.n_messages:  # cannot happen to committed rows; trust the store
             self.transcripts.forget(record.run_id)

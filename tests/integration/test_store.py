@@ -39,6 +39,10 @@ def statements(store: Store) -> Iterator[list[str]]:
         event.remove(store.engine, "before_cursor_execute", record)
 
 
+def dumps(items: list[Message]) -> list[dict[str, Any]]:
+    return [m.model_dump(exclude={"created_at"}) for m in items]
+
+
 def new_run(store: Store, text_in: str = "hello") -> str:
     run_id = str(uuid.uuid4())
     store.create_run(
@@ -215,3 +219,34 @@ def test_starting_a_run_id_that_exists_is_refused_and_leaves_the_first_run_alone
     run = client.get_run(first.run_id)
     assert (run.session_id, [m.content for m in run.messages]) == ("s-1", ["first"])
     assert client.get_session("s-2") is None  # nothing of the refused start was written
+
+
+def test_a_claim_and_a_read_return_the_committed_transcript_whatever_the_process_cached(settings: Settings) -> None:
+    # Two stores on one database stand for two worker processes, each with its own transcript cache
+    a = Store.open(settings.database_url)
+    b = Store(a.engine)
+    run_id = new_run(a, "héllo ✓")
+    call = ToolCall(id="c1", name="search", arguments='{"q": "naïve"}')
+    steps = [
+        (a, "model", [Message(role="assistant", content=None, tool_calls=[call.to_openai()])], "tools"),
+        (b, "tools", [Message(role="tool", tool_call_id="c1", tool_name="search", content="found",
+                              tool_args={"q": "naïve"}, tool_call_error=True)], "model"),
+        (a, "model", [Message(role="assistant", content="done — ok")], None),
+    ]  # fmt: skip
+    for seq, (store, kind, new, next_step) in enumerate(steps):
+        claim = store.claim(run_id, seq, kind, owner=f"host:{seq}:t", lease_seconds=30)
+        assert claim is not None
+        # What the claim hands the step is what is stored, though `a` cached part of it (the cache
+        # keeps messages as the step made them, without the row's timestamp)
+        assert dumps(claim.messages) == dumps(a.get_messages(run_id))
+        status = RunStatus.COMPLETED if next_step is None else RunStatus.QUEUED
+        store.commit_step(claim, new, status=status, next_step=next_step, publish_grace=60)
+    stored = a.get_messages(run_id)
+    assert [m.model_dump() for m in a.get_output(run_id).messages] == [m.model_dump() for m in stored]
+    assert all(m.created_at for m in stored)
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "héllo ✓"), ("assistant", None), ("tool", "found"), ("assistant", "done — ok")
+    ]  # fmt: skip
+    assert stored[1].calls == [call] and stored[2].tool_args == {"q": "naïve"} and stored[2].tool_call_error
+    if b.quick_engine is not b.engine:
+        b.quick_engine.dispose()
