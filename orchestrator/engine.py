@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,7 +108,7 @@ class Engine:
         flight.system_message = new_system
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
-        batches = _batches_since_last_user_message(claim.messages)
+        batches = claim.transcript.tool_batches
         context = CallContext(run_id=run_id, seq=record.seq, timeout=self.settings.model_timeout)
         try:
             reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
@@ -116,7 +117,7 @@ class Engine:
                 self._end(claim)
                 return "retry"
             raise
-        calls = _unique_call_ids(reply.tool_calls, claim.messages, record.seq)
+        calls = _unique_call_ids(reply.tool_calls, claim.transcript.call_ids, record.seq)
         message = ModelReply(content=reply.content, tool_calls=calls, usage=reply.usage).to_message()
         if reply.tool_calls and batches >= agent.max_tool_batches:
             flight.messages.append(message)
@@ -363,39 +364,26 @@ class Engine:
             self.publish(step)
 
 
-def _batches_since_last_user_message(transcript: list[Message]) -> int:
-    """Tool batches the model asked for since the user last spoke: the cap is per request, so a
-    conversation continued with new input (or forked) starts counting again."""
-    count = 0
-    for message in reversed(transcript):
-        if message.role == "user":
-            break
-        if message.role == "assistant" and message.tool_calls:
-            count += 1
-    return count
-
-
-def _unique_call_ids(calls: list[ToolCall], transcript: list[Message], seq: int) -> list[ToolCall]:
-    """The reply's tool calls with ids unique in the run.
+def _unique_call_ids(calls: list[ToolCall], used: Collection[str], seq: int) -> list[ToolCall]:
+    """The reply's tool calls with ids unique in the run (`used`: the ids of its earlier calls).
 
     A tool result, an at-most-once start and a member delegation are keyed by (run_id,
     tool_call_id), and tools get `run_id:tool_call_id` as their idempotency key; a provider that
     sends an empty id, the same id twice, or reuses an earlier turn's id would make them collide.
     Such ids get a suffix; the stored assistant message carries the new ids, so the model sees
-    its results under them."""
+    its results under them. (The tool-batch cap counts from the user's last message:
+    `Transcript.tool_batches`.)"""
     if not calls:
         return calls
-    # From the stored dicts, not `Message.calls`: building a ToolCall per earlier call made every
-    # model step cost more the longer the run (2 ms of 2.5 at step 1000 in the flatness benchmark).
-    used = {c.get("id") for m in transcript if m.tool_calls for c in m.tool_calls}
+    taken: set[str] = set()
     unique: list[ToolCall] = []
     for i, call in enumerate(calls):
         cid = call.id
         n = 0
-        while not cid or cid in used:
+        while not cid or cid in used or cid in taken:
             n += 1
             cid = f"{call.id or 'call'}~{seq}.{i}" + (f".{n}" if n > 1 else "")
-        used.add(cid)
+        taken.add(cid)
         unique.append(call if cid == call.id else call.model_copy(update={"id": cid}))
     return unique
 

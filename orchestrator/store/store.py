@@ -27,7 +27,7 @@ from orchestrator.store import statements
 from orchestrator.store.database import is_migrated, migrate, open_engine, open_quick_engine
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
-from orchestrator.store.transcripts import TranscriptCache
+from orchestrator.store.transcripts import Transcript, TranscriptCache
 
 S = RunStatus
 T = TypeVar("T")
@@ -38,7 +38,11 @@ class Claim:
     """A claimed step: the run as the claim left it, and its stored messages."""
 
     record: RunRecord
-    messages: list[Message]
+    transcript: Transcript
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.transcript.messages
 
     @property
     def run_id(self) -> str:
@@ -308,7 +312,7 @@ class Store:
             if row is None:
                 return None
             record = RunRecord.from_row(row)
-            return Claim(record=record, messages=self._transcript(conn, record))
+            return Claim(record=record, transcript=self._transcript(conn, record))
 
         def claim_pg(conn: Connection) -> Claim | None:
             # The claim and the messages this process has not cached yet, in one round trip.
@@ -318,7 +322,7 @@ class Store:
                 return None
             record = RunRecord.from_row(row)
             tail = statements.messages_from_json(row.messages_json)
-            return Claim(record=record, messages=self._transcript(conn, record, known=known, tail=tail))
+            return Claim(record=record, transcript=self._transcript(conn, record, known=known, tail=tail))
 
         if self._is_pg:
             # One autocommitted UPDATE that does not wait for its WAL flush: if the database
@@ -336,9 +340,9 @@ class Store:
         conn: Connection,
         record: RunRecord,
         *,
-        known: list[Message] | None = None,
+        known: Transcript | None = None,
         tail: list[Message] | None = None,
-    ) -> list[Message]:
+    ) -> Transcript:
         """The run's committed messages: the cached prefix plus the rows after it.
 
         `known` and `tail`: a cached prefix and the rows after it, already read with the record
@@ -346,11 +350,12 @@ class Store:
         never rewritten and the row counts them, so a prefix read earlier stays valid."""
         if known is not None and tail is not None and len(known) + len(tail) == record.n_messages:
             self.transcripts.extend(record.run_id, len(known), tail)
-            return known + tail
+            known.append(tail)
+            return known
         known = self.transcripts.known(record.run_id)
         if len(known) > record.n_messages:  # cannot happen to committed rows; trust the store
             self.transcripts.forget(record.run_id)
-            known = []
+            known = Transcript()
         if len(known) < record.n_messages:
             rows = conn.execute(
                 select(messages)
@@ -359,7 +364,7 @@ class Store:
             )  # fmt: skip
             tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
             self.transcripts.extend(record.run_id, len(known), tail)
-            known += tail
+            known.append(tail)
         return known
 
     def commit_step(

@@ -196,7 +196,7 @@ def test_postgres_commits_a_step_in_one_statement_and_wakes_waiters_only_on_a_fi
     # A fenced final commit writes nothing and wakes nobody
     claim = store.claim(run_id, 1, "tools", owner="host:1:t", lease_seconds=30)
     assert claim is not None
-    stale = Claim(record=replace(claim.record, lease_owner="host:2:old"), messages=claim.messages)
+    stale = Claim(record=replace(claim.record, lease_owner="host:2:old"), transcript=claim.transcript)
     with pytest.raises(FencedError):
         store.commit_step(stale, [Message(role="tool", tool_call_id="c0", tool_name="noop", content="x")],
                           status=RunStatus.COMPLETED, next_step=None, publish_grace=60)  # fmt: skip
