@@ -30,7 +30,10 @@ from orchestrator.settings import Settings, env_secret, env_value
 
 if TYPE_CHECKING:
     import openai
+    from openai import RequestOptions
 
+#: `request_params` keys that `create()` takes as request options rather than body parameters.
+_SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 API_KEY_VAR = "OPENAI_API_KEY"
 BASE_URL_VAR = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -218,11 +221,10 @@ class OpenAIModel(Model):
             )
         timeout = self._timeout or context.timeout or self.timeout
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
-        params = {**self.request_params, **self.build_request(messages, tools)}
-        headers = {**self.default_headers, **context.headers()}
+        params, options = self.request(messages, tools, context)
         failure: ModelCallError | None = None
         try:
-            raw = self.send(client, params, headers)
+            raw = self.send(client, params, options)
         except openai.OpenAIError as exc:
             failure = translate_error(exc, model=self, api_key=api_key)
         if failure is not None:
@@ -238,12 +240,33 @@ class OpenAIModel(Model):
             # a missing field): the next sample may be fine, so it is retried like a 5xx.
             raise malformed(self, f"{type(exc).__name__}: {str(exc)[:300]}") from None
 
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext
+    ) -> tuple[dict[str, Any], RequestOptions]:
+        """The request body and the client's request options. In `request_params`, the keys the
+        SDK's `create()` takes as options mean what they mean there: `extra_body` is merged into
+        the body, `extra_query` goes to the query string, `extra_headers` to the headers and
+        `timeout` bounds this call; every other key is a body parameter."""
+        extras = {k: v for k, v in self.request_params.items() if k in _SDK_OPTIONS}
+        params = {k: v for k, v in self.request_params.items() if k not in _SDK_OPTIONS}
+        params.update(self.build_request(messages, tools))
+        options: RequestOptions = {
+            "headers": {**(extras.get("extra_headers") or {}), **self.default_headers, **context.headers()}
+        }
+        if extras.get("extra_body"):
+            options["extra_json"] = extras["extra_body"]
+        if extras.get("extra_query"):
+            options["params"] = extras["extra_query"]
+        if extras.get("timeout") is not None:
+            options["timeout"] = extras["timeout"]
+        return params, options
+
     @abstractmethod
     def build_request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The API's request parameters (model, messages/input, tools, sampling)."""
 
     @abstractmethod
-    def send(self, client: openai.OpenAI, params: dict[str, Any], headers: dict[str, str]) -> Any:
+    def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """Make the HTTP call with the client's `post` (its documented way to send a body as is),
         not `chat.completions.create(**params)`: `create` first walks the whole request against
         its typed schema, which costs the worker 22 ms of CPU, GIL held, for a 200-message

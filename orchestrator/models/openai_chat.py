@@ -18,6 +18,7 @@ from orchestrator.models.base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
     import openai
+    from openai import RequestOptions
 
 
 class OpenAIChat(OpenAIModel):
@@ -79,11 +80,11 @@ class OpenAIChat(OpenAIModel):
                 params["parallel_tool_calls"] = self.parallel_tool_calls
         return params
 
-    def send(self, client: openai.OpenAI, params: dict[str, Any], headers: dict[str, str]) -> Any:
+    def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /chat/completions (see `OpenAIModel.send` for why not `chat.completions.create`)."""
         from openai.types.chat import ChatCompletion
 
-        return client.post("/chat/completions", body=params, cast_to=ChatCompletion, options={"headers": headers})
+        return client.post("/chat/completions", body=params, cast_to=ChatCompletion, options=options)
 
     def read_reply(self, raw: Any) -> ModelReply:
         """The first choice's text and function calls; arguments are passed through unparsed."""

@@ -19,6 +19,7 @@ from orchestrator.models.base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
     import openai
+    from openai import RequestOptions
 
 
 class OpenAIResponses(OpenAIModel):
@@ -83,11 +84,11 @@ class OpenAIResponses(OpenAIModel):
                 params["parallel_tool_calls"] = self.parallel_tool_calls
         return params
 
-    def send(self, client: openai.OpenAI, params: dict[str, Any], headers: dict[str, str]) -> Any:
+    def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /responses (see `OpenAIModel.send` for why not `responses.create`)."""
         from openai.types.responses import Response
 
-        return client.post("/responses", body=params, cast_to=Response, options={"headers": headers})
+        return client.post("/responses", body=params, cast_to=Response, options=options)
 
     def read_reply(self, raw: Any) -> ModelReply:
         """The output's text and function calls; arguments are passed through unparsed."""

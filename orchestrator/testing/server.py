@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
@@ -254,6 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "tool_calls": 0 if isinstance(decision, ScriptedError) else len(decision.tool_calls),
                 # The request's parameter names (not their values): what the client sent besides the transcript.
                 "params": sorted(k for k in body if k not in ("messages", "input")),
+                "query": sorted(parse_qs(urlsplit(self.path).query)),
                 # At most the last 4 characters, and only of keys long enough that they give nothing away.
                 "key_last4": api_key[-4:] if api_key and len(api_key) >= 12 else None,
                 "at": time.time(),

@@ -192,6 +192,21 @@ def test_request_params_reach_the_provider_as_given_even_ones_the_sdk_does_not_k
     assert {"model", "tools", "metadata", "x_beta_knob"} <= set(seen["params"])
 
 
+def test_request_params_that_create_takes_as_options_keep_their_meaning(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    # As with `create(**request_params)` (Agno passes them so): extra_body merges into the body,
+    # extra_query goes to the query string (Azure's api-version), extra_headers and timeout too.
+    params = {"extra_body": {"top_k": 5}, "extra_query": {"api-version": "2025-01-01"},
+              "extra_headers": {"X-Trace": "t1"}, "timeout": 7.0}  # fmt: skip
+    ask(adapter(id="scripted", base_url=server.url, request_params=params))
+    (seen,) = server.requests
+    assert "top_k" in seen["params"] and not {"extra_body", "extra_query", "extra_headers", "timeout"} & set(
+        seen["params"]
+    )
+    assert seen["query"] == ["api-version"] and seen["status"] == 200
+
+
 def test_describe_never_shows_the_key(adapter: type[OpenAIModel]) -> None:
     model = adapter("gpt-test", api_key=GOOD_KEY, base_url="http://user:pw@example.com/v1?key=x")
     assert model.describe() == f"{adapter.__name__}(id='gpt-test', base_url='http://example.com/v1')"
