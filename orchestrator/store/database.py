@@ -47,18 +47,15 @@ def open_engine(url: str, **kwargs: Any) -> Engine:
 
 def open_quick_engine(engine: Engine) -> Engine:
     """PostgreSQL's second pool, for reads and for the claim: autocommit, so a read or the claim's
-    single UPDATE costs one round trip (no BEGIN, COMMIT or ROLLBACK), and asynchronous commit, so
-    the claim does not wait for its WAL flush. A claim lost in a database crash leaves the run as it
-    was and is fenced by the epoch and lease owner; every durable write goes through `engine`.
+    single statement costs one round trip (no BEGIN, COMMIT or ROLLBACK). It is built from the
+    engine's URL (so PGOPTIONS, a service file or `?options=` apply to both pools alike) and sets
+    nothing on its sessions, so it is safe behind a transaction-pooling PgBouncer: the claim
+    turns off synchronous commit for its own transaction only (`statements.CLAIM_PG`). Every
+    durable write goes through `engine`.
 
     No pre-ping: the store retries a read or a claim once when the server dropped its connection,
     so a database restart costs one failed round trip, not a ping before every statement."""
-    url = engine.url
-    options = " ".join(filter(None, [str(url.query.get("options") or ""), "-c synchronous_commit=off"]))
-    return create_engine(
-        url.difference_update_query(["options"]), isolation_level="AUTOCOMMIT", pool_pre_ping=False,
-        pool_size=5, max_overflow=20, connect_args={"options": options},
-    )  # fmt: skip
+    return create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_pre_ping=False, pool_size=5, max_overflow=20)
 
 
 def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:

@@ -195,8 +195,17 @@ def with_messages(source: Any) -> Select[Any]:
     return select(source, tail.label("messages_json"))
 
 
-#: PostgreSQL: CLAIM, returning the claimed row with the messages from `b_since` on.
-CLAIM_PG = with_messages(CLAIM.cte("claimed"))
+def _claim_pg() -> Select[Any]:
+    claimed = CLAIM.cte("claimed")
+    # Evaluated for the claimed row, inside the statement's own transaction: that transaction
+    # commits without waiting for its WAL flush, and no session setting outlives it.
+    asynchronous = func.set_config("synchronous_commit", "off", true()).label("asynchronous_commit")
+    return with_messages(claimed).add_columns(asynchronous)
+
+
+#: PostgreSQL, autocommitted: CLAIM, returning the claimed row with the messages from `b_since`
+#: on; the claim does not wait for its WAL flush (see `Store.claim`).
+CLAIM_PG = _claim_pg()
 #: PostgreSQL: the run `b_run_id` with its messages from `b_since` on.
 RUN_PG = with_messages(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))
 

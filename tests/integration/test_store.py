@@ -20,6 +20,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models import ScriptedModel
 from orchestrator.settings import Settings
 from orchestrator.store import Store
+from orchestrator.store import statements as statements_module
 from orchestrator.store.database import migrate, open_engine
 from orchestrator.store.store import Claim
 
@@ -139,20 +140,39 @@ def test_a_claim_lost_in_a_database_crash_cannot_let_two_holders_share_an_epoch(
     assert [m.content for m in store.get_messages(run_id)] == ["hello", "done"]
 
 
-def test_postgres_claims_and_reads_autocommit_without_waiting_for_the_wal_and_writes_wait(pg_url: str) -> None:
-    store = Store.open(pg_url)
+def test_postgres_claims_commit_without_waiting_for_the_wal_and_leave_no_session_setting_behind(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PGOPTIONS (or a service file) reaches both pools: claims and reads see what writes see
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=4321")
+    store = Store(open_engine(pg_url))
+    for engine in (store.engine, store.quick_engine):
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "4321ms"
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
     with store.quick_engine.connect() as conn:
-        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
         assert conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
-    with store.engine.connect() as conn:
-        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
-    # The claim is committed when claim() returns: another connection sees the run RUNNING.
+    # The claim statement turns synchronous commit off for its own transaction, and only for it
     run_id = new_run(store)
+    claim_params = dict(
+        b_run_id=run_id, b_now=0.0, b_seq=0, b_kind="model", b_owner="host:1:t", b_expires=30.0,
+        b_cap=statements_module.NO_CAP, b_since=0,
+    )  # fmt: skip
+    with store.engine.connect() as conn:
+        with conn.begin() as tx:
+            assert conn.execute(statements_module.CLAIM_PG, claim_params).first() is not None
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+            tx.rollback()
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    # Through the store, the claim is committed when claim() returns: another connection sees it
     claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
     assert claim is not None
     with store.engine.connect() as conn:
         seen = conn.execute(text("select status, lease_owner from ratchet_runs where run_id=:r"), {"r": run_id}).one()
-    assert tuple(seen) == ("RUNNING", "host:1:t")
+        assert tuple(seen) == ("RUNNING", "host:1:t")
+    with store.quick_engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    store.engine.dispose(), store.quick_engine.dispose()
 
 
 def test_a_connection_the_server_dropped_costs_no_read_claim_or_commit(pg_url: str) -> None:
@@ -250,3 +270,17 @@ def test_a_claim_and_a_read_return_the_committed_transcript_whatever_the_process
     assert stored[1].calls == [call] and stored[2].tool_args == {"q": "naïve"} and stored[2].tool_call_error
     if b.quick_engine is not b.engine:
         b.quick_engine.dispose()
+
+
+def test_a_cached_prefix_that_disagrees_with_the_store_is_dropped_and_the_transcript_read_again(
+    settings: Settings,
+) -> None:
+    store = Store.open(settings.database_url)
+    run_id = new_run(store, "the stored one")
+    # A cache that claims more messages than the run has committed (it cannot happen to committed
+    # rows; if it ever did, the store must be believed)
+    store.transcripts.extend(run_id, 0, [Message(role="user", content=t) for t in ("bogus", "prefix")])
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    assert claim is not None
+    assert [m.content for m in claim.messages] == ["the stored one"]
+    assert [m.content for m in store.transcripts.known(run_id).messages] == ["the stored one"]
