@@ -80,6 +80,10 @@ class ScriptedServer:
         with self._lock:
             return [dict(entry) for entry in self._log]
 
+    def requests_for(self, run_id: str) -> list[dict[str, Any]]:
+        """The logged requests of one run (its `X-Ratchet-Run-Id`), oldest first."""
+        return [r for r in self.requests if r["run_id"] == run_id]
+
     def reset(self) -> None:
         """Clear the request log and the fault budgets."""
         with self._lock:

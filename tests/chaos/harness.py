@@ -372,7 +372,7 @@ class Cluster:
 
     def model_calls(self, run_id: str) -> Counter[int]:
         """Model calls the scripted server received per step of the run."""
-        return Counter(int(r["step"]) for r in self.model.requests if r["run_id"] == run_id)
+        return Counter(int(r["step"]) for r in self.model.requests_for(run_id))
 
     # ------------------------------------------------------------ the invariants
 

@@ -25,7 +25,7 @@ def test_a_model_that_answers_429_twice_then_succeeds_completes_the_run(cluster:
     out = cluster.assert_invariants([run_id])[run_id]
 
     assert out.status == RunStatus.COMPLETED
-    first_turn = [r for r in cluster.model.requests if r["run_id"] == run_id and r["turn"] == 1]
+    first_turn = [r for r in cluster.model.requests_for(run_id) if r["turn"] == 1]
     assert [(r["step"], r["status"]) for r in first_turn] == [("0", 429), ("1", 429), ("2", 200)]
     assert all(b["at"] - a["at"] >= 0.5 for a, b in itertools.pairwise(first_turn))
     assert cluster.events(run_id) == ["retry", "retry"]

@@ -261,7 +261,7 @@ def test_continue_of_a_running_run_is_refused_while_its_lease_is_live_and_resume
     assert out.status == S.COMPLETED and out.run_id == run_id
     assert [m.role for m in out.messages] == ["user", "assistant"]
     # The first task (seq 0) was stale by then and dropped: one model call in all.
-    assert len([r for r in scripted.requests if r["run_id"] == run_id]) == 1
+    assert len(scripted.requests_for(run_id)) == 1
     with pytest.raises(FencedError):
         client.store.commit_step(frozen, [assistant("late")], status=S.COMPLETED, next_step=None, publish_grace=60)
 
@@ -323,7 +323,7 @@ def test_a_step_committed_but_never_published_is_published_by_ratchet_sweep(
         out = client.wait(run_id, timeout=30)
     assert out.status == S.COMPLETED
     assert [m.role for m in out.messages] == ["user", "assistant", "tool", "assistant"]
-    assert [r["step"] for r in scripted.requests if r["run_id"] == run_id] == ["0", "2"]
+    assert [r["step"] for r in scripted.requests_for(run_id)] == ["0", "2"]
 
 
 def lookup(query: str) -> str:
@@ -391,7 +391,7 @@ def test_a_rate_limited_call_is_retried_after_its_retry_after_and_then_succeeds(
         out = agent.run("hello", timeout=30)
 
     assert out.status == S.COMPLETED
-    calls = [r for r in scripted.requests if r["run_id"] == out.run_id]
+    calls = scripted.requests_for(out.run_id)
     assert [r["status"] for r in calls] == [429, 429, 200]
     assert [r["step"] for r in calls] == ["0", "1", "2"]  # each retry is published as the next seq
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(calls)]
@@ -419,7 +419,7 @@ def test_a_stray_copy_of_a_failed_attempt_cannot_call_the_model_before_retry_aft
 
     # Then it was stale: the model was not called again before Retry-After
     assert out.status == S.COMPLETED
-    calls = [r for r in scripted.requests if r["run_id"] == run_id]
+    calls = scripted.requests_for(run_id)
     assert [r["status"] for r in calls] == [429, 200]
     assert calls[1]["at"] - calls[0]["at"] >= 1.5
 
@@ -444,7 +444,7 @@ def test_a_long_retry_after_parks_the_run_without_holding_a_worker_until_the_swe
         out = client.wait(run_id, timeout=30)
 
     assert out.status == S.COMPLETED
-    calls = [r for r in scripted.requests if r["run_id"] == run_id]
+    calls = scripted.requests_for(run_id)
     assert [r["status"] for r in calls] == [429, 200]
     assert calls[1]["at"] - calls[0]["at"] >= 4.0
 
@@ -460,5 +460,5 @@ def test_a_model_that_fails_forever_ends_in_error_after_the_agents_retries_with_
 
     assert out.status == S.ERROR and out.error is not None
     assert out.error.type == "InternalServerError" and "HTTP 500" in out.error.message
-    assert len([r for r in scripted.requests if r["run_id"] == out.run_id]) == 1 + agent.retries
+    assert len(scripted.requests_for(out.run_id)) == 1 + agent.retries
     assert [(m.role, m.content) for m in out.messages] == [("system", "Be brief."), ("user", "hello")]

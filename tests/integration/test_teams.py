@@ -93,10 +93,6 @@ def to_member(member: Agent, task: str) -> dict[str, Any]:
     return {"tool": TO_MEMBER, "arguments": {"member_id": member_id(member), "task": task}}
 
 
-def requests_for(scripted: ScriptedServer, run_id: str) -> list[dict[str, Any]]:
-    return [r for r in scripted.requests if r["run_id"] == run_id]
-
-
 def member_runs(out: RunOutput) -> dict[str, RunOutput]:
     return {m.agent_name.split("-")[0]: m for m in out.member_runs}
 
@@ -175,7 +171,7 @@ def test_delegating_to_all_members_runs_them_in_parallel_and_returns_one_combine
     # In parallel: each member's model call (`slow` seconds) started before the other member's
     # answer was committed. One after the other, the second call would start only after the
     # first member's answer was stored.
-    started = [requests_for(scripted, m.run_id)[0]["at"] for m in members.values()]
+    started = [scripted.requests_for(m.run_id)[0]["at"] for m in members.values()]
     answered = [next(x for x in m.messages if x.role == "assistant").created_at or 0.0 for m in members.values()]
     assert max(started) < min(answered), f"members ran one after the other: {started=} {answered=}"
 
@@ -310,7 +306,7 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert [m.role for m in bad.messages] == ["user", "assistant", "tool"]
     assert [m.role for m in failed.messages][:3] == ["system", "user", "assistant"]
     writer_done = wait_until(lambda: (w := client.get_run(members["writer"].run_id)).status == S.COMPLETED and w)
-    writer_calls = len(requests_for(scripted, writer_done.run_id))
+    writer_calls = len(scripted.requests_for(writer_done.run_id))
 
     # When the team is continued
     resumed = team.continue_run(failed.run_id, timeout=30)
@@ -321,7 +317,7 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert after["researcher"].run_id == bad.run_id and after["researcher"].status == S.COMPLETED
     assert after["researcher"].messages[: len(bad.messages)] == bad.messages
     assert after["writer"].seq == writer_done.seq
-    assert len(requests_for(scripted, writer_done.run_id)) == writer_calls
+    assert len(scripted.requests_for(writer_done.run_id)) == writer_calls
     assert ledger.calls == [("researcher", "otters")]  # the member's finished tool was not re-run
     results = [m for m in resumed.messages if m.role == "tool"]
     assert sorted(m.content or "" for m in results) == sorted([after["researcher"].content, writer_done.content])
