@@ -180,6 +180,7 @@ class OpenAIModel(Model):
         self._api_key = api_key
         self.base_url = base_url
         self._timeout = timeout
+        self._env_timeout: float | None = None
         # 0 by default: Ratchet's retry policy retries (and records each attempt); the SDK must not.
         self.max_retries = max_retries
         self.organization = organization
@@ -188,10 +189,14 @@ class OpenAIModel(Model):
 
     @property
     def timeout(self) -> float:
-        """The HTTP timeout of one call: the argument, else RATCHET_MODEL_TIMEOUT (read once)."""
-        if self._timeout is None:
-            self._timeout = Settings.from_env().model_timeout
-        return self._timeout
+        """The HTTP timeout of one call when the caller gives none: the argument, else
+        RATCHET_MODEL_TIMEOUT (read once, kept apart from the argument: the worker's own
+        `CallContext.timeout` must still win over it on later calls)."""
+        if self._timeout is not None:
+            return self._timeout
+        if self._env_timeout is None:
+            self._env_timeout = Settings.from_env().model_timeout
+        return self._env_timeout
 
     def resolved_base_url(self) -> str:
         """The base URL calls go to: the argument, else OPENAI_BASE_URL, else OpenAI's."""
@@ -219,7 +224,7 @@ class OpenAIModel(Model):
                 retryable=False,
                 kind="AuthenticationError",
             )
-        timeout = self._timeout or context.timeout or self.timeout
+        timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params, options = self.request(messages, tools, context)
         failure: ModelCallError | None = None

@@ -207,6 +207,19 @@ def test_request_params_that_create_takes_as_options_keep_their_meaning(
     assert seen["query"] == ["api-version"] and seen["status"] == 200
 
 
+def test_the_workers_timeout_holds_after_a_call_that_had_none(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    # A first call without a worker timeout falls back on RATCHET_MODEL_TIMEOUT (120 s); that
+    # default must not stick to the model and outrank the worker's timeout on later calls.
+    model = adapter(id="scripted", base_url=server.url)
+    ask(model)
+    server.configure(ScriptConfig(delay_s=3.0))
+    with pytest.raises(ModelCallError) as caught:
+        model.invoke([Message(role="user", content="slow")], [], context=CallContext(run_id="r", seq=2, timeout=0.5))
+    assert caught.value.retryable and "timeout" in str(caught.value).lower()
+
+
 def test_describe_never_shows_the_key(adapter: type[OpenAIModel]) -> None:
     model = adapter("gpt-test", api_key=GOOD_KEY, base_url="http://user:pw@example.com/v1?key=x")
     assert model.describe() == f"{adapter.__name__}(id='gpt-test', base_url='http://example.com/v1')"
