@@ -153,9 +153,3 @@ def get_agent(name: str) -> Agent:
             "start the worker with --app naming the module that defines it"
         )
     return found
-
-
-def registered_names() -> list[str]:
-    """Names of every registered agent and team."""
-    with _registry_lock:
-        return sorted(_registry)

@@ -117,7 +117,7 @@ class Client:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
         once, so the first sweep after the broker is back publishes it, and raise
         BrokerUnavailableError naming the run: nothing is lost."""
-        step = StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step or "model")  # type: ignore[arg-type]
+        step = StepRef.of(record)
         try:
             self.dispatcher.publish(step)
         except Exception as exc:

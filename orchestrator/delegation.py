@@ -130,7 +130,7 @@ def start_members(
             conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members}
         )  # fmt: skip
     log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
-    return [StepRef(run_id=m.run_id, seq=m.seq, kind="model") for m in members]
+    return [StepRef.of(m) for m in members]
 
 
 # ---------------------------------------------------------------- fan-in
@@ -205,7 +205,7 @@ def wake_step(team: RunRecord | None) -> StepRef | None:
     """The leader's step to publish after a fan-in that moved the team to QUEUED."""
     if team is None or team.status != S.QUEUED or team.next_step is None:
         return None
-    return StepRef(run_id=team.run_id, seq=team.seq, kind="model")
+    return StepRef.of(team)
 
 
 def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRecord | None:

@@ -146,11 +146,11 @@ class Engine:
             self.store.remember(committed, [message])
         self._end(claim)
         if done:
+            # A member's completion already reached its team in the commit (fan_in above).
             if (step := delegation.wake_step(woken)) is not None:
                 self.publish(step)
-            self.after_final(committed.run_id, committed)
             return "completed"
-        self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="tools"))
+        self.publish(StepRef.of(committed))
         return "tools"
 
     def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
@@ -221,7 +221,7 @@ class Engine:
             claim, last, status=S.QUEUED, next_step="model", publish_grace=self.settings.publish_grace_seconds
         )
         self._end(claim)
-        self.publish(StepRef(run_id=run_id, seq=committed.seq, kind="model"))
+        self.publish(StepRef.of(committed))
         return "model"
 
     def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:
@@ -338,7 +338,7 @@ class Engine:
         if record is None:
             return False
         log.warning("run %s step %s: ERROR %s: %s", run_id, seq, error["type"], error["message"])
-        self.after_final(run_id)
+        self.after_final(run_id, record)
         return True
 
     # ---------------------------------------------------------------- hooks
@@ -354,9 +354,9 @@ class Engine:
             )
 
     def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
-        """Called when a run reaches COMPLETED or ERROR: a member that failed moves its team
-        (a completed member already fanned in with its final commit). `record`, the run as
-        just committed, saves reading it again."""
+        """Called when a run reaches ERROR: a member that failed moves its team (a completed
+        member fans in with its final commit instead). `record`, the run as just committed,
+        saves reading it again."""
         team = delegation.after_member_final(
             self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
         )

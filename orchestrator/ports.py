@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestrator.run import RunRecord
 
 StepKind = Literal["model", "tools"]
 
@@ -26,6 +29,11 @@ class StepRef:
     seq: int
     kind: StepKind
     countdown: float | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord) -> StepRef:
+        """The step a QUEUED run is due for, as its row records it."""
+        return cls(run_id=record.run_id, seq=record.seq, kind=cast(StepKind, record.next_step or "model"))
 
 
 class Dispatcher(Protocol):

@@ -69,14 +69,15 @@ class Sweeper:
                     "its worker died each time (killed, out of memory, or past the hard time limit). "
                     "Fix the cause, then continue the run."
                 )
-                if self.store.fail(
+                failed = self.store.fail(
                     record.run_id,
                     epoch=record.epoch,
                     error=error.to_record(),
                     system_message=self._system(record.agent_name),
-                ):
-                    report.poisoned.append(record.run_id)
-                    self.engine.after_final(record.run_id)
+                )
+                if failed is not None:
+                    report.poisoned.append(failed.run_id)
+                    self.engine.after_final(failed.run_id, failed)
                 continue
             moved = self.store.move(
                 record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
@@ -85,13 +86,13 @@ class Sweeper:
             )  # fmt: skip
             if moved is not None:
                 report.requeued.append(moved.run_id)
-                self.engine.publish(StepRef(run_id=moved.run_id, seq=moved.seq, kind=moved.next_step))  # type: ignore[arg-type]
+                self.engine.publish(StepRef.of(moved))
         for record in due:
             if record.next_step is None:
                 continue
             if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
                 report.republished.append(record.run_id)
-                self.engine.publish(StepRef(run_id=record.run_id, seq=record.seq, kind=record.next_step))  # type: ignore[arg-type]
+                self.engine.publish(StepRef.of(record))
         for team in recover_waiting(self.store, publish_grace=self.settings.publish_grace_seconds):
             report.fanned_in.append(team.run_id)
             if (step := wake_step(team)) is not None:

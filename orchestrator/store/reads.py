@@ -78,10 +78,7 @@ class StoreReads:
     def _output(self, conn: Connection, record: RunRecord, transcript: list[Message] | None = None) -> RunOutput:
         members: list[RunOutput] = []
         if record.kind == "team":  # only a team's runs have member runs
-            children = conn.execute(
-                select(runs).where(runs.c.parent_run_id == record.run_id).order_by(runs.c.created_at, runs.c.run_id)
-            )
-            members = [self._output(conn, RunRecord.from_row(r)) for r in children]
+            members = [self._output(conn, child) for child in self.children(record.run_id, conn)]
         if transcript is None:
             transcript = self.get_messages(record.run_id, conn)
         return RunOutput.from_record(record, transcript, members)
@@ -113,10 +110,11 @@ class StoreReads:
         return self._quick(read)
 
     def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
-        """The run's direct child runs."""
+        """The run's direct child runs, oldest first."""
         if conn is None:
             return self._quick(lambda c: self.children(run_id, c))
-        rows = conn.execute(select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.created_at))
+        query = select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.created_at, runs.c.run_id)
+        rows = conn.execute(query)
         return [RunRecord.from_row(r) for r in rows]
 
     def started_tool_calls(self, run_id: str) -> set[str]:

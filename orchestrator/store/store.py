@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError
 from orchestrator.messages import Message
@@ -145,8 +145,8 @@ class Store(StoreReads):
         return RunRecord.from_row(row)
 
     def _ensure_session(self, conn: Connection, session_id: str, now: float) -> None:
-        dialect_insert = postgresql.insert if self._is_pg else sqlite.insert
-        conn.execute(dialect_insert(sessions).values(session_id=session_id, created_at=now).on_conflict_do_nothing())
+        """SQLite (PostgreSQL does this inside `statements.CREATE_PG`)."""
+        conn.execute(sqlite.insert(sessions).values(session_id=session_id, created_at=now).on_conflict_do_nothing())
 
     def _insert_messages(self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float) -> None:
         if items:
@@ -414,26 +414,23 @@ class Store(StoreReads):
         error: dict[str, str],
         inflight: Sequence[Message] = (),
         system_message: str | None = None,
-        src: Iterable[RunStatus] = (S.RUNNING,),
     ) -> RunRecord | None:
         """Put the run in ERROR, flushing the in-flight messages after the committed ones.
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given: a stale failure handler changes nothing (returns None)."""
-        now = self.clock()
+        values: dict[str, Any] = dict(
+            error_type=error.get("type", "Error")[:128], error_message=error.get("message", ""),
+            lease_owner=None, lease_expires_at=None, publish_after=None,
+        )  # fmt: skip
+        if system_message is not None:
+            values["system_message"] = func.coalesce(runs.c.system_message, system_message)
         with self.engine.begin() as conn:
-            values: dict[str, Any] = dict(
-                error_type=error.get("type", "Error")[:128], error_message=error.get("message", ""),
-                lease_owner=None, lease_expires_at=None, publish_after=None,
-                n_messages=runs.c.n_messages + len(inflight),
-            )  # fmt: skip
-            if system_message is not None:
-                values["system_message"] = func.coalesce(runs.c.system_message, system_message)
-            record = self._move(conn, run_id, src=src, dst=S.ERROR, epoch=epoch, **values)
-            if record is None:
-                return None
-            self._insert_messages(conn, run_id, record.n_messages - len(inflight), inflight, now)
-            self.log_event(conn, run_id, "error", record.seq, **error)
+            record = self.move(
+                run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn, **values
+            )
+            if record is not None:
+                self.log_event(conn, run_id, "error", record.seq, **error)
             return record
 
     # ---------------------------------------------------------------- control

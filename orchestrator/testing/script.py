@@ -108,11 +108,6 @@ class ScriptState:
             self._fired[key] = fired + 1
             return True
 
-    def fired(self, conversation_key: str, scope: str = "", index: int = 0) -> int:
-        """How many times fault `index` has fired in a conversation (scope = model id of a by_model config)."""
-        with self._lock:
-            return self._fired.get((conversation_key, scope, index), 0)
-
     def reset(self) -> None:
         """Forget every firing."""
         with self._lock:
