@@ -302,7 +302,7 @@ class Cluster:
     def wait_model_call(self, run_id: str, seq: int, *, timeout: float = 20) -> int:
         """Wait until the model server has received step `seq`'s call; the pid that makes it."""
         wait_until(
-            lambda: any(r["run_id"] == run_id and r["step"] == str(seq) for r in self.model.requests),
+            lambda: any(r["step"] == str(seq) for r in self.model.requests_for(run_id)),
             timeout=timeout, what=f"the model call of step {seq} of run {run_id}",
         )  # fmt: skip
         markers = list(self.dir.glob(f"model-{run_id}-{seq}.*"))

@@ -84,7 +84,7 @@ def test_b_a_401_before_any_tool_batch_leaves_an_error_row_with_the_conversation
         ("user", "say hi"),
     ]
     # Final errors are not retried: the model saw exactly one call.
-    assert [r["status"] for r in scripted.requests if r.get("run_id") == out.run_id] == [401]
+    assert [r["status"] for r in scripted.requests_for(out.run_id)] == [401]
 
 
 def test_c_continue_with_the_key_fixed_resumes_the_same_run_in_place(

@@ -22,6 +22,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import statements as statements_module
 from orchestrator.store.database import migrate, open_engine
+from orchestrator.store.notify import notify_final
 from orchestrator.store.store import Claim
 
 
@@ -221,8 +222,15 @@ def test_postgres_commits_a_step_in_one_statement_and_wakes_waiters_only_on_a_fi
         store.commit_step(stale, [Message(role="tool", tool_call_id="c0", tool_name="noop", content="x")],
                           status=RunStatus.COMPLETED, next_step=None, publish_grace=60)  # fmt: skip
     assert [m.role for m in store.get_messages(run_id)] == ["user", "assistant"]
-    # The final commit wakes the waiter (a notice that came with the non-final one would already be here)
+    # No notice came for the non-final or the fenced commit: notices arrive in commit order, so
+    # once a later one (a marker sent now) has arrived, an earlier one would have too
+    marker = watcher.subscribe("marker-" + run_id)
+    assert marker is not None
+    with store.engine.begin() as conn:
+        notify_final(conn, "marker-" + run_id)
+    assert marker.wait(10)
     assert not woken.is_set()
+    # The final commit wakes the waiter
     store.commit_step(claim, [Message(role="tool", tool_call_id="c0", tool_name="noop", content="ok")],
                       status=RunStatus.COMPLETED, next_step=None, publish_grace=60, content="ok")  # fmt: skip
     assert woken.wait(10)
