@@ -2,7 +2,8 @@
 
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts with
 `BEGIN IMMEDIATE`, so two writers queue on the lock instead of deadlocking on an upgrade from a
-read lock (SQLite has no SELECT ... FOR UPDATE). PostgreSQL uses psycopg 3.
+read lock (SQLite has no SELECT ... FOR UPDATE). Reads (the store's quick engine) start with a
+plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. PostgreSQL uses psycopg 3.
 """
 
 from __future__ import annotations
@@ -45,8 +46,15 @@ def open_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, **kwargs)
 
 
+#: Execution option of the SQLite engine's read-only view: its transactions begin with a plain BEGIN.
+_READS = "ratchet_reads"
+
+
 def open_quick_engine(engine: Engine) -> Engine:
-    """PostgreSQL's second pool, for reads and for the claim: autocommit, so a read or the claim's
+    """The engine for reads and for the claim.
+
+    SQLite: the same pool, its transactions started with a plain BEGIN (the claim, a write, does
+    not use it there). PostgreSQL: a second pool, autocommit, so a read or the claim's
     single statement costs one round trip (no BEGIN, COMMIT or ROLLBACK). It is built from the
     engine's URL (so PGOPTIONS, a service file or `?options=` apply to both pools alike) and sets
     nothing on its sessions, so it is safe behind a transaction-pooling PgBouncer: the claim
@@ -55,6 +63,8 @@ def open_quick_engine(engine: Engine) -> Engine:
 
     No pre-ping: the store retries a read or a claim once when the server dropped its connection,
     so a database restart costs one failed round trip, not a ping before every statement."""
+    if engine.dialect.name == "sqlite":
+        return engine.execution_options(**{_READS: True})
     return create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_pre_ping=False, pool_size=5, max_overflow=20)
 
 
@@ -77,7 +87,7 @@ def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READS) else "BEGIN IMMEDIATE")
 
     return engine
 

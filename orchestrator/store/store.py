@@ -60,8 +60,8 @@ class Store(StoreReads):
         self.engine = engine
         self.clock = clock
         self._is_pg = engine.dialect.name == "postgresql"
-        #: Reads and claims (PostgreSQL: autocommit, asynchronous commit; see `open_quick_engine`).
-        self.quick_engine = open_quick_engine(engine) if self._is_pg else engine
+        #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
+        self.quick_engine = open_quick_engine(engine)
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -499,6 +499,6 @@ def forget_stores() -> None:
             if store._watcher is not None:
                 store._watcher.close()
             store.engine.dispose(close=False)
-            if store.quick_engine is not store.engine:
+            if store.quick_engine.pool is not store.engine.pool:
                 store.quick_engine.dispose(close=False)
         _cache.clear()

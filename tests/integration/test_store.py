@@ -276,7 +276,7 @@ def test_a_claim_and_a_read_return_the_committed_transcript_whatever_the_process
         ("user", "héllo ✓"), ("assistant", None), ("tool", "found"), ("assistant", "done — ok")
     ]  # fmt: skip
     assert stored[1].calls == [call] and stored[2].tool_args == {"q": "naïve"} and stored[2].tool_call_error
-    if b.quick_engine is not b.engine:
+    if b.quick_engine.pool is not b.engine.pool:
         b.quick_engine.dispose()
 
 
@@ -292,3 +292,19 @@ def test_a_cached_prefix_that_disagrees_with_the_store_is_dropped_and_the_transc
     assert claim is not None
     assert [m.content for m in claim.messages] == ["the stored one"]
     assert [m.content for m in store.transcripts.known(run_id).messages] == ["the stored one"]
+
+
+def test_on_sqlite_a_read_neither_waits_for_a_writer_nor_takes_the_write_lock(tmp_path: Any) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'reads.db'}")
+    run_id = new_run(store)
+    # While another connection holds the write lock with an uncommitted change
+    with store.engine.begin() as writer:
+        writer.execute(text("update ratchet_runs set content='uncommitted' where run_id=:r"), {"r": run_id})
+        # a read answers at once with the committed state (BEGIN IMMEDIATE would wait 30 s, then fail)
+        with statements(store) as seen:
+            assert store.get_output(run_id).content is None
+        assert seen and not any(s.startswith("BEGIN IMMEDIATE") for s in seen)
+    # and writes still take the lock first
+    with statements(store) as seen, store.engine.begin() as conn:
+        conn.execute(text("select 1"))
+    assert seen[0] == "BEGIN IMMEDIATE"
