@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import time
 from pathlib import Path
 
 import redis
@@ -91,14 +90,9 @@ class Meter:
             end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
             # pg_walinspect reads only flushed WAL; claims commit without waiting for the flush,
             # so let the WAL writer catch up (it flushes every 200 ms at most).
-            deadline = time.monotonic() + 5
-            while (
-                time.monotonic() < deadline
-                and conn.execute(
-                    text("SELECT pg_wal_lsn_diff(:e, pg_current_wal_flush_lsn()) > 0"), {"e": end}
-                ).scalar()
-            ):
-                time.sleep(0.005)
+            # A reading taken before the flush would count too few bytes: fail instead.
+            flushed = text("SELECT pg_wal_lsn_diff(:e, pg_current_wal_flush_lsn()) <= 0")
+            wait_until(lambda: conn.execute(flushed, {"e": end}).scalar(), 5, interval=0.005, what="the WAL flush")
             if not self.walinspect:
                 diff = conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"e": end, "s": start}).scalar()
                 return float(diff), math.nan
