@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.untrusted import TOOL_CALL_ID_MAX, TOOL_NAME_MAX, escape, storable_name
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -33,7 +35,7 @@ class ToolCall(BaseModel):
         under "_raw" so a transcript shows what the model actually sent."""
         try:
             value = json.loads(self.arguments)
-        except (json.JSONDecodeError, TypeError):
+        except (json.JSONDecodeError, TypeError, RecursionError):  # nested too deep to decode
             return {"_raw": self.arguments}
         return value if isinstance(value, dict) else {"_raw": self.arguments}
 
@@ -65,13 +67,18 @@ class Message(BaseModel):
         return [ToolCall.from_openai(c) for c in self.tool_calls or []]
 
     def to_row(self) -> dict[str, Any]:
-        """The columns this message is stored under (see `store.schema.messages`)."""
+        """The columns this message is stored under (see `store.schema.messages`).
+
+        The last guard before the database: text no column can hold is escaped and names are
+        fitted to their columns here too, so no write (the failure handler's flush above all) can
+        fail on a message's content. The engine already makes what models and tools return
+        storable, saying so in the message (`orchestrator.untrusted`); JSON columns are ASCII."""
         return {
             "role": self.role,
-            "content": self.content,
+            "content": escape(self.content)[0] if self.content is not None else None,
             "tool_calls": json.dumps(self.tool_calls) if self.tool_calls is not None else None,
-            "tool_call_id": self.tool_call_id,
-            "tool_name": self.tool_name,
+            "tool_call_id": _name(self.tool_call_id, TOOL_CALL_ID_MAX),
+            "tool_name": _name(self.tool_name, TOOL_NAME_MAX),
             "tool_args": json.dumps(self.tool_args) if self.tool_args is not None else None,
             "tool_call_error": self.tool_call_error,
         }
@@ -89,6 +96,10 @@ class Message(BaseModel):
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
         )
+
+
+def _name(value: str | None, limit: int) -> str | None:
+    return storable_name(value, limit) if value is not None else None
 
 
 def unanswered_calls(messages: list[Message]) -> list[ToolCall]:

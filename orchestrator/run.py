@@ -67,6 +67,21 @@ class RunError:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RetryWait:
+    """Why a QUEUED run is waiting, and until when: a model call failed and is retried later."""
+
+    #: Which retry of the current step this is (1 for the first).
+    attempt: int
+    #: When the retry is due (UNIX seconds); the provider's Retry-After is honoured.
+    until: float
+    #: The failure being retried, as "Type: message".
+    reason: str
+
+    def __str__(self) -> str:
+        return f"retry {self.attempt} due at {self.until:.0f} after {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolExecution:
     """One tool call and its result, as Agno's `ToolExecution` names them."""
 
@@ -95,6 +110,8 @@ class RunOutput:
     updated_at: float = 0.0
     #: Child runs (team members), oldest first.
     member_runs: list[RunOutput] = field(default_factory=list)
+    #: For a QUEUED run whose model call failed and waits to be retried: why, and until when.
+    retry: RetryWait | None = None
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -110,7 +127,11 @@ class RunOutput:
 
     @classmethod
     def from_record(
-        cls, record: RunRecord, messages: list[Message], member_runs: list[RunOutput] | None = None
+        cls,
+        record: RunRecord,
+        messages: list[Message],
+        member_runs: list[RunOutput] | None = None,
+        retry: RetryWait | None = None,
     ) -> RunOutput:
         """The output of a run: its row, with the system message first, then the stored rows."""
         transcript = list(messages)
@@ -135,6 +156,7 @@ class RunOutput:
             created_at=record.created_at,
             updated_at=record.updated_at,
             member_runs=member_runs or [],
+            retry=retry,
         )
 
 

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     visibility_timeout: float = 3600.0
     #: Timeout of one HTTP call to the model provider.
     model_timeout: float = 120.0
+    #: The longest a provider's Retry-After may park a run. A longer one puts the run in ERROR at
+    #: once, saying so, instead of leaving it QUEUED out of sight: continue it later.
+    max_retry_after: float = 900.0
     #: Waits longer than this are not spent in the task: the run is parked and the sweeper
     #: publishes it when it is due, so no worker is held and no countdown outlives the broker.
     max_countdown: float = 30.0

@@ -78,10 +78,16 @@ class Tool:
             data = json.loads(raw or "{}")
         except json.JSONDecodeError as exc:
             raise ToolArgumentsError(f"arguments are not valid JSON ({exc.msg} at {exc.pos}): {raw[:200]!r}") from None
+        except RecursionError:
+            raise ToolArgumentsError(
+                f"arguments are nested too deeply to decode ({len(raw)} characters): send a flatter JSON object"
+            ) from None
         if not isinstance(data, dict):
             raise ToolArgumentsError(f"arguments must be a JSON object, got {type(data).__name__}")
         try:
             validated = self._args_model.model_validate(data)
+        except RecursionError:
+            raise ToolArgumentsError(f"invalid arguments for {self.name}: nested too deeply to validate") from None
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()

@@ -23,8 +23,9 @@ import socket
 import threading
 from typing import Any
 
+from billiard.common import terminate_handler_fired
 from celery import Celery, Task
-from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
 from orchestrator.client import Client
 from orchestrator.engine import Engine
@@ -47,9 +48,21 @@ def engine_for(app: Celery) -> Engine:
 
             settings = app.ratchet_settings
             engine = _engines[key] = Engine(
-                settings, dispatcher=CeleryDispatcher(settings, app=app), timeouts=(SoftTimeLimitExceeded,)
+                settings,
+                dispatcher=CeleryDispatcher(settings, app=app),
+                timeouts=(SoftTimeLimitExceeded,),
+                stopping=_worker_stopping,
             )
         return engine
+
+
+def _worker_stopping(exc: BaseException) -> bool:
+    """Whether `exc` is the worker stopping rather than a tool's own doing: Celery's warm or cold
+    shutdown, or the SystemExit a prefork pool process raises when it is sent SIGTERM (as at the
+    hard time limit), after which billiard's terminate handler has fired."""
+    if isinstance(exc, WorkerShutdown | WorkerTerminate):
+        return True
+    return isinstance(exc, SystemExit) and terminate_handler_fired()
 
 
 class StepTask(Task):  # type: ignore[misc]

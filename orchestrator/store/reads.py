@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from orchestrator.errors import RunNotFoundError
 from orchestrator.messages import Message
-from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus
 from orchestrator.store import statements
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
@@ -81,7 +81,23 @@ class StoreReads:
             members = [self._output(conn, child) for child in self.children(record.run_id, conn)]
         if transcript is None:
             transcript = self.get_messages(record.run_id, conn)
-        return RunOutput.from_record(record, transcript, members)
+        retry = self._retry_wait(conn, record) if record.status == S.QUEUED and record.retries else None
+        return RunOutput.from_record(record, transcript, members, retry)
+
+    def _retry_wait(self, conn: Connection, record: RunRecord) -> RetryWait | None:
+        """Why a QUEUED run waits: the last retry its step recorded (one read, only for such runs)."""
+        row = conn.execute(
+            select(events.c.at, events.c.detail)
+            .where(events.c.run_id == record.run_id, events.c.kind == "retry", events.c.seq == record.seq)
+            .order_by(events.c.id.desc())
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        detail = json.loads(row.detail) if row.detail else {}
+        error = detail.get("error") or {}
+        reason = f"{error.get('type', 'Error')}: {error.get('message', '')}"
+        return RetryWait(attempt=record.retries, until=row.at + float(detail.get("delay", 0.0)), reason=reason)
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""

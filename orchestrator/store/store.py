@@ -29,6 +29,7 @@ from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.reads import StoreReads
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 from orchestrator.store.transcripts import Transcript, TranscriptCache
+from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
 
 S = RunStatus
 
@@ -348,6 +349,44 @@ class Store(StoreReads):
             self._insert_messages(conn, claim.run_id, row.n_messages - 1, [message], now)
         self.transcripts.extend(claim.run_id, row.n_messages - 1, [message])
 
+    def step_landed(self, claim: Claim) -> RunRecord | None:
+        """After a write of the claimed step failed on a transient error: the run if that write
+        committed after all (the run moved on from the claim's seq at the claim's epoch), None if
+        the claim still holds and nothing landed; FencedError if somebody else took the run."""
+        record = self.get_record(claim.run_id)
+        if record.epoch == claim.epoch and record.seq > claim.record.seq:
+            # What this process cached for the run may now be short or long by the step: re-read.
+            self.transcripts.forget(claim.run_id)
+            return record
+        if (
+            record.status == S.RUNNING
+            and record.epoch == claim.epoch
+            and record.lease_owner == claim.record.lease_owner
+        ):
+            return None
+        raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
+
+    def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
+        """Whether a result of this tool call is stored (a retried append looks before writing)."""
+        query = select(messages.c.idx).where(messages.c.run_id == run_id, messages.c.tool_call_id == tool_call_id)
+        return self._quick(lambda conn: conn.execute(query).first() is not None)
+
+    def set_kind(self, claim: Claim, kind: str) -> None:
+        """Record what the run is (agent or team) as the worker, which imports it, knows it.
+
+        A producer that does not import the agents (`Client().start`, `ratchet run` without
+        `--app`) cannot tell a team from an agent; reads look for member runs only under teams."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == claim.run_id,
+                    runs.c.epoch == claim.epoch,
+                    runs.c.lease_owner == claim.record.lease_owner,
+                )
+                .values(kind=kind)
+            )
+
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (a final run is
         dropped from it)."""
@@ -420,7 +459,8 @@ class Store(StoreReads):
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given: a stale failure handler changes nothing (returns None)."""
         values: dict[str, Any] = dict(
-            error_type=error.get("type", "Error")[:128], error_message=error.get("message", ""),
+            error_type=clip(error.get("type", "Error"), ERROR_TYPE_MAX),
+            error_message=clip(error.get("message", ""), ERROR_MESSAGE_MAX),
             lease_owner=None, lease_expires_at=None, publish_after=None,
         )  # fmt: skip
         if system_message is not None:
@@ -430,7 +470,9 @@ class Store(StoreReads):
                 run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn, **values
             )
             if record is not None:
-                self.log_event(conn, run_id, "error", record.seq, **error)
+                self.log_event(
+                    conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"]
+                )
             return record
 
     # ---------------------------------------------------------------- control

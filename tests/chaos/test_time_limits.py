@@ -4,6 +4,8 @@ one killed at the hard limit is taken back by the sweeper when its lease expires
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from orchestrator import RunStatus
@@ -29,28 +31,33 @@ def test_a_model_call_past_the_soft_limit_errors_with_the_conversation_flushed(c
     cluster.assert_invariants([run_id])
 
 
-def test_a_tool_batch_past_the_soft_limit_keeps_its_finished_results_and_continue_runs_only_the_rest(
-    cluster: Cluster,
+def test_a_tool_batch_past_the_soft_limit_waits_for_its_running_tools_and_keeps_every_result(
+    make_cluster: Callable[..., Cluster],
 ) -> None:
-    # Given a batch where a finishes and b is still running at the soft limit
+    # Given a batch where a finishes and b is still running at the soft limit (the hard limit far off)
+    cluster = make_cluster(soft_time_limit=2.0, hard_time_limit=30.0, lease_seconds=31.0, visibility_timeout=60.0)
     cluster.script(batches=[calls("a", "b")])
     cluster.flag("hold-b")
-    cluster.start_worker()
-    cluster.start_sweeper()
+    worker = cluster.start_worker()
     run_id = cluster.start_run()
 
+    # When the soft limit ends the step while b runs, and b then finishes
+    wait_until(
+        lambda: "still running; waiting for them" in worker.log(), timeout=20, what="the soft limit to find b running"
+    )
+    cluster.unflag("hold-b")
     failed = cluster.wait_status(run_id, RunStatus.ERROR, timeout=20)
 
-    # Then the step failed as timed out, not as a tool error the model would read
+    # Then the step failed as timed out, not as a tool error, and b's result was kept, not dropped
     assert failed.error is not None and failed.error.type == "StepTimeoutError"
-    assert [(t.tool_args, t.result) for t in failed.tools] == [({"key": "a"}, "a: applied")]
+    assert sorted((t.tool_args or {}).get("key") for t in failed.tools) == ["a", "b"]
+    assert all(t.result == f"{(t.tool_args or {})['key']}: applied" for t in failed.tools)
 
-    # When b is fixed and the run continued, only b runs again
-    cluster.unflag("hold-b")
+    # And a continue runs no tool again: each took effect once
     cluster.client.continue_run(run_id)
     out = cluster.assert_invariants([run_id])[run_id]
     assert out.status == RunStatus.COMPLETED and out.messages[: len(failed.messages)] == failed.messages
-    assert cluster.attempts(run_id) == {"a": 1, "b": 2}
+    assert cluster.attempts(run_id) == {"a": 1, "b": 1}
     assert sorted(cluster.effects(run_id).values()) == ["a", "b"]
 
 
