@@ -229,7 +229,8 @@ def after_member_final(
 
 def recover_waiting(store: Store, *, publish_grace: float, limit: int = 200) -> list[RunRecord]:
     """The sweeper's part: finish fan-ins a crash left undone. Returns the teams it moved."""
-    with store.engine.connect() as conn:
+    # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
+    with store.quick_engine.connect() as conn:
         candidates = teams_to_fan_in(conn, limit=limit)
     moved = [m for m in (fan_in_now(store, t, publish_grace=publish_grace) for t in candidates) if m is not None]
     for team in moved:
