@@ -9,19 +9,21 @@ agents. `Agent.run()` and friends are thin wrappers around a `Client`.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import delegation
+from orchestrator import delegation, validation
 from orchestrator.errors import (
     BrokerUnavailableError,
-    ConfigurationError,
     RatchetError,
     RunBusyError,
+    RunConflictError,
     RunNotContinuableError,
+    RunNotFoundError,
     RunWaitTimeout,
 )
 from orchestrator.messages import Message, unanswered_calls
@@ -34,6 +36,19 @@ from orchestrator.store import Store
 S = RunStatus
 #: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
 SAFETY_POLL = 0.5
+#: Where a cancel applies (COMPLETED and CANCELLED are final).
+CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR)
+#: The namespace of the run ids Ratchet derives. Fixed for good: a new one would make a request
+#: repeated across an upgrade start a second run.
+_DERIVED_IDS = uuid.UUID("9b3c1e52-6f0a-4d8e-a5b7-2c4e8f1d3a60")
+
+
+def derived_run_id(*parts: str) -> str:
+    """A run id that is a function of `parts` (uuid5): the same request finds the same run.
+
+    The fork of a run (`"fork", run_id, "key" | "input", text`) and the run of a `ratchet.start_run`
+    task sent without a run id (`"celery-task", task_id`) get theirs this way."""
+    return str(uuid.uuid5(_DERIVED_IDS, json.dumps(parts)))
 
 
 class RunHandle:
@@ -90,28 +105,46 @@ class Client:
     def start(self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
+        `run_id` is the producer's own key (default: a new uuid4; 1-64 characters of A-Z, a-z,
+        0-9, `.`, `_`, `:` and `-`): starting again with a run_id that exists, for the same agent
+        (and the same session, if one is given), returns that run and publishes nothing; for
+        another agent or session it raises RunConflictError. Invalid arguments raise
+        InvalidInputError before anything is written.
+
         If the broker is down the run is still saved, and BrokerUnavailableError names it; the
         sweeper publishes it when the broker is back."""
-        if not isinstance(agent, str) or not agent:
-            raise ConfigurationError("start() needs the name of a registered agent or team")
-        if not isinstance(input, str) or not input.strip():
-            raise ConfigurationError("start() needs a non-empty input message")
-        run_id = run_id or str(uuid.uuid4())
-        session_id = session_id or str(uuid.uuid4())
+        agent = validation.agent_name(agent)
+        input = validation.input_text(input)
+        given_session = None if session_id is None else validation.session_id(session_id)
+        run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
             kind = "agent"  # a producer need not import the agents; the worker knows them
         try:
             record = self.store.create_run(
-                run_id=run_id, session_id=session_id, agent_name=agent, kind=kind,
+                run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
                 input_messages=[Message(role="user", content=input)],
                 publish_grace=self.settings.publish_grace_seconds,
             )  # fmt: skip
-        except IntegrityError:
-            raise ConfigurationError(f"a run with run_id {run_id!r} already exists; use a new id") from None
+        except IntegrityError as exc:
+            existing = self._existing(run_id, exc)
+            if existing.agent_name != agent or given_session not in (None, existing.session_id):
+                raise RunConflictError(
+                    f"run_id {run_id!r} is already a run of agent {existing.agent_name!r} in session "
+                    f"{existing.session_id!r}; a run of agent {agent!r}"
+                    f"{'' if given_session is None else f' in session {given_session!r}'} needs a run_id of its own"
+                ) from None
+            return RunHandle(run_id, self)  # the same start again: a retry, a redelivery
         self.publish(record)
         return RunHandle(run_id, self)
+
+    def _existing(self, run_id: str, conflict: IntegrityError) -> RunRecord:
+        """The run whose id made an insert fail (the insert's own error if there is none)."""
+        try:
+            return self.store.get_record(run_id)
+        except RunNotFoundError:
+            raise conflict from None
 
     def publish(self, record: RunRecord) -> None:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
@@ -129,18 +162,26 @@ class Client:
                 run_id=record.run_id,
             ) from exc
 
-    def continue_run(self, run_id: str, *, input: str | None = None) -> RunHandle:
+    def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:
         """Resume a run: ERROR/PAUSED and expired RUNNING resume in place (same run_id);
         COMPLETED forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
 
-        Two concurrent continues of one run publish one step: the move is guarded by the epoch."""
+        Two concurrent continues of one run publish one step: the move is guarded by the epoch.
+        A fork's run_id is derived from the source run and `fork_key` (default: the input), so
+        continuing a COMPLETED run twice alike returns the same fork; another `fork_key` forks
+        again."""
+        run_id = validation.run_id(run_id)
+        if input is not None:
+            input = validation.input_text(input)
+        if fork_key is not None:
+            fork_key = validation.fork_key(fork_key)
         record = self.store.get_record(run_id)
         now = self.store.clock()
         status = record.status
         if status == S.CANCELLED:
             raise RunNotContinuableError(f"run {run_id} was cancelled; a cancelled run is final. Start a new run.")
         if status == S.COMPLETED:
-            return self._fork(record, input)
+            return self._fork(record, input, fork_key)
         if status in (S.QUEUED, S.WAITING):
             if input is not None:
                 raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
@@ -172,54 +213,87 @@ class Client:
             self.publish(moved)
         return RunHandle(run_id, self)
 
-    def _fork(self, record: RunRecord, input: str | None) -> RunHandle:
+    def _fork(self, record: RunRecord, input: str | None, key: str | None) -> RunHandle:
+        # The fork's id is a function of the request, so a double-clicked or redelivered continue
+        # finds the fork the first one made instead of making another.
+        request = ("key", key) if key is not None else ("input", input or "")
+        fork_id = derived_run_id("fork", record.run_id, *request)
+        try:
+            return self._same_fork(record, self.store.get_record(fork_id))
+        except RunNotFoundError:
+            pass
         messages = self.store.get_messages(record.run_id)
         if input is not None:
             messages.append(Message(role="user", content=input))
-        fork_id = str(uuid.uuid4())
-        created = self.store.create_run(
-            run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
-            input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
-            # A fork of a member's run is the user's own run, not a member of the team any more.
-            publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
-            forked_from=record.run_id, system_message=record.system_message,
-        )  # fmt: skip
+        try:
+            created = self.store.create_run(
+                run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
+                input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
+                # A fork of a member's run is the user's own run, not a member of the team any more.
+                publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
+                forked_from=record.run_id, system_message=record.system_message,
+            )  # fmt: skip
+        except IntegrityError as exc:  # a concurrent continue made it first
+            return self._same_fork(record, self._existing(fork_id, exc))
         self.publish(created)
         return RunHandle(fork_id, self)
 
+    def _same_fork(self, source: RunRecord, fork: RunRecord) -> RunHandle:
+        if fork.forked_from != source.run_id:  # only a producer that chose this very id gets here
+            raise RunConflictError(f"run_id {fork.run_id!r}, the id of this fork, is taken by another run")
+        return RunHandle(fork.run_id, self)
+
     def cancel(self, run_id: str) -> RunOutput:
-        """Cancel a run that has not finished. Its in-flight step is fenced: nothing it does
-        afterwards is committed. Cancelling a CANCELLED run is a no-op; a COMPLETED one, an error."""
+        """Cancel a run that has not finished, and its member runs. Its in-flight step is fenced:
+        nothing it does afterwards is committed. Cancelling a CANCELLED run is a no-op; a
+        COMPLETED one, an error. Members that end while the cancel goes on are left as they ended."""
+        run_id = validation.run_id(run_id)
         record = self.store.get_record(run_id)
         if record.status == S.COMPLETED:
             raise RunNotContinuableError(f"run {run_id} is COMPLETED; there is nothing to cancel")
-        if record.status != S.CANCELLED:
-            self.store.move(
-                run_id, src=(S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR), dst=S.CANCELLED, bump_epoch=True,
-                event="cancel", lease_owner=None, lease_expires_at=None, publish_after=None, next_step=None,
-            )  # fmt: skip
-            for child in self.store.children(run_id):
-                if child.status not in (S.COMPLETED, S.CANCELLED):
-                    self.cancel(child.run_id)
-            # A member cancelled on its own must not leave its team waiting forever.
-            delegation.member_cancelled(self, record)
+        if record.status == S.CANCELLED:
+            return self.store.get_output(run_id)
+        if self._cancel_one(run_id) is None:
+            # It ended between the read and the move: another cancel won, or it completed.
+            if self.store.get_record(run_id).status == S.COMPLETED:
+                raise RunNotContinuableError(f"run {run_id} completed before it could be cancelled")
+            return self.store.get_output(run_id)
+        self._cancel_members(run_id)
+        # A member cancelled on its own must not leave its team waiting forever.
+        delegation.member_cancelled(self, record)
         return self.store.get_output(run_id)
+
+    def _cancel_one(self, run_id: str) -> RunRecord | None:
+        """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
+        return self.store.move(
+            run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
+            lease_owner=None, lease_expires_at=None, publish_after=None, next_step=None,
+        )  # fmt: skip
+
+    def _cancel_members(self, run_id: str) -> None:
+        """Cancel a cancelled team's member runs, and theirs. A member that completes or is
+        cancelled meanwhile fails its move and is skipped, so the cascade always finishes; its
+        team is cancelled already, so its fan-in changes nothing."""
+        for child in self.store.children(run_id):
+            if child.status not in (S.COMPLETED, S.CANCELLED) and self._cancel_one(child.run_id) is not None:
+                self._cancel_members(child.run_id)
 
     # ---------------------------------------------------------------- reads
 
     def get_run(self, run_id: str) -> RunOutput:
         """The run with its messages and member runs; RunNotFoundError if there is none."""
-        return self.store.get_output(run_id)
+        return self.store.get_output(validation.run_id(run_id))
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's runs, oldest first; None if no run was ever started in it."""
-        return self.store.get_session(session_id)
+        return self.store.get_session(validation.session_id(session_id))
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """Block until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED).
 
         On PostgreSQL the run's final move wakes the waiter at once (LISTEN/NOTIFY), with a
         slow poll as a safety net; elsewhere, or while notices are down, it polls."""
+        run_id = validation.run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
@@ -251,6 +325,7 @@ class Client:
 
     async def await_run(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """`wait()` for asyncio."""
+        run_id = validation.run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.002
         while True:

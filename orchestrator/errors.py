@@ -2,8 +2,10 @@
 
     RatchetError
     ├── ConfigurationError        settings or an agent definition are wrong
+    │   └── InvalidInputError     a producer's argument cannot be taken (an id, a name, the input)
     ├── AgentNotFoundError        no agent or team is registered under that name
     ├── RunNotFoundError          no run has that run_id
+    ├── RunConflictError          that run_id is taken by a run of another agent or session
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is RUNNING and its lease is live
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
@@ -31,6 +33,14 @@ class ConfigurationError(RatchetError):
     """A setting or an agent definition is invalid. The message names it; fix it and restart."""
 
 
+class InvalidInputError(ConfigurationError):
+    """A producer passed something Ratchet cannot take: an id outside its format, a name or an
+    input that cannot be stored (a NUL, a lone surrogate, too long), a value of the wrong type.
+
+    Nothing was written. The message names the argument and the rule; fix the call and send it
+    again. (A ConfigurationError, as the empty-input check was before this class existed.)"""
+
+
 class AgentNotFoundError(RatchetError):
     """No agent or team is registered under this name in this process.
 
@@ -39,6 +49,13 @@ class AgentNotFoundError(RatchetError):
 
 class RunNotFoundError(RatchetError):
     """No run has this run_id in the configured database. Check the id and RATCHET_DATABASE_URL."""
+
+
+class RunConflictError(RatchetError):
+    """A run with this run_id already exists, for another agent or in another session.
+
+    Starting twice with the same run_id, agent and session returns the existing run; anything
+    else is a different run and needs an id of its own."""
 
 
 class RunNotContinuableError(RatchetError):

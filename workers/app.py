@@ -23,6 +23,10 @@ TOOLS_TASK = "ratchet.tool_batch"
 START_TASK = "ratchet.start_run"
 CONTINUE_TASK = "ratchet.continue_run"
 SWEEP_TASK = "ratchet.sweep"
+#: Seconds a Redis broker may take to answer one command, and to accept a connection. A live
+#: Redis answers in milliseconds; these bound how long a silent one holds a producer.
+BROKER_SOCKET_TIMEOUT = 3.0
+BROKER_CONNECT_TIMEOUT = 3.0
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -53,7 +57,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "polling_interval": 0.05,
         }
     elif settings.broker_url.startswith(("redis://", "rediss://")):
-        transport.update({"socket_keepalive": True, "health_check_interval": 25, "retry_on_timeout": True})
+        transport.update(
+            {
+                "socket_keepalive": True,
+                "health_check_interval": 25,
+                # Without timeouts a broker that accepts connections and never answers blocks a
+                # publish (and `Client.start`) forever. Consuming is unaffected: kombu sends BRPOP
+                # with a 1 s server-side timeout and reads its reply only once the socket is
+                # readable. A timed-out command is not retried by redis-py (that would double
+                # the wait); the publisher's retry policy and the run's outbox marker cover it.
+                "socket_timeout": BROKER_SOCKET_TIMEOUT,
+                "socket_connect_timeout": BROKER_CONNECT_TIMEOUT,
+                "retry_on_timeout": False,
+            }
+        )
     queues = {
         MODEL_TASK: {"queue": settings.model_queue},
         TOOLS_TASK: {"queue": settings.tools_queue},

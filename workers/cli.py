@@ -4,8 +4,8 @@
     ratchet migrate                                apply the store's migrations
     ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B]
     ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
-    ratchet run AGENT INPUT [--session S] [--wait] [--timeout T]
-    ratchet continue RUN_ID [--input TEXT] [--wait]
+    ratchet run AGENT INPUT [--session S] [--run-id ID] [--wait] [--timeout T]
+    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
     ratchet show RUN_ID [--json]
     ratchet sweep                                  one sweeper pass
@@ -25,7 +25,8 @@ import os
 import runpy
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so a closed pipe is caught below rather than at exit
+        return code
     except RatchetError as exc:
-        print(f"ratchet: error: {exc}", file=sys.stderr)
+        print(f"ratchet: error: {_printable(str(exc))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ratchet show RUN_ID | head -1`): nothing to report. Point stdout
+        # at /dev/null so the interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE
     except KeyboardInterrupt:
         return 130
+
+
+def _printable(text: str) -> str:
+    """One line that any terminal encoding can print: newlines folded, and characters the
+    encoding cannot take (a lone surrogate from invalid UTF-8 in argv) escaped."""
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    line = " ".join(text.splitlines())
+    return line.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("agent")
     p.add_argument("input")
     p.add_argument("--session", help="session id (default: a new one)")
+    p.add_argument(
+        "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
+    )
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
     p.add_argument("--timeout", type=float, help="seconds to wait with --wait")
     p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
@@ -92,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
     p.add_argument("run_id")
     p.add_argument("--input", help="a new user message to add first")
+    p.add_argument(
+        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
+    )
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float)
     p.set_defaults(func=cmd_continue)
@@ -161,12 +183,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, "-E"]
     if args.concurrency:
         argv += ["-c", str(args.concurrency)]
-    if args.beat:
-        argv.append("-B")
     # Celery's default node name (celery@host) collides when two workers share a host; Flower and
     # control commands then see one worker. The pid keeps names unique; containers differ by host.
     argv += ["-n", args.hostname or f"ratchet-{os.getpid()}@%h"]
-    app.worker_main(argv)
+    if not args.beat:
+        app.worker_main(argv)
+        return 0
+    with _schedule_file() as schedule:
+        app.worker_main([*argv, "-B", "-s", schedule])
     return 0
 
 
@@ -175,16 +199,23 @@ def cmd_beat(args: argparse.Namespace) -> int:
     from workers.app import create_app
 
     app = create_app(Settings.from_env())
-    # Beat's schedule file only remembers last run times; a temp dir works in read-only images.
-    schedule = Path(tempfile.gettempdir()) / f"ratchet-beat-{os.getpid()}"
-    app.start(["beat", "-l", args.loglevel, "-s", str(schedule)])
+    with _schedule_file() as schedule:
+        app.start(["beat", "-l", args.loglevel, "-s", schedule])
     return 0
+
+
+@contextmanager
+def _schedule_file() -> Iterator[str]:
+    """Where beat keeps its schedule: a temp folder removed afterwards. The file only remembers
+    when the sweep last ran, and the working directory may be read-only or a user's project."""
+    with tempfile.TemporaryDirectory(prefix="ratchet-beat-") as folder:
+        yield str(Path(folder) / "celerybeat-schedule")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     client = Client()
-    handle = client.start(args.agent, input=args.input, session_id=args.session)
+    handle = client.start(args.agent, input=args.input, session_id=args.session, run_id=args.run_id)
     print(handle.run_id)
     if args.wait:
         return _show(handle.wait(args.timeout))
@@ -192,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_continue(args: argparse.Namespace) -> int:
-    handle = Client().continue_run(args.run_id, input=args.input)
+    handle = Client().continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
     print(handle.run_id)
     if args.wait:
         return _show(handle.wait(args.timeout))

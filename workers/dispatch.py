@@ -26,7 +26,11 @@ class CeleryDispatcher:
         self._queues = {"model": settings.model_queue, "tools": settings.tools_queue}
 
     def publish(self, step: StepRef) -> None:
-        """Send the step's task; raises if the broker cannot take it (after kombu's short retry)."""
+        """Send the step's task; raises if the broker cannot take it (after kombu's short retry).
+
+        Bounded: at most three attempts, each bounded by the broker's socket timeouts
+        (`workers.app.BROKER_SOCKET_TIMEOUT`), so a broker that does not answer fails the publish
+        in seconds; the run's outbox marker lets the sweeper publish it later."""
         self.app.send_task(
             _TASKS[step.kind],
             args=[step.run_id, step.seq],
@@ -34,5 +38,5 @@ class CeleryDispatcher:
             task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
             countdown=step.countdown,
             retry=True,
-            retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5},
+            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5},
         )

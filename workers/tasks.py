@@ -3,8 +3,10 @@
 - `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
 - `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
 - `ratchet.start_run(agent, input, session_id=None, run_id=None)` and
-  `ratchet.continue_run(run_id, input=None)`: for producers that send tasks by name with JSON
-  arguments (any language). Both return the run_id.
+  `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
+  with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
+  without a run_id takes one derived from its task id, so a redelivered message finds the run it
+  started; a continue that forks a COMPLETED run derives the fork's id (see `Client.continue_run`).
 - `ratchet.sweep()`: one sweeper pass (the beat schedule runs it every RATCHET_SWEEP_SECONDS).
 
 A step that raises goes to `StepTask.on_failure`, which flushes the step's in-flight messages onto
@@ -27,7 +29,7 @@ from billiard.common import terminate_handler_fired
 from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
-from orchestrator.client import Client
+from orchestrator.client import Client, derived_run_id
 from orchestrator.engine import Engine
 from orchestrator.errors import FencedError, RatchetError
 from orchestrator.sweeper import Sweeper
@@ -120,20 +122,17 @@ def register_tasks(app: Celery) -> None:
             log.info("%s", exc)
             return "fenced"
 
-    @app.task(name=START_TASK, bind=True, acks_late=True, shared=False)
+    # A producer's mistake (an invalid id, a conflict) is logged in one line, not as a traceback.
+    @app.task(name=START_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def start_run(self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None) -> str:
-        engine = engine_for(self.app)
-        client = Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)
-        existing = _existing(client, run_id)
-        if existing is not None:  # a redelivered start_run must not start the run twice
-            return existing
-        return client.start(agent, input=input, session_id=session_id, run_id=run_id).run_id
+        if run_id is None and self.request.id:
+            # Derived from the task id: a redelivery of this message returns the run it started.
+            run_id = derived_run_id("celery-task", self.request.id)
+        return _client(self.app).start(agent, input=input, session_id=session_id, run_id=run_id).run_id
 
-    @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False)
-    def continue_run(self: Task, run_id: str, input: str | None = None) -> str:
-        engine = engine_for(self.app)
-        client = Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)
-        return client.continue_run(run_id, input=input).run_id
+    @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
+    def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:
+        return _client(self.app).continue_run(run_id, input=input, fork_key=fork_key).run_id
 
     @app.task(name=SWEEP_TASK, bind=True, shared=False)
     def sweep(self: Task) -> dict[str, list[str]]:
@@ -148,12 +147,6 @@ def register_tasks(app: Celery) -> None:
     _ = (model_call, tool_batch, start_run, continue_run, sweep)
 
 
-def _existing(client: Client, run_id: str | None) -> str | None:
-    if run_id is None:
-        return None
-    from orchestrator.errors import RunNotFoundError
-
-    try:
-        return client.store.get_record(run_id).run_id
-    except RunNotFoundError:
-        return None
+def _client(app: Celery) -> Client:
+    engine = engine_for(app)
+    return Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)

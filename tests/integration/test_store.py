@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 
 from orchestrator import Agent, Client, RunStatus
-from orchestrator.errors import ConfigurationError, FencedError
+from orchestrator.errors import FencedError, RunConflictError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import ScriptedModel
 from orchestrator.settings import Settings
@@ -242,7 +242,7 @@ def test_starting_a_run_id_that_exists_is_refused_and_leaves_the_first_run_alone
     Agent(name="lonely", model=ScriptedModel(), client=Client(settings))
     client = Client(settings)
     first = client.start("lonely", input="first", run_id="run-taken", session_id="s-1")
-    with pytest.raises(ConfigurationError, match="run-taken.*already exists; use a new id"):
+    with pytest.raises(RunConflictError, match="'run-taken' is already a run of agent 'lonely' in session 's-1'"):
         client.start("lonely", input="second", run_id="run-taken", session_id="s-2")
     run = client.get_run(first.run_id)
     assert (run.session_id, [m.content for m in run.messages]) == ("s-1", ["first"])

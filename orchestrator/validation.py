@@ -1,0 +1,114 @@
+"""Checks at the door: what a producer passes (ids, names, input) is refused here with one clear
+InvalidInputError, before it reaches the store, the broker or a model.
+
+Every producer entry goes through these: `Client` (and so `Agent.run`, the Celery tasks
+`ratchet.start_run` and `ratchet.continue_run`, and the CLI).
+
+The limits follow the columns (`orchestrator/store/schema.py`) and where the values travel. A
+run id is also sent to the model as an HTTP header and is part of Celery task ids, so it is
+plain ASCII without spaces. Names and ids are stored in VARCHAR columns and shown on terminals,
+so they hold no control characters. Text is stored as UTF-8 and PostgreSQL cannot store NUL,
+so no value holds a NUL or a lone surrogate (which is what invalid UTF-8 on a command line
+decodes to). Every message shows a value through `repr`, which escapes both.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from orchestrator.errors import InvalidInputError
+
+RUN_ID_MAX = 64
+SESSION_ID_MAX = 128
+AGENT_NAME_MAX = 256
+FORK_KEY_MAX = 256
+#: The largest input message, in bytes of UTF-8: one user message, not a document store.
+INPUT_MAX_BYTES = 1 << 20
+
+RUN_ID_RULE = f"1-{RUN_ID_MAX} characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+_RUN_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{RUN_ID_MAX}}}")
+#: Unicode categories refused in names and ids: control characters and (lone) surrogates.
+_UNPRINTABLE = frozenset({"Cc", "Cs"})
+
+
+def run_id(value: object, *, what: str = "run_id") -> str:
+    """A run id as given, or InvalidInputError naming the rule."""
+    text = _string(value, what)
+    if _RUN_ID.fullmatch(text) is None:
+        size = f" ({len(text)} characters)" if len(text) > RUN_ID_MAX else ""
+        raise InvalidInputError(f"{what} {_show(text)}{size} is not a valid run id: use {RUN_ID_RULE}")
+    return text
+
+
+def session_id(value: object) -> str:
+    """A session id: 1-128 characters, no control characters, valid UTF-8."""
+    return _name(value, "session_id", SESSION_ID_MAX)
+
+
+def agent_name(value: object) -> str:
+    """The name of an agent or team: 1-256 characters, no control characters, valid UTF-8."""
+    return _name(value, "agent", AGENT_NAME_MAX)
+
+
+def fork_key(value: object) -> str:
+    """A producer's key for a fork: 1-256 characters, no control characters, valid UTF-8."""
+    return _name(value, "fork_key", FORK_KEY_MAX)
+
+
+def input_text(value: object, *, what: str = "input") -> str:
+    """A user message: a non-empty str without NUL or lone surrogates, at most 1 MiB of UTF-8."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str (the user's message), not {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{what} is empty: a run needs a non-empty input message")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise InvalidInputError(
+            f"{what} contains a NUL character at index {nul}, which the database cannot store; "
+            "remove it (send binary data encoded, e.g. as base64)"
+        )
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} is not valid UTF-8 text: {_describe(value[exc.start])} at index {exc.start} "
+            "(invalid bytes decoded with surrogateescape?); send valid UTF-8"
+        ) from None
+    if size > INPUT_MAX_BYTES:
+        raise InvalidInputError(
+            f"{what} is {size} bytes of UTF-8; the limit is {INPUT_MAX_BYTES} bytes (1 MiB): pass a large "
+            "document by reference (a URL or a file id that a tool can read)"
+        )
+    return value
+
+
+def _string(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _name(value: object, what: str, limit: int) -> str:
+    text = _string(value, what)
+    if not text:
+        raise InvalidInputError(f"{what} is empty: give 1-{limit} characters")
+    if len(text) > limit:
+        raise InvalidInputError(f"{what} is {len(text)} characters long; the limit is {limit}")
+    for i, char in enumerate(text):
+        if unicodedata.category(char) in _UNPRINTABLE:
+            raise InvalidInputError(
+                f"{what} {_show(text)} contains {_describe(char)} at index {i}: "
+                "names and ids must be valid UTF-8 without control characters"
+            )
+    return text
+
+
+def _describe(char: str) -> str:
+    kind = "a lone surrogate" if unicodedata.category(char) == "Cs" else "a control character"
+    return f"{kind} (U+{ord(char):04X})"
+
+
+def _show(text: str, limit: int = 80) -> str:
+    """The value for a message: `repr` escapes what a terminal or an encoder would choke on."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
