@@ -17,6 +17,7 @@ from sqlalchemy import select
 from bench.floor import floor_runs, start_chain
 from bench.rig import Rig
 from bench.stats import Row, Section, median, percentile
+from orchestrator.client import poll_delays
 from orchestrator.status import RunStatus
 from orchestrator.testing.script import ScriptConfig
 
@@ -36,14 +37,13 @@ def measure(rig: Rig, *, runs: int) -> Section:
         run_id = uuid.uuid4().hex
         t0 = time.perf_counter()
         start_chain(engine, app, run_id, 1, queue, io=server.url)
-        delay = 0.002  # the schedule of Client.wait()
+        delays = poll_delays()  # the schedule of Client.wait() where it is not notified
         while True:
             with engine.connect() as conn:
                 status = conn.execute(select(floor_runs.c.status).where(floor_runs.c.run_id == run_id)).scalar()
             if status == "DONE":
                 return (time.perf_counter() - t0) * 1000
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.1)
+            time.sleep(next(delays))
 
     for _ in range(5):  # warm-up: connections, the openai client, compiled statements
         ratchet_once(), floor_once()

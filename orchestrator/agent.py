@@ -114,18 +114,31 @@ class Agent:
         return await handle.await_(timeout)
 
     def continue_run(
-        self, run_id: str, *, input: str | None = None, session_id: str | None = None, timeout: float | None = None
+        self,
+        run_id: str,
+        *,
+        input: str | None = None,
+        session_id: str | None = None,
+        timeout: float | None = None,
+        fork_key: str | None = None,
     ) -> RunOutput:
-        """Continue a run and wait: ERROR resumes in place (same run_id), COMPLETED forks.
+        """Continue a run and wait: ERROR resumes in place (same run_id), COMPLETED forks (the
+        same fork for the same input; another `fork_key` forks again, see `Client.continue_run`).
 
         `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
-        return self.client.continue_run(run_id, input=input).wait(timeout)
+        return self.client.continue_run(run_id, input=input, fork_key=fork_key).wait(timeout)
 
     async def acontinue_run(
-        self, run_id: str, *, input: str | None = None, session_id: str | None = None, timeout: float | None = None
+        self,
+        run_id: str,
+        *,
+        input: str | None = None,
+        session_id: str | None = None,
+        timeout: float | None = None,
+        fork_key: str | None = None,
     ) -> RunOutput:
         """`continue_run()` for asyncio."""
-        handle = await asyncio.to_thread(self.client.continue_run, run_id, input=input)
+        handle = await asyncio.to_thread(self.client.continue_run, run_id, input=input, fork_key=fork_key)
         return await handle.await_(timeout)
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
 
 from sqlalchemy.exc import IntegrityError
 
@@ -49,6 +50,19 @@ def derived_run_id(*parts: str) -> str:
     The fork of a run (`"fork", run_id, "key" | "input", text`) and the run of a `ratchet.start_run`
     task sent without a run id (`"celery-task", task_id`) get theirs this way."""
     return str(uuid.uuid5(_DERIVED_IDS, json.dumps(parts)))
+
+
+def poll_delays() -> Iterator[float]:
+    """How long a waiter sleeps between reads of a run it cannot be notified about (SQLite, or
+    while PostgreSQL notices are down): every millisecond for the first 50 ms, where most short
+    runs end and a coarser schedule would add its own granularity to their latency, then backing
+    off to one read every 100 ms. A SQLite read costs tens of microseconds."""
+    for _ in range(50):
+        yield 0.001
+    delay = 0.001
+    while True:
+        delay = min(delay * 1.5, 0.1)
+        yield delay
 
 
 class RunHandle:
@@ -297,7 +311,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
-        delay = 0.002
+        delays = poll_delays()
         notified = False
         try:
             while True:
@@ -317,8 +331,8 @@ class Client:
                     event.clear()
                 else:
                     notified = False
+                    delay = next(delays)
                     time.sleep(delay if left is None else min(delay, left))
-                    delay = min(delay * 1.5, 0.1)
         finally:
             if event is not None and watcher is not None:
                 watcher.unsubscribe(run_id, event)
@@ -327,7 +341,7 @@ class Client:
         """`wait()` for asyncio."""
         run_id = validation.run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.002
+        delays = poll_delays()
         while True:
             record = await asyncio.to_thread(self.store.get_record, run_id)
             if record.status.is_final:
@@ -336,5 +350,4 @@ class Client:
                 raise RunWaitTimeout(
                     f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.1)
+            await asyncio.sleep(next(delays))

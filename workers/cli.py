@@ -25,9 +25,11 @@ import os
 import runpy
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +281,10 @@ def _show(out: RunOutput, indent: str = "") -> int:
         print(f"{indent}  forked from {out.forked_from}")
     if out.error:
         print(f"{indent}  error: {out.error}")
+    if out.retry:
+        when = datetime.fromtimestamp(out.retry.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        left = max(0.0, out.retry.until - time.time())
+        print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
     for i, m in enumerate(out.messages):
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""

@@ -28,6 +28,7 @@ from orchestrator.testing.waiting import wait_until
 from orchestrator.untrusted import error_record
 from tests.conftest import settings_env
 from tests.integration.test_teams import Ledger, member_runs, research_team, script, to_member
+from workers.cli import main as ratchet
 from workers.dispatch import CeleryDispatcher
 
 S = RunStatus
@@ -88,7 +89,10 @@ def test_a_provider_that_asks_to_wait_longer_than_the_cap_stops_the_run_with_tha
 
 
 def test_a_run_waiting_for_a_retry_says_why_and_until_when(
-    settings: Settings, scripted: ScriptedServer, redis_url: str
+    settings: Settings,
+    scripted: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from workers.embedded import EmbeddedWorker
 
@@ -105,6 +109,14 @@ def test_a_run_waiting_for_a_retry_says_why_and_until_when(
     assert out.status == S.QUEUED and out.retry is not None
     assert out.retry.attempt == 1 and before + 120 <= out.retry.until <= time.time() + 121
     assert out.retry.reason.startswith("RateLimitError: ") and "HTTP 429" in out.retry.reason
+
+    # And `ratchet show` says the same
+    for key, value in settings_env(settings).items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    assert ratchet(["show", run_id]) == 0
+    shown = capsys.readouterr().out
+    assert "waiting: retry 1 at " in shown and "RateLimitError: " in shown
 
 
 def test_a_database_error_is_described_by_the_drivers_message_without_sql_or_parameters(db_url: str) -> None:
