@@ -3,7 +3,8 @@
 The API key is read when a call is made, never at construction, so a model object can be built
 where no key exists (a producer) and a key fixed on the workers takes effect on the next call.
 Clients are cached per process and per (base URL, key, timeout, retries): building one per call
-is slow, and keying by the key means a rotated key gets a fresh client.
+is slow, and keying by the key means a rotated key gets a fresh client. Each client's timeout
+bounds a whole call, not each read (`orchestrator.models._deadline`).
 
 A key that cannot go into an HTTP header is refused before any client is built, and whatever the
 call raises reaches logs and the broker only as a `ModelCallError` whose text holds no key. An
@@ -43,6 +44,7 @@ _SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout
 API_KEY_VAR = "OPENAI_API_KEY"
 BASE_URL_VAR = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
 
 _KIND_BY_STATUS = {
     400: "BadRequestError",
@@ -144,7 +146,9 @@ def translate_call_error(exc: BaseException, *, model: Model, api_key: str | Non
     )
 
 
-def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> ModelCallError:
+def translate_error(
+    exc: Exception, *, model: Model, api_key: str | None, timeout: float | None = None
+) -> ModelCallError:
     """Classify an openai exception into a `ModelCallError` whose text holds no key."""
     import openai
 
@@ -153,6 +157,9 @@ def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> Mod
     where = model.describe()
     if isinstance(exc, openai.APIResponseValidationError):
         return malformed(model, detail)
+    if isinstance(exc, openai.APITimeoutError) and timeout is not None:
+        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
+        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
     if isinstance(exc, openai.APIConnectionError):
         # Includes APITimeoutError: the request may not have reached the provider, or it was slow.
         return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
@@ -175,8 +182,10 @@ def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> Mod
 def client_for(
     base_url: str, api_key: str, timeout: float, max_retries: int, organization: str | None
 ) -> openai.OpenAI:
-    """A cached `openai.OpenAI` for these settings in this process."""
+    """A cached `openai.OpenAI` for these settings in this process; `timeout` bounds a whole call."""
     import openai
+
+    from orchestrator.models._deadline import deadline_client
 
     # The pid keeps a forked worker from reusing its parent's connection pool; the key is hashed
     # so the cache's keys are not one more copy of it.
@@ -191,6 +200,7 @@ def client_for(
                 timeout=timeout,
                 max_retries=max_retries,
                 organization=organization,
+                http_client=deadline_client(timeout),
             )
             if len(_clients) >= _MAX_CLIENTS:
                 # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
@@ -272,7 +282,10 @@ class OpenAIModel(Model):
         try:
             raw = self.send(client, params, options)
         except openai.OpenAIError as exc:
-            failure = injected_cause(exc) or translate_error(exc, model=self, api_key=api_key)
+            limit = options.get("timeout", timeout)
+            failure = injected_cause(exc) or translate_error(
+                exc, model=self, api_key=api_key, timeout=limit if isinstance(limit, int | float) else None
+            )
         except Exception as exc:
             if not is_call_error(exc):
                 raise

@@ -1,6 +1,6 @@
 """Model faults through a whole run on a real worker (threads pool, Redis broker), on SQLite and
-PostgreSQL: a key no header can carry ends the run at once without the key reaching a log record,
-a row, or anything that crosses Redis.
+PostgreSQL: a reply that trickles in is a retried timeout, and a key no header can carry ends the
+run at once without the key reaching a log record, a row, or anything that crosses Redis.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from orchestrator import Agent, Client, RetryPolicy, RunStatus
 from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
 from orchestrator.store import Store
+from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
@@ -33,6 +34,26 @@ def define(settings: Settings, **kwargs: Any) -> Agent:
     return Agent(
         name=f"mf-{uuid.uuid4().hex[:8]}", model=OpenAIChat(id="gpt-4o-mini"), client=Client(settings), **kwargs
     )
+
+
+def test_a_reply_that_trickles_in_is_a_timeout_each_try_and_the_run_ends_in_error_naming_it(
+    db_url: str, redis_url: str, scripted: ScriptedServer
+) -> None:
+    # Given replies that trickle in for much longer than the worker's 1 s model timeout
+    settings = make_settings(db_url, redis_url, model_timeout=1)
+    scripted.configure(ScriptConfig(tool_batches=0, trickle_s=0.05))
+    agent = define(settings, retries=1, retry_policy=QUICK_RETRIES)
+
+    # When the run goes on a worker
+    with EmbeddedWorker(settings):
+        out = agent.run("hello", timeout=20)
+
+    # Then each try timed out, the timeout was retried, and the run is in ERROR naming it
+    assert out.status == RunStatus.ERROR and out.error is not None
+    assert out.error.type == "APITimeoutError" and "within 1s" in out.error.message
+    assert len(scripted.requests_for(out.run_id)) == 1 + agent.retries
+    retries = [e for e in Client(settings).store.get_events(out.run_id) if e["kind"] == "retry"]
+    assert [e["detail"]["error"]["type"] for e in retries] == ["APITimeoutError"]
 
 
 class BrokerTap:

@@ -1,12 +1,13 @@
-"""The OpenAI adapters when the call goes wrong in ways an HTTP status does not say: a 200 that is
-not JSON, text no database takes, a key no header can carry, and an exception the task runner
-raises inside the call. Real openai client, scripted server on 127.0.0.1.
+"""The OpenAI adapters when the call goes wrong in ways an HTTP status does not say: a reply that
+trickles in, a 200 that is not JSON, text no database takes, a key no header can carry, and an
+exception the task runner raises inside the call. Real openai client, scripted server on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -67,6 +68,50 @@ def failure(model: OpenAIModel, **kwargs: Any) -> ModelCallError:
     with pytest.raises(ModelCallError) as caught:
         ask(model, **kwargs)
     return caught.value
+
+
+# ---------------------------------------------------------------- a reply that trickles in
+
+
+def test_a_reply_that_trickles_in_fails_as_a_retryable_timeout_within_about_the_timeout(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    model = adapter("gpt-test", base_url=server.url)
+    ask(model)  # the SDK is imported and the connection is open: the timing below is the call's
+    # Each byte comes sooner than the timeout; the whole body (hundreds of bytes) takes > 10 s.
+    server.configure(ScriptConfig(trickle_s=0.03))
+
+    started = time.monotonic()
+    error = failure(model, timeout=1.0, run_id="slow")
+    took = time.monotonic() - started
+
+    assert 1.0 <= took < 3.0, took
+    assert (error.retryable, error.kind) == (True, "APITimeoutError")
+    assert "within 1s" in str(error) and "RATCHET_MODEL_TIMEOUT" in str(error)
+    server.configure(ScriptConfig())
+    assert ask(model, run_id="after").tool_calls, "the cut connection is not reused"
+
+
+def test_a_body_that_stalls_after_a_slow_start_fails_at_the_deadline_not_a_whole_timeout_later(
+    server: ScriptedServer,
+) -> None:
+    model = OpenAIChat("gpt-test", base_url=server.url)
+    ask(model)
+    # The headers come after 1.5 s of the 2 s; then one byte of the body, and nothing for 30 s.
+    server.configure(ScriptConfig(delay_s=1.5, trickle_s=30))
+
+    started = time.monotonic()
+    error = failure(model, timeout=2.0, run_id="stalled")
+    took = time.monotonic() - started
+
+    # A read that could wait the whole timeout again would end at 3.5 s.
+    assert 2.0 <= took < 3.0, took
+    assert error.kind == "APITimeoutError"
+
+
+def test_a_reply_that_arrives_whole_in_time_is_not_cut(server: ScriptedServer, adapter: type[OpenAIModel]) -> None:
+    server.configure(ScriptConfig(trickle_s=0.001))
+    assert ask(adapter("gpt-test", base_url=server.url), timeout=10.0).tool_calls
 
 
 # ---------------------------------------------------------------- a 200 that is not a reply
