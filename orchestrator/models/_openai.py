@@ -3,7 +3,13 @@
 The API key is read when a call is made, never at construction, so a model object can be built
 where no key exists (a producer) and a key fixed on the workers takes effect on the next call.
 Clients are cached per process and per (base URL, key, timeout, retries): building one per call
-is slow, and keying by the key means a rotated key gets a fresh client.
+is slow, and keying by the key means a rotated key gets a fresh client. Each client's timeout
+bounds a whole call, not each read (`orchestrator.models._deadline`).
+
+A key that cannot go into an HTTP header is refused before any client is built, and whatever the
+call raises reaches logs and the broker only as a `ModelCallError` whose text holds no key. An
+exception the caller's runtime injects into the call (Celery's soft time limit) is not the call's
+error: it propagates as it is, even from an SDK that wraps it as a connection error.
 
 `openai` is imported lazily: importing an agent definition should not cost the SDK's import time
 in processes that never call the model.
@@ -12,9 +18,9 @@ in processes that never call the model.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
-import re
 import threading
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -25,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
+from orchestrator.models._keys import key_problem, redact
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.settings import Settings, env_secret, env_value
 
@@ -37,6 +44,7 @@ _SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout
 API_KEY_VAR = "OPENAI_API_KEY"
 BASE_URL_VAR = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
 
 _KIND_BY_STATUS = {
     400: "BadRequestError",
@@ -47,8 +55,15 @@ _KIND_BY_STATUS = {
     422: "UnprocessableEntityError",
     429: "RateLimitError",
 }
-# sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz").
-_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-]+")
+# Packages whose exceptions are network failures: the cause of a real APIConnectionError.
+_TRANSPORT_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "h2", "anyio", "ssl", "socket"})
+# What the HTTP call itself may raise besides openai's errors: Python's error categories and the
+# HTTP and SDK stack's own types. Anything else (Celery's SoftTimeLimitExceeded) was injected by
+# the caller's runtime and is not the call's to classify.
+_CALL_ERRORS = (
+    ArithmeticError, AssertionError, AttributeError, LookupError, OSError, RuntimeError, TypeError, ValueError,
+)  # fmt: skip
+_STACK_PACKAGES = _TRANSPORT_PACKAGES | {"openai", "pydantic", "pydantic_core", "jiter"}
 _CONTEXT_LENGTH_HINTS = ("context_length_exceeded", "context length", "maximum context", "context window")
 
 _MAX_CLIENTS = 16
@@ -93,19 +108,47 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def redact(text: str, secret: str | None = None) -> str:
-    """`text` without API keys: anything like `sk-...` becomes `sk-***`, and `secret` itself `***`."""
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "***")
-    return _KEY_PATTERN.sub("sk-***", text)
-
-
 def malformed(model: Model, what: str) -> ModelCallError:
     """The error for a reply that cannot be read (retryable: the next sample may be fine)."""
     return ModelCallError(f"{model.describe()}: malformed reply: {what}", retryable=True, kind="MalformedReply")
 
 
-def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> ModelCallError:
+def injected_cause(exc: BaseException) -> BaseException | None:
+    """The exception an SDK older than 3.14.1 wrapped as `APIConnectionError` although it is no
+    network failure (Celery's SoftTimeLimitExceeded raised during the call), else None."""
+    import openai
+
+    cause = exc.__cause__
+    if not isinstance(exc, openai.APIConnectionError) or cause is None or isinstance(cause, OSError):
+        return None
+    return None if _package(cause) in _TRANSPORT_PACKAGES else cause
+
+
+def is_call_error(exc: BaseException) -> bool:
+    """Whether the HTTP call itself raised `exc` (a bad header, a body that is not JSON, an SDK
+    bug), as opposed to the caller's runtime interrupting it."""
+    return isinstance(exc, _CALL_ERRORS) or _package(exc) in _STACK_PACKAGES
+
+
+def translate_call_error(exc: BaseException, *, model: Model, api_key: str | None) -> ModelCallError:
+    """A `ModelCallError` for a non-openai exception from the call, with no key in its text."""
+    kind = type(exc).__name__
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        # A 200 whose body is not JSON: a proxy's page, a reply cut short. The next try may be fine.
+        start = exc.doc[:80] if isinstance(exc, json.JSONDecodeError) else ""
+        return malformed(model, f"the body is not JSON ({kind}: {exc}; it starts {_safe(redact(start, api_key))!r})")
+    detail = _safe(redact(str(exc)[:300], api_key))
+    return ModelCallError(
+        f"{model.describe()}: the call failed before a reply could be read: {kind}: {detail} "
+        "(check the model's settings: base_url, default_headers, request_params)",
+        retryable=False,
+        kind=kind,
+    )
+
+
+def translate_error(
+    exc: Exception, *, model: Model, api_key: str | None, timeout: float | None = None
+) -> ModelCallError:
     """Classify an openai exception into a `ModelCallError` whose text holds no key."""
     import openai
 
@@ -114,6 +157,9 @@ def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> Mod
     where = model.describe()
     if isinstance(exc, openai.APIResponseValidationError):
         return malformed(model, detail)
+    if isinstance(exc, openai.APITimeoutError) and timeout is not None:
+        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
+        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
     if isinstance(exc, openai.APIConnectionError):
         # Includes APITimeoutError: the request may not have reached the provider, or it was slow.
         return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
@@ -136,8 +182,10 @@ def translate_error(exc: Exception, *, model: Model, api_key: str | None) -> Mod
 def client_for(
     base_url: str, api_key: str, timeout: float, max_retries: int, organization: str | None
 ) -> openai.OpenAI:
-    """A cached `openai.OpenAI` for these settings in this process."""
+    """A cached `openai.OpenAI` for these settings in this process; `timeout` bounds a whole call."""
     import openai
+
+    from orchestrator.models._deadline import deadline_client
 
     # The pid keeps a forked worker from reusing its parent's connection pool; the key is hashed
     # so the cache's keys are not one more copy of it.
@@ -152,6 +200,7 @@ def client_for(
                 timeout=timeout,
                 max_retries=max_retries,
                 organization=organization,
+                http_client=deadline_client(timeout),
             )
             if len(_clients) >= _MAX_CLIENTS:
                 # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
@@ -224,17 +273,26 @@ class OpenAIModel(Model):
                 retryable=False,
                 kind="AuthenticationError",
             )
+        if (problem := key_problem(api_key)) is not None:
+            raise self._bad_key(problem)
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params, options = self.request(messages, tools, context)
-        failure: ModelCallError | None = None
+        failure: BaseException | None = None
         try:
             raw = self.send(client, params, options)
         except openai.OpenAIError as exc:
-            failure = translate_error(exc, model=self, api_key=api_key)
+            limit = options.get("timeout", timeout)
+            failure = injected_cause(exc) or translate_error(
+                exc, model=self, api_key=api_key, timeout=limit if isinstance(limit, int | float) else None
+            )
+        except Exception as exc:
+            if not is_call_error(exc):
+                raise
+            failure = translate_call_error(exc, model=self, api_key=api_key)
         if failure is not None:
-            # Raised outside the except block so the SDK's exception (whose text may hold part
-            # of the key) is not chained into tracebacks and logs.
+            # Raised outside the except block so the SDK's exception (whose text or arguments may
+            # hold the key, as a UnicodeEncodeError's do) is not chained into tracebacks and logs.
             raise failure
         try:
             return self.read_reply(raw)
@@ -244,6 +302,18 @@ class OpenAIModel(Model):
             # A reply the provider sent but we cannot read (a tool call without an id or a name,
             # a missing field): the next sample may be fine, so it is retried like a 5xx.
             raise malformed(self, f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+    def _bad_key(self, problem: str) -> ModelCallError:
+        if self._api_key:
+            where, fix = "the API key passed as api_key=", "pass the key exactly as issued"
+        else:
+            where = f"the API key in {API_KEY_VAR}"
+            fix = f"set {API_KEY_VAR} again, exactly as issued, in the environment of the workers"
+        return ModelCallError(
+            f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: {fix}",
+            retryable=False,
+            kind="AuthenticationError",
+        )
 
     def request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext
@@ -286,6 +356,15 @@ class OpenAIModel(Model):
 def sampling(**values: Any) -> dict[str, Any]:
     """The sampling parameters that were set (None means: let the provider choose)."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _package(exc: BaseException) -> str:
+    return type(exc).__module__.partition(".")[0]
+
+
+def _safe(text: str) -> str:
+    # Text Ratchet writes itself must be storable: no lone surrogates, no NUL.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def _finite(raw: str | None) -> float | None:

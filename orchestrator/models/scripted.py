@@ -9,13 +9,14 @@ OpenAI adapters, so a test of retry behaviour means the same thing with either.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models._openai import is_context_length_error, kind_for_status, retryable_status
+from orchestrator.models._openai import is_context_length_error, kind_for_status, malformed, retryable_status
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptState, decide
 
@@ -45,6 +46,9 @@ class ScriptedModel(Model):
         )
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
+        if isinstance(decision, ScriptedError) and decision.raw is not None and decision.status < 400:
+            # What the OpenAI adapters make of a 2xx that is not a reply.
+            raise malformed(self, "the body is not " + ("a reply" if _is_json(decision.raw) else "JSON"))
         if isinstance(decision, ScriptedError):
             kind = kind_for_status(decision.status)
             code = decision.body.get("error", {}).get("code")
@@ -79,3 +83,11 @@ def _call(raw: dict[str, Any]) -> dict[str, Any]:
     # What ToolCall.from_openai reads, without building one per message per call.
     fn = raw.get("function") or {}
     return {"id": str(raw["id"]), "name": str(fn.get("name", "")), "arguments": str(fn.get("arguments") or "{}")}
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

@@ -20,9 +20,9 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NO_TOOLS_TEXT = "no tools were called"
 
@@ -42,7 +42,9 @@ _ERROR_SHAPES: dict[int, tuple[str, str | None]] = {
 class Fault(BaseModel):
     """An error the script returns instead of answering.
 
-    `times` is per conversation (None = every time); `turn` None matches every turn.
+    `times` is per conversation (None = every time); `turn` None matches every turn. With `body`
+    the response carries that text as is instead of OpenAI's error shape: a proxy's HTML page, or
+    a 200 whose body is not JSON (a status below 400 needs a body).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +54,14 @@ class Fault(BaseModel):
     times: int | None = 1
     retry_after: float | None = None
     message: str = "scripted failure"
+    body: str | None = None
+    content_type: str = "application/json"
+
+    @model_validator(mode="after")
+    def _a_success_needs_a_body(self) -> Self:
+        if self.status < 400 and self.body is None:
+            raise ValueError(f"a fault with status {self.status} needs a body (the error shape is for 4xx and 5xx)")
+        return self
 
 
 class ScriptConfig(BaseModel):
@@ -78,6 +88,9 @@ class ScriptConfig(BaseModel):
     final_text: str = "Summary: {tool_results}"
     #: Seconds to wait before answering, applied by whoever serves the decision.
     delay_s: float = 0.0
+    #: Seconds between the bytes of each answer's body, which the HTTP server then sends one byte
+    #: at a time (a reply that trickles in); the in-process ScriptedModel has no wire and ignores it.
+    trickle_s: float = 0.0
     #: Errors to return instead of answering; the first matching fault with budget left fires.
     faults: list[Fault] = Field(default_factory=list)
     #: On this turn the tool calls' arguments are not valid JSON.
@@ -116,13 +129,18 @@ class ScriptState:
 
 @dataclass(frozen=True, kw_only=True)
 class ScriptedError:
-    """Answer with an HTTP error: `body` is OpenAI's error shape, `retry_after` the Retry-After seconds."""
+    """Answer with an HTTP error: `body` is OpenAI's error shape, `retry_after` the Retry-After seconds.
+
+    `raw`, when set, is sent as the body instead (with `content_type`): a body that is not the
+    error shape, or a 200 that is not a reply."""
 
     status: int
     body: dict[str, Any]
     retry_after: float | None = None
     turn: int = 0
     delay_s: float = 0.0
+    raw: str | None = None
+    content_type: str = "application/json"
 
     @property
     def message(self) -> str:
@@ -200,6 +218,8 @@ def decide(
                 retry_after=fault.retry_after,
                 turn=turn,
                 delay_s=cfg.delay_s,
+                raw=fault.body,
+                content_type=fault.content_type,
             )
     calls = _planned_calls(cfg, turn, tools, conversation)
     prompt_tokens = sum(estimate_tokens(_text_of(m)) for m in conversation)

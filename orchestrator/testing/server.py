@@ -267,12 +267,16 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
+        trickle = owner.config.for_model(model).trickle_s
         if isinstance(decision, ScriptedError):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
-            self._send_json(decision.status, decision.body, headers)
+            if decision.raw is not None:
+                self._send(decision.status, decision.raw.encode(), decision.content_type, headers, trickle_s=trickle)
+            else:
+                self._send_json(decision.status, decision.body, headers, trickle_s=trickle)
             return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
-        self._send_json(200, payload)
+        self._send_json(200, payload, trickle_s=trickle)
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -293,15 +297,35 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return body
 
-    def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+    def _send_json(
+        self, status: int, payload: Any, headers: Mapping[str, str] | None = None, *, trickle_s: float = 0.0
+    ) -> None:
+        # json.dumps escapes what is not ASCII, so a NUL or a lone surrogate in a reply goes out
+        # as \u0000 / \udcff, as a real provider's JSON would carry it.
+        self._send(status, json.dumps(payload).encode(), "application/json", headers, trickle_s=trickle_s)
+
+    def _send(
+        self,
+        status: int,
+        data: bytes,
+        content_type: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        trickle_s: float = 0.0,
+    ) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if trickle_s <= 0:
+            self.wfile.write(data)
+            return
+        for i in range(len(data)):  # unbuffered: each byte goes out on its own
+            # A client that gave up closes the connection; the next write fails and ends this thread.
+            self.wfile.write(data[i : i + 1])
+            time.sleep(trickle_s)
 
 
 def chat_completion(model: str, decision: ScriptedReply) -> dict[str, Any]:

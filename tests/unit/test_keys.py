@@ -1,0 +1,76 @@
+"""The API key: which keys a header cannot carry, and redaction of every form a key is echoed in."""
+
+from __future__ import annotations
+
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+from orchestrator.models._keys import key_problem, redact
+
+KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5q/r+s=t"
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        KEY,
+        KEY.removeprefix("sk-"),
+        KEY.removeprefix("sk-proj-"),
+        KEY.upper(),
+        KEY.lower(),
+        KEY.removeprefix("sk-proj-").upper(),
+        quote(KEY),
+        quote(KEY, safe=""),
+        quote_plus(KEY),
+        quote_plus(KEY).lower(),
+        quote(KEY.removeprefix("sk-proj-"), safe=""),
+    ],
+    ids=[
+        "as-is", "without-sk", "without-sk-proj", "upper", "lower", "bare-upper", "quote", "quote-safe-none",
+        "quote-plus", "quote-plus-lower", "bare-quoted",
+    ],
+)  # fmt: skip
+def test_every_form_a_key_is_echoed_in_is_masked(form: str) -> None:
+    text = f"Incorrect API key provided: {form}. Check it."
+    out = redact(text, KEY)
+    assert out == "Incorrect API key provided: ***. Check it."
+
+
+def test_a_key_that_is_not_ascii_is_masked_in_its_url_encoded_forms_too() -> None:
+    key = "sk-caf\u00e9-0123456789"
+    for form in (key, quote(key), quote_plus(key).lower(), key.upper(), quote(key.removeprefix("sk-caf\u00e9-"))):
+        assert redact(f"[{form}]", key) == "[***]", form
+
+
+def test_any_sk_token_is_masked_even_without_the_secret() -> None:
+    assert redact("key sk-abc123***wxyz rejected") == "key sk-*** rejected"
+
+
+def test_short_parts_of_a_key_are_not_masked_on_their_own() -> None:
+    # A prefix-less part this short would match ordinary words; the whole key still goes.
+    assert redact("a test of sk-test-1", "sk-test-1") == "a test of ***"
+    assert redact("test-1 passed", "sk-test-1") == "test-1 passed"
+
+
+def test_text_without_the_key_is_unchanged() -> None:
+    assert redact("HTTP 500: overloaded", KEY) == "HTTP 500: overloaded"
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("sk-caf\u00e9", "not ASCII"),
+        ("sk-abc\n", "line break"),
+        ("sk-a bc", "whitespace"),
+        ("sk-a\tbc", "whitespace"),
+        ("sk-a\x00bc", "control character"),
+    ],
+)
+def test_a_key_a_header_cannot_carry_is_named_by_its_problem_never_by_its_characters(key: str, problem: str) -> None:
+    said = key_problem(key)
+    assert said is not None and problem in said and key not in said
+
+
+def test_a_printable_ascii_key_has_no_problem() -> None:
+    assert key_problem(KEY) is None
