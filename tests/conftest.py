@@ -1,29 +1,38 @@
-"""Fixtures shared by every test layer: real Redis, a private PostgreSQL database, SQLite files,
+"""Fixtures shared by every test layer: real Redis, a PostgreSQL database per test, SQLite files,
 the scripted model server, and an in-process Celery worker.
 
 Redis and PostgreSQL must be running (`make test` starts them); a missing server fails the
 run instead of skipping it, so CI cannot pass without them.
+
+Each test cleans up what it made: its PostgreSQL database is dropped, the Redis keys of its
+queues are deleted, and the processes it starts keep their temp folders under pytest's basetemp.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
 
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
+from tests.isolation import BrokerLeftovers, PgDatabases
 
 REDIS_URL = os.environ.get("RATCHET_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 PG_URL = os.environ.get("RATCHET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TEST_KEY = "sk-test-key-for-the-scripted-model"
+
+#: The queue tags `make_settings` handed out in this session, in order (see `_broker_keys`).
+_tags: list[str] = []
+#: The test that made each tag.
+_made_by: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -36,20 +45,26 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A database of this test session's own, dropped at the end."""
-    name = f"ratchet_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+def pg_databases() -> Iterator[PgDatabases]:
+    """Makes the tests' PostgreSQL databases: copies of one template migrated once per session."""
+    databases = PgDatabases(PG_URL)
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        databases.template()
     except Exception as exc:
         pytest.fail(f"PostgreSQL is not reachable at {PG_URL} ({exc}); `make test` starts it")
-    yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    yield databases
     forget_stores()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    databases.close()
+
+
+@pytest.fixture
+def pg_url(pg_databases: PgDatabases) -> Iterator[str]:
+    """A migrated database of this test's own, dropped after its workers stopped: no worker's
+    sweeper meets another test's runs (and republishes them into its own queues)."""
+    url, drop = pg_databases.create()
+    yield url
+    forget_stores()
+    drop()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -61,8 +76,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def make_settings(db_url: str, broker_url: str, **overrides: object) -> Settings:
-    """Settings for one test: its own queues, so no message of another test reaches its worker."""
+    """Settings for one test: its own queues, so no message of another test reaches its worker.
+    Their Redis keys are deleted when the test ends (`_broker_keys`)."""
     tag = uuid.uuid4().hex[:8]
+    _tags.append(tag)
     values: dict[str, object] = dict(
         database_url=db_url, broker_url=broker_url, model_queue=f"t.{tag}.model", tools_queue=f"t.{tag}.tools",
         control_queue=f"t.{tag}.control", soft_time_limit=20, hard_time_limit=25, lease_seconds=30,
@@ -70,6 +87,38 @@ def make_settings(db_url: str, broker_url: str, **overrides: object) -> Settings
     )  # fmt: skip
     values.update(overrides)
     return Settings.model_validate(values)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_broker_keys_left() -> Iterator[None]:
+    """Fails the session (an error at the last test's teardown) if a key of a queue tag of this
+    session is still in Redis: something kept writing after its test had cleaned up."""
+    yield
+    if _tags:
+        left: dict[str, list[str]] = {}
+        for key in BrokerLeftovers(REDIS_URL).find(_tags):
+            tag = re.search(r"t\.([0-9a-f]{8})\.", key)
+            left.setdefault(_made_by.get(tag[1] if tag else "", "?"), []).append(key)
+        assert not left, f"tests left Redis keys of their queues behind (a worker outlived its test?): {left}"
+
+
+@pytest.fixture(autouse=True)
+def _broker_keys(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Deletes the Redis keys of the queues this test made (queues, kombu's bindings, unacked
+    entries), after its workers stopped: autouse fixtures are torn down last."""
+    first = len(_tags)
+    yield
+    made = _tags[first:]
+    if made:
+        _made_by.update(dict.fromkeys(made, request.node.nodeid))
+        BrokerLeftovers(REDIS_URL).delete(made)
+
+
+@pytest.fixture(autouse=True)
+def _process_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes the test starts keep their temp folders (beat's schedule, a prefork pool's
+    folders, which a killed worker never removes) under pytest's basetemp, not in /tmp."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("proc-tmp")))
 
 
 @pytest.fixture

@@ -9,25 +9,16 @@ from typing import Any
 
 import pytest
 
-from orchestrator.store import forget_stores
 from orchestrator.testing.server import ScriptedServer
-from tests.chaos.harness import Cluster, new_pg_database
-from tests.conftest import PG_URL
+from tests.chaos.harness import Cluster
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
-def chaos_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def chaos_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database of this test's own: a leftover run of another test must not meet its sweeper."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ratchet.db'}"
-        return
-    try:
-        url, drop = new_pg_database(PG_URL)
-    except Exception as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {PG_URL} ({exc}); `make test` starts it")
-    yield url
-    forget_stores()
-    drop()
+        return f"sqlite:///{tmp_path / 'ratchet.db'}"
+    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import redis
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 
 from orchestrator.client import Client
 from orchestrator.engine import Engine
@@ -46,6 +44,7 @@ from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.chaos import agents
+from tests.servers import RedisServer
 from workers.dispatch import CeleryDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,73 +73,6 @@ SHORT_LEASE: dict[str, Any] = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "
 #: machine, and the soft limit must not end the step first. The lease is just past the hard
 #: limit, so the recovery waits no longer than it must.
 KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5, "lease_seconds": 6.0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def new_pg_database(admin_url: str) -> tuple[str, Callable[[], None]]:
-    """A fresh PostgreSQL database (its URL) and a function that drops it."""
-    name = f"ratchet_chaos_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return admin_url.rsplit("/", 1)[0] + "/" + name, drop
-
-
-# ---------------------------------------------------------------- Redis
-
-
-class RedisServer:
-    """A private redis-server on a free port, without persistence (a restart loses everything)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_connect_timeout=1)
-
-    def start(self) -> RedisServer:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")],
-        )  # fmt: skip
-        wait_until(self._pong, timeout=10, what=f"redis-server on port {self.port}")
-        return self
-
-    def _pong(self) -> bool:
-        try:
-            return bool(self.client().ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self) -> None:
-        """Kill the server: without persistence, queued and unacked messages are gone."""
-        if self.proc is None:
-            return
-        self.proc.kill()
-        self.proc.wait()
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 # ---------------------------------------------------------------- workers
@@ -364,11 +296,19 @@ class Cluster:
             )
             return {r.tool_call_id for r in rows}
 
-    def effects(self, run_id: str) -> dict[str, str]:
-        """tool_call_id -> key of every side effect that took place."""
+    def effect_rows(self, run_id: str) -> list[tuple[str, str, int]]:
+        """(tool_call_id, key, pid) of every time a side effect took place, in order."""
+        table = agents.effects
         with self.store.engine.connect() as conn:
-            rows = conn.execute(select(agents.effects).where(agents.effects.c.run_id == run_id))
-            return {r.tool_call_id: r.key for r in rows}
+            query = select(table.c.tool_call_id, table.c.key, table.c.pid).where(table.c.run_id == run_id)
+            rows = conn.execute(query.order_by(table.c.id))
+            return [(r.tool_call_id, r.key, r.pid) for r in rows]
+
+    def effects(self, run_id: str) -> dict[str, str]:
+        """tool_call_id -> key of every side effect that took place; fails if one took place twice."""
+        rows = self.effect_rows(run_id)
+        self._assert_no_double_effect(run_id, rows)
+        return {call_id: key for call_id, key, _ in rows}
 
     def model_calls(self, run_id: str) -> Counter[int]:
         """Model calls the scripted server received per step of the run."""
@@ -383,8 +323,9 @@ class Cluster:
 
         1. it reaches COMPLETED or ERROR within `timeout`;
         2. its message indexes are 0..n-1, unique, and match the run's message count;
-        3. every tool call has at most one result, answering a call made before it, and every
-           finished call of `effect` took effect exactly once (one ledger row, by its key);
+        3. every tool call has at most one result, answering a call made before it; no call of
+           `effect` took effect twice, and every finished one took effect exactly once (one
+           ledger row per call);
         4. the model was called at most 1 + injected faults times per step (`extra_model_calls`:
            one number for every step, or per step).
         """
@@ -421,6 +362,16 @@ class Cluster:
         assert len(answered) == len(set(answered)), f"run {run_id}: a tool call has two results: {answered}"
         done = {m.tool_call_id for m in transcript if m.role == "tool" and m.tool_name in ("effect", "effect_once")
                 and not m.tool_call_error}  # fmt: skip
-        effects = self.effects(run_id)
-        missing = done - set(effects)
+        rows = self.effect_rows(run_id)
+        self._assert_no_double_effect(run_id, rows)
+        missing = done - {call_id for call_id, _, _ in rows}
         assert not missing, f"run {run_id}: finished calls {missing} left no effect"
+
+    @staticmethod
+    def _assert_no_double_effect(run_id: str, rows: list[tuple[str, str, int]]) -> None:
+        times = Counter(call_id for call_id, _, _ in rows)
+        twice = {
+            call_id: [(key, f"pid {pid}") for c, key, pid in rows if c == call_id]
+            for call_id, n in times.items() if n > 1
+        }  # fmt: skip
+        assert not twice, f"run {run_id}: tool calls took effect more than once: {twice}"

@@ -1,5 +1,5 @@
 """The team of the team crash tests: a leader and two members whose tools are the chaos ledger's
-`effect` (one row per call, keyed by the call's idempotency key, so a re-run fails loudly).
+`effect` (a row each time a call takes effect, so the invariants see one that took effect twice).
 
 Worker subprocesses import it beside `tests.chaos.agents` (see `team_harness.start_team_worker`);
 the scripted model answers each by its model id: "leader", "researcher", "writer".

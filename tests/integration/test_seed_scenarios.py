@@ -12,6 +12,8 @@ from orchestrator import Agent, Client, RunNotContinuableError, RunNotFoundError
 from orchestrator.models import OpenAIChat, OpenAIResponses
 from orchestrator.settings import Settings
 from orchestrator.testing.server import ScriptedServer
+from orchestrator.testing.waiting import wait_until
+from tests.integration.fencing import kinds, wait_for_late_commit
 
 BAD_KEY = "sk-invalid-key-deliberately-broken-to-force-auth-error"
 
@@ -128,13 +130,23 @@ def test_continue_on_an_unknown_run_id_says_so(settings: Settings) -> None:
 def test_continue_on_a_cancelled_run_is_refused_with_a_clear_error(
     settings: Settings, scripted: ScriptedServer
 ) -> None:
+    # Given a run cancelled while its first model call is in flight
     scripted.configure(scripted.config.model_copy(update={"delay_s": 1.0}))
     agent = define("agent", settings)
     client = Client(settings)
     handle = agent.start("hello")
+    wait_until(lambda: scripted.requests_for(handle.run_id), what="the model call to be in flight")
     cancelled = client.cancel(handle.run_id)
     assert cancelled.status == RunStatus.CANCELLED
+
+    # When the call returns and its step tries to commit
+    events = wait_for_late_commit(client.store, client.store.get_record(handle.run_id))
+
+    # Then that commit was fenced: the run is as the cancel left it, with the user's message kept
+    assert "fenced" in kinds(events), f"the cancelled step's commit got through: {events}"
+    out = client.get_run(handle.run_id)
+    assert out.status == RunStatus.CANCELLED and out.messages == cancelled.messages
+    assert [(m.role, m.content) for m in out.messages] == [("user", "hello")]
+    # And the run cannot be continued
     with pytest.raises(RunNotContinuableError, match="cancelled; a cancelled run is final"):
         client.continue_run(handle.run_id)
-    # The user's message is kept on the cancelled run.
-    assert [m.content for m in client.get_run(handle.run_id).messages if m.role == "user"] == ["hello"]

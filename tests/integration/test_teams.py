@@ -21,6 +21,7 @@ from orchestrator import Agent, Client, RunOutput, RunStatus, Team
 from orchestrator.delegation import Delegation, fan_in_now, start_members
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat, OpenAIResponses
+from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
@@ -28,6 +29,7 @@ from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
+from tests.integration.fencing import kinds, wait_for_late_commit
 from workers.cli import main as ratchet
 from workers.embedded import EmbeddedWorker
 
@@ -327,18 +329,42 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
 
 
 @pytest.mark.usefixtures("worker")
-def test_cancelling_a_team_cancels_its_members(settings: Settings, scripted: ScriptedServer, ledger: Ledger) -> None:
+def test_cancelling_a_team_cancels_its_members_and_fences_their_steps_in_flight(
+    settings: Settings, scripted: ScriptedServer, ledger: Ledger
+) -> None:
+    # Given a team whose two members are each in the middle of their first model call
     team, researcher, writer = research_team(settings, ledger)
-    script(scripted, [to_member(researcher, "facts"), to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
+    script(
+        scripted,
+        [to_member(researcher, "facts"), to_member(writer, "draft")],
+        researcher=ScriptConfig(batches=[[{"tool": "search", "arguments": {"query": "otters"}}]], delay_s=1.0),
+        writer=ScriptConfig(delay_s=1.0),
+    )
     client = Client(settings)
     handle = team.start("otters")
-    wait_until(lambda: len(client.store.children(handle.run_id)) == 2, what="the members to start")
 
+    def members_calling() -> list[RunRecord] | None:
+        children = client.store.children(handle.run_id)
+        in_flight = len(children) == 2 and all(scripted.requests_for(c.run_id) for c in children)
+        return children if in_flight else None
+
+    members = wait_until(members_calling, what="both members' model calls to be in flight")
+
+    # When the team is cancelled
     out = client.cancel(handle.run_id)
-
     assert out.status == S.CANCELLED
-    assert {m.status for m in client.get_run(handle.run_id).member_runs} <= {S.CANCELLED, S.COMPLETED}
-    assert client.get_run(handle.run_id).status == S.CANCELLED
+
+    # Then each member is cancelled, and once its call returns, its commit is fenced: nothing lands
+    for member in members:
+        left = client.store.get_record(member.run_id)
+        assert left.status == S.CANCELLED
+        events = wait_for_late_commit(client.store, left)
+        assert "fenced" in kinds(events), f"member {member.agent_name}'s cancelled step committed: {events}"
+        run = client.get_run(member.run_id)
+        assert run.status == S.CANCELLED and [m.role for m in run.messages] == ["user"]
+    assert ledger.calls == []  # the researcher's tool call was never committed, so never run
+    after = client.get_run(handle.run_id)
+    assert after.status == S.CANCELLED and after.messages == out.messages
 
 
 # ---------------------------------------------------------------- nested teams
@@ -446,12 +472,20 @@ def test_the_sweeper_finishes_a_fan_in_that_a_crash_left_undone(
     )
     client.store.fail(member.run_id, epoch=None, error={"type": "Crash", "message": "killed mid-step"})
 
+    failed = client.store.get_record(member.run_id)
+
     # Then the sweeper (every 0.5 s in the embedded worker) puts the team in ERROR naming the member
     out = handle.wait(30)
     assert out.status == S.ERROR and out.error is not None
     assert out.error.type == "MemberRunError" and member.run_id in out.error.message
     assert "Crash: killed mid-step" in out.error.message
-    assert client.store.get_record(member.run_id).status == S.ERROR  # its own late commit was fenced
+    # And the member's own step, once its model call returns, is fenced: the ERROR row stands
+    events = wait_for_late_commit(client.store, failed)
+    assert "fenced" in kinds(events), f"the failed member's step committed: {events}"
+    after = client.get_run(member.run_id)
+    assert after.status == S.ERROR and after.error is not None and after.error.type == "Crash"
+    assert [m.role for m in after.messages] == ["user"]
+    assert client.get_run(handle.run_id).status == S.ERROR
 
 
 def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:

@@ -1,0 +1,62 @@
+"""Servers a test runs for itself: a free port, and a private redis-server (which the test may
+restart, watch with MONITOR and PSUBSCRIBE, and which leaves nothing behind when killed)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import redis
+
+from orchestrator.testing.waiting import wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server on a free port, without persistence (a restart loses everything)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **options: object) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_connect_timeout=1, **options)  # type: ignore[arg-type]
+
+    def start(self) -> RedisServer:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")],
+        )  # fmt: skip
+        wait_until(self._pong, timeout=10, what=f"redis-server on port {self.port}")
+        return self
+
+    def _pong(self) -> bool:
+        try:
+            with self.client() as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        """Kill the server: without persistence, queued and unacked messages are gone."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
