@@ -4,11 +4,17 @@ One run of `InstantModel` (a model whose own cost does not grow with the transcr
 chosen steps; at each pause this process takes a reading while the worker holds no
 transaction. Bytes per step over the window [a, b) of steps:
 
-- PostgreSQL: WAL bytes between the two readings, counting only records of the benchmark's
-  database (pg_walinspect: records whose blocks belong to it, and their transactions' commit
-  records), so other databases on the cluster do not count; a CHECKPOINT at the window's start
+- PostgreSQL: WAL of the benchmark's database only (pg_walinspect: records whose blocks belong to
+  it, and their transactions' commit records), so other databases on the cluster do not count.
+  The headline counts the records the steps' statements write (row inserts, updates and locks,
+  their index entries, commits), without full-page images. Page upkeep (b-tree page splits and
+  the downlinks they add, deduplication, index cleanup, heap pruning) is counted apart: it
+  comes once per page filled, a few KB at a time, so a 10-step window holds a split or not
+  and its bytes per step move by up to a third from one window to the next (see FINDINGS.md); it
+  is reported as bytes per step over all windows of a run. A CHECKPOINT at the window's start
   makes every window pay the full-page images of the pages it touches first, as it would after
-  any checkpoint. Without pg_walinspect: the raw WAL position difference.
+  any checkpoint: the third figure is everything, images and upkeep included.
+  Without pg_walinspect: the raw WAL position difference.
 - SQLite: at the window's start a TRUNCATE checkpoint empties the WAL; at its end, the WAL's size
   plus the database file's growth is what the window wrote.
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 from sqlalchemy import Engine, create_engine, select, text
@@ -36,6 +43,40 @@ from orchestrator.store import Store
 from orchestrator.store.schema import messages
 
 WINDOW = 10
+
+#: WAL records (resource manager/record type, without "+INIT") written when a page fills or is
+#: cleaned up rather than by every statement: b-tree splits and the downlinks they add, new roots,
+#: deduplication and deletion of dead index entries, page deletion, heap pruning and vacuum, and
+#: images logged for hint bits. PostgreSQL 15-17 names.
+UPKEEP = (
+    "Btree/SPLIT_L", "Btree/SPLIT_R", "Btree/INSERT_UPPER", "Btree/NEWROOT", "Btree/DEDUP", "Btree/DELETE",
+    "Btree/VACUUM", "Btree/MARK_PAGE_HALFDEAD", "Btree/UNLINK_PAGE", "Btree/UNLINK_PAGE_META", "Btree/REUSE_PAGE",
+    "Btree/META_CLEANUP", "Heap2/PRUNE", "Heap2/PRUNE_ON_ACCESS", "Heap2/PRUNE_VACUUM_SCAN",
+    "Heap2/PRUNE_VACUUM_CLEANUP", "Heap2/VACUUM", "Heap2/FREEZE_PAGE", "Heap2/VISIBLE", "XLOG/FPI",
+    "XLOG/FPI_FOR_HINT",
+)  # fmt: skip
+
+#: This database's WAL records between two positions: (all bytes, bytes of the statements'
+#: records without full-page images, bytes of page upkeep without full-page images).
+_WAL_BYTES = text(
+    "WITH r AS (SELECT xid, resource_manager || '/' || split_part(record_type, '+', 1) AS kind,"
+    "                  record_length, fpi_length, block_ref"
+    "           FROM pg_get_wal_records_info(:s, :e)),"
+    " mine AS (SELECT kind = ANY(:upkeep) AS upkeep, record_length, fpi_length FROM r"
+    "          WHERE block_ref LIKE :p OR (xid <> 0 AND xid IN (SELECT xid FROM r WHERE block_ref LIKE :p))) "
+    "SELECT coalesce(sum(record_length), 0),"
+    "       coalesce(sum(record_length - fpi_length) FILTER (WHERE NOT upkeep), 0),"
+    "       coalesce(sum(record_length - fpi_length) FILTER (WHERE upkeep), 0) FROM mine"
+)
+
+
+class Written(NamedTuple):
+    """Bytes a window wrote: everything; the steps' own records (PostgreSQL: without full-page
+    images or page upkeep); page upkeep without images (NaN where not measured)."""
+
+    total: float
+    steps: float
+    upkeep: float
 
 
 class Meter:
@@ -64,7 +105,16 @@ class Meter:
     def method(self) -> str:
         if self.sqlite:
             return "SQLite WAL + file growth"
-        return "PostgreSQL WAL, this database only (pg_walinspect)" if self.walinspect else "PostgreSQL WAL position"
+        if not self.walinspect:
+            return "PostgreSQL WAL position"
+        return "PostgreSQL WAL of this database (pg_walinspect): the steps' records, without FPIs or page upkeep"
+
+    @property
+    def method_all(self) -> str:
+        """How the figure with full-page images is taken."""
+        if not self.walinspect:
+            return "PostgreSQL WAL position"
+        return "PostgreSQL WAL of this database (pg_walinspect): all records, with FPIs and page upkeep"
 
     def start(self) -> object:
         if self.sqlite:
@@ -79,12 +129,12 @@ class Meter:
             conn.execute(text("CHECKPOINT"))
             return conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
 
-    def bytes_since(self, start: object) -> tuple[float, float]:
-        """Bytes written since `start`: (all of it, without PostgreSQL's full-page images)."""
+    def bytes_since(self, start: object) -> Written:
+        """Bytes written since `start`."""
         if self.sqlite:
             wal = self.path.with_name(self.path.name + "-wal")
             written = (wal.stat().st_size if wal.exists() else 0) + self.path.stat().st_size - int(str(start))
-            return float(written), float(written)
+            return Written(float(written), float(written), math.nan)
         assert self.engine is not None
         with self.engine.connect() as conn:
             end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
@@ -95,24 +145,28 @@ class Meter:
             wait_until(lambda: conn.execute(flushed, {"e": end}).scalar(), 5, interval=0.005, what="the WAL flush")
             if not self.walinspect:
                 diff = conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"e": end, "s": start}).scalar()
-                return float(diff), math.nan
+                return Written(float(diff), float(diff), math.nan)
             row = conn.execute(
-                text(
-                    "WITH r AS (SELECT xid, record_length, fpi_length, block_ref"
-                    "           FROM pg_get_wal_records_info(:s, :e)) "
-                    "SELECT coalesce(sum(record_length), 0), coalesce(sum(record_length - fpi_length), 0) FROM r "
-                    "WHERE block_ref LIKE :p OR (xid <> 0 AND xid IN (SELECT xid FROM r WHERE block_ref LIKE :p))"
-                ),
-                {"s": start, "e": end, "p": f"%/{self.dboid}/%"},
+                _WAL_BYTES, {"s": start, "e": end, "p": f"%/{self.dboid}/%", "upkeep": list(UPKEEP)}
             ).one()
-            return float(row[0]), float(row[1])
+            return Written(float(row[0]), float(row[1]), float(row[2]))
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.dispose()
 
 
-Readings = dict[int, tuple[float, float, float]]
+class Window(NamedTuple):
+    """What one window cost per step: median ms; the steps' own bytes (the headline); all bytes
+    (PostgreSQL: with full-page images and page upkeep); page upkeep bytes."""
+
+    ms: float
+    steps: float
+    total: float
+    upkeep: float
+
+
+Readings = dict[int, Window]
 
 
 def run_batches(far: int) -> int:
@@ -121,14 +175,13 @@ def run_batches(far: int) -> int:
 
 
 def one_run(client: Client, store: Store, meter: Meter, r: redis.Redis, points: list[int]) -> Readings:
-    """One long run; per window start a: (bytes per step, bytes per step without full-page
-    images, median ms per step)."""
+    """One long run; what a step cost in the window of each start in `points`."""
     gates = sorted({g for a in points for g in (a, a + WINDOW)})
     batches = run_batches(max(points))
     handle = client.start("bench-instant", input=f"batches={batches} gates={','.join(map(str, gates))}")
     run_id = handle.run_id
     readings: dict[int, object] = {}
-    sizes: dict[int, tuple[float, float]] = {}
+    sizes: dict[int, Written] = {}
     for gate in gates:
         got = pop(r, f"bench:gate:{run_id}:arrived", timeout=120)
         if got is None:
@@ -153,8 +206,8 @@ def one_run(client: Client, store: Store, meter: Meter, r: redis.Redis, points: 
     result = {}
     for a in points:
         gaps = [(stamps[s + 1] - stamps[s]) * 1000 for s in range(a + 1, a + 2 * WINDOW) if s != a + WINDOW]
-        total, no_fpi = sizes[a]
-        result[a] = (total / WINDOW, no_fpi / WINDOW, median(gaps))
+        size = sizes[a]
+        result[a] = Window(median(gaps), size.steps / WINDOW, size.total / WINDOW, size.upkeep / WINDOW)
     return result
 
 
@@ -165,29 +218,38 @@ def measure(rig: Rig, env: BenchEnv, *, rounds: int, far: int) -> Section:
     results = [one_run(rig.client, rig.store, meter, r, points) for _ in range(rounds)]
     meter.close()
     db = rig.db
-    name = rig.name
-    setup = f"{name}, one run of {2 * run_batches(far) + 1} steps, window of {WINDOW} steps"
+    setup = f"{rig.name}, one run of {2 * run_batches(far) + 1} steps, window of {WINDOW} steps"
     rows: list[Row] = []
     numbers: dict[str, float] = {}
-    kinds = [("time", 2, "ms", "Time per step"), ("bytes", 1 if not meter.sqlite else 0, "B", "Bytes per step")]
+    kinds = [("time", "ms", "ms", "Time per step", ""), ("bytes", "steps", "B", "Bytes per step", meter.method)]
     if not meter.sqlite:
-        kinds.append(("bytes_fpi", 0, "B", "Bytes per step with full-page images"))
-    for key, i, unit, label in kinds:
+        kinds.append(("bytes_fpi", "total", "B", "Bytes per step with full-page images", meter.method_all))
+    for key, field, unit, label, how in kinds:
         for p in points:
-            values = [res[p][i] for res in results]
-            ratios = [res[p][i] / res[10][i] for res in results]
+            values = [getattr(res[p], field) for res in results]
+            ratio = median([getattr(res[p], field) / getattr(res[10], field) for res in results])
             headline = p == far and key != "bytes_fpi"
-            how = {"time": "", "bytes": f"; {meter.method}", "bytes_fpi": f"; {meter.method}, with FPIs"}[key]
             rows.append(
                 Row(
-                    f"{label} at step {p} ({db})", setup + how, values, unit,
-                    ratio=median(ratios) if p != 10 else None, ratio_note="vs step 10" if p != 10 else "",
-                    target="≤ 1.15x" if headline else "", met=(median(ratios) <= 1.15) if headline else None,
+                    f"{label} at step {p} ({db})", setup + (f"; {how}" if how else ""), values, unit,
+                    ratio=ratio if p != 10 else None, ratio_note="vs step 10" if p != 10 else "",
+                    target="≤ 1.15x" if headline else "", met=(ratio <= 1.15) if headline else None,
                     digits=3 if unit == "ms" else 0,
                 )
             )  # fmt: skip
-        numbers[f"flat_{key}_ratio_{db}"] = median([res[far][i] / res[10][i] for res in results])
-        numbers[f"flat_{key}_step10_{db}"] = median([res[10][i] for res in results])
-    section = Section(f"Flatness on {name}: step 10 vs 100 vs {far}", rows=rows, numbers=numbers)
+            if p == far:
+                numbers[f"flat_{key}_ratio_{db}"] = ratio
+        numbers[f"flat_{key}_step10_{db}"] = median([getattr(res[10], field) for res in results])
+    if meter.walinspect:
+        # Splits come once per page filled: over one window they are noise, over all of a
+        # run's windows they are what they cost a step on average.
+        upkeep = [sum(res[p].upkeep for p in points) / len(points) for res in results]
+        rows.append(Row(
+            f"Page upkeep per step, windows at {', '.join(map(str, points))} together ({db})",
+            setup + "; b-tree splits, index cleanup, heap pruning: WAL records without FPIs", upkeep, "B",
+            ratio_note="not in the bytes above", digits=0,
+        ))  # fmt: skip
+        numbers[f"flat_upkeep_per_step_{db}"] = median(upkeep)
+    section = Section(f"Flatness on {rig.name}: step 10 vs 100 vs {far}", rows=rows, numbers=numbers)
     section.numbers[f"flat_far_step_{db}"] = float(far)
     return section
