@@ -24,7 +24,13 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
-from orchestrator.store.database import is_migrated, migrate, open_engine, open_quick_engine
+from orchestrator.store.database import (
+    autocommit_is_read_committed,
+    is_migrated,
+    migrate,
+    open_engine,
+    open_quick_engine,
+)
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.reads import StoreReads
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
@@ -61,8 +67,11 @@ class Store(StoreReads):
         self.engine = engine
         self.clock = clock
         self._is_pg = engine.dialect.name == "postgresql"
+        #: PostgreSQL: single statements (the claim, a step's commit, a new run, reads) are sent
+        #: autocommitted, unless the database's default isolation is stricter than READ COMMITTED.
+        self._autocommit = self._is_pg and autocommit_is_read_committed(engine)
         #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
-        self.quick_engine = open_quick_engine(engine)
+        self.quick_engine = open_quick_engine(engine, autocommit=self._autocommit)
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -118,7 +127,7 @@ class Store(StoreReads):
         given), on SQLite in one transaction."""
         if conn is None:
             with self.engine.connect() as c:
-                if self._is_pg:
+                if self._autocommit:
                     c = c.execution_options(isolation_level="AUTOCOMMIT")
                 with c.begin():
                     return self.create_run(
@@ -299,7 +308,7 @@ class Store(StoreReads):
             raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
         if conn is None:
             with self.engine.connect() as c:
-                if self._is_pg:  # one statement: no BEGIN and COMMIT round trips around it
+                if self._autocommit:  # one statement: no BEGIN and COMMIT round trips around it
                     c = c.execution_options(isolation_level="AUTOCOMMIT")
                 with c.begin():
                     committed = self.commit_step(
