@@ -76,7 +76,9 @@ class Engine:
         stopping: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
         self.settings = settings
-        self.store = store or Store.open(settings.database_url, auto_migrate=settings.auto_migrate)
+        self.store = store or Store.open(
+            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
+        )
         self._dispatcher = dispatcher
         #: What the task runner raises in a step that ran past its soft time limit (Celery's
         #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside

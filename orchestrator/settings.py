@@ -16,8 +16,9 @@ import itertools
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from orchestrator.errors import ConfigurationError
 
@@ -63,6 +64,10 @@ class Settings(BaseModel):
     model_queue: str = "ratchet.model"
     tools_queue: str = "ratchet.tools"
     control_queue: str = "ratchet.control"
+    #: SQLite's `PRAGMA synchronous` (WAL mode): FULL syncs the WAL at every commit, so a committed
+    #: step survives an OS crash or a power loss; NORMAL syncs it only at checkpoints, and such a
+    #: crash may drop the last commits (a process crash cannot); EXTRA also syncs the folder.
+    sqlite_synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     #: Apply migrations when a store is opened (the embedded default does; production runs
     #: `ratchet migrate` once).
     auto_migrate: bool = True
@@ -71,6 +76,11 @@ class Settings(BaseModel):
     app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
+
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def validate_limits(self) -> Settings:

@@ -3,7 +3,8 @@
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts with
 `BEGIN IMMEDIATE`, so two writers queue on the lock instead of deadlocking on an upgrade from a
 read lock (SQLite has no SELECT ... FOR UPDATE). Reads (the store's quick engine) start with a
-plain BEGIN: in WAL mode they neither wait for a writer nor hold one up.
+plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. `PRAGMA synchronous` is
+RATCHET_SQLITE_SYNCHRONOUS (FULL by default: a commit survives an OS crash or a power loss).
 
 PostgreSQL uses psycopg 3, and every transaction runs READ COMMITTED whatever the database's
 `default_transaction_isolation`: the fan-in reads its members' rows after it waited for the team's
@@ -25,6 +26,9 @@ from sqlalchemy.engine import make_url
 from orchestrator.errors import ConfigurationError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The values of RATCHET_SQLITE_SYNCHRONOUS (OFF is not offered: it loses commits to an OS crash
+#: and can corrupt the database).
+SQLITE_SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 #: The only isolation level Ratchet's PostgreSQL transactions run at (see above).
 PG_ISOLATION = "READ COMMITTED"
 
@@ -36,15 +40,16 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def open_engine(url: str, **kwargs: Any) -> Engine:
-    """An Engine for the store's URL, tuned for its dialect."""
+def open_engine(url: str, *, sqlite_synchronous: str = "FULL", **kwargs: Any) -> Engine:
+    """An Engine for the store's URL, tuned for its dialect (`sqlite_synchronous`: SQLite's
+    `PRAGMA synchronous`, RATCHET_SQLITE_SYNCHRONOUS)."""
     url = normalise_url(url)
     try:
         parsed = make_url(url)
     except Exception as exc:
         raise ConfigurationError(f"RATCHET_DATABASE_URL is not a database URL: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, parsed.database, **kwargs)
+        return _sqlite_engine(url, parsed.database, sqlite_synchronous, **kwargs)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"RATCHET_DATABASE_URL uses {parsed.get_backend_name()!r}; Ratchet supports sqlite and postgresql"
@@ -95,9 +100,14 @@ def open_quick_engine(engine: Engine, *, autocommit: bool = True) -> Engine:
     return create_engine(engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20)
 
 
-def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
+def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: Any) -> Engine:
     if not database or database == ":memory:":
         raise ConfigurationError("Ratchet needs a SQLite file that workers share, not an in-memory database")
+    synchronous = synchronous.upper()
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise ConfigurationError(
+            f"RATCHET_SQLITE_SYNCHRONOUS is {synchronous!r}; use one of {', '.join(SQLITE_SYNCHRONOUS)}"
+        )
     Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
 
@@ -108,7 +118,7 @@ def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

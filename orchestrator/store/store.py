@@ -90,12 +90,13 @@ class Store(StoreReads):
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, url: str, *, auto_migrate: bool = True) -> Store:
-        """The process's store for this URL (cached), migrated first when asked."""
+    def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
+        """The process's store for this URL (cached), migrated first when asked.
+        `sqlite_synchronous`: RATCHET_SQLITE_SYNCHRONOUS, applied by the call that opens it."""
         with _cache_lock:
             store = _cache.get(url)
             if store is None:
-                engine = open_engine(url)
+                engine = open_engine(url, sqlite_synchronous=sqlite_synchronous)
                 if auto_migrate:
                     migrate(engine)
                 elif not is_migrated(engine):

@@ -33,3 +33,11 @@ def test_limits_must_nest_soft_under_hard_under_lease_under_visibility() -> None
 def test_a_countdown_may_not_outlive_the_visibility_timeout() -> None:
     with pytest.raises(ConfigurationError, match="RATCHET_MAX_COUNTDOWN .* must not exceed RATCHET_VISIBILITY"):
         Settings.from_env({"RATCHET_MAX_COUNTDOWN": "7200"})
+
+
+def test_sqlite_synchronous_defaults_to_full_and_takes_the_three_safe_levels_only() -> None:
+    assert Settings.from_env({}).sqlite_synchronous == "FULL"
+    assert Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "normal"}).sqlite_synchronous == "NORMAL"
+    assert Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "EXTRA"}).sqlite_synchronous == "EXTRA"
+    with pytest.raises(ConfigurationError, match="(?s)sqlite_synchronous.*'FULL', 'NORMAL' or 'EXTRA'"):
+        Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "OFF"})
