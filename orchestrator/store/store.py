@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, tuple_, update
 from sqlalchemy.dialects import sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError
@@ -397,6 +397,31 @@ class Store(StoreReads):
                 .values(kind=kind)
             )
 
+    def renew_leases(self, held: Sequence[tuple[str, int, str]], *, lease_seconds: float) -> set[str]:
+        """The heartbeat: extend the leases of the steps `held` as (run_id, epoch, owner), in one
+        UPDATE, to now + `lease_seconds`. Returns the owners renewed; a step not among them is
+        lost to its holder (fenced, cancelled, finished, or its lease already expired).
+
+        Guarded as every write of a step is (`_held`): an expired lease is not revived, because
+        the sweeper may be taking the run back at this very moment."""
+        if not held:
+            return set()
+        now = self.clock()
+        statement = (
+            update(runs)
+            .where(
+                runs.c.status == S.RUNNING.value,
+                runs.c.lease_expires_at > now,
+                tuple_(runs.c.run_id, runs.c.epoch, runs.c.lease_owner).in_(list(held)),
+            )
+            .values(lease_expires_at=now + lease_seconds)
+            .returning(runs.c.lease_owner)
+        )
+        if self._is_pg:
+            return self._quick(lambda conn: {r.lease_owner for r in conn.execute(statement)})
+        with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, as every write
+            return {r.lease_owner for r in conn.execute(statement)}
+
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (a final run is
         dropped from it)."""
@@ -533,10 +558,11 @@ def _held(claim: Claim, now: float) -> Any:
     """A worker's write needs its lease live and its own, not only its epoch.
 
     Live: once the lease expired the sweeper may be re-queueing the run at this very moment, so
-    the worker is no longer its holder even before anyone took over (limits nest under the lease,
-    so a healthy step never gets here). Its own: on PostgreSQL the claim commits without waiting
-    for its WAL flush, so a database crash can lose a claim and a later claim can reuse its epoch
-    number; the owner (host, pid, task id) still tells the two holders apart."""
+    the worker is no longer its holder even before anyone took over (a live worker's heartbeat
+    renews the lease, so a healthy step never gets here before its hard time limit). Its own: on
+    PostgreSQL the claim commits without waiting for its WAL flush, so a database crash can lose
+    a claim and a later claim can reuse its epoch number; the owner (host, pid, task id) still
+    tells the two holders apart."""
     return and_(runs.c.lease_expires_at > now, runs.c.lease_owner == claim.record.lease_owner)
 
 
