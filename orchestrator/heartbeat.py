@@ -26,6 +26,7 @@ from typing import Protocol
 
 from orchestrator.settings import Settings
 from orchestrator.store import Store
+from orchestrator.store.transient import is_transient
 
 log = logging.getLogger("ratchet.heartbeat")
 
@@ -77,8 +78,12 @@ class Heartbeat:
                     return
             try:
                 self.beat()
-            except Exception:
-                log.exception("lease heartbeat failed; retrying in %gs", self.settings.heartbeat_seconds)
+            except Exception as exc:
+                every = self.settings.heartbeat_seconds
+                if is_transient(exc):  # a failover, a dropped connection: expected, and short
+                    log.warning("lease heartbeat failed (%s); retrying in %gs", type(exc).__name__, every)
+                else:
+                    log.exception("lease heartbeat failed; retrying in %gs", every)
 
     def beat(self) -> None:
         """One renewal of every held step's lease (the thread calls it every heartbeat)."""

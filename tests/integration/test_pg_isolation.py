@@ -17,27 +17,22 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat
 from orchestrator.store import Store, forget_stores
 from orchestrator.team import TO_MEMBER
-from tests.conftest import PG_URL
+from tests.isolation import PgDatabases
 
 pytestmark = pytest.mark.postgres
 S = RunStatus
 
 
 @pytest.fixture(params=["repeatable read", "serializable"])
-def strict_db(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A database whose sessions default to a stricter isolation level than READ COMMITTED."""
-    name = f"ratchet_iso_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+def strict_db(request: pytest.FixtureRequest, pg_databases: PgDatabases) -> Iterator[str]:
+    """A database of this test's own whose sessions default to a stricter isolation level."""
+    url, drop = pg_databases.create()
+    name = url.rsplit("/", 1)[1]
+    with pg_databases.admin.connect() as conn:
         conn.execute(text(f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{request.param}'"))
-    try:
-        yield PG_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        forget_stores()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    yield url
+    forget_stores()
+    drop()
 
 
 def new_run(store: Store, agent: str = "nobody", kind: str = "agent") -> str:
