@@ -26,6 +26,7 @@ ITEMS = ("overhead", "latency", "flat", "io", "recovery", "memory")
 REQUIRED = (
     "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
+    "recovery_default_s",
 )  # fmt: skip
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if "io" in only:
             run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
         if "recovery" in only:
-            run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3))
+            run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=1 if q else 2))
         if "memory" in only:
             run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
     numbers: dict[str, float] = {}

@@ -22,6 +22,9 @@ from orchestrator.store import forget_stores
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 DATABASES = ("pg", "sqlite")
+#: SQLite's durability level for Ratchet and the floor alike (RATCHET_SQLITE_SYNCHRONOUS): set
+#: BENCH_SQLITE_SYNCHRONOUS=NORMAL to measure what FULL, the default, costs.
+SQLITE_SYNCHRONOUS = os.environ.get("BENCH_SQLITE_SYNCHRONOUS", "FULL").upper()
 
 
 @dataclass
@@ -59,7 +62,7 @@ class BenchEnv:
         prefix = f"bench.{self.tag}.{name}"
         values: dict[str, Any] = dict(
             database_url=db_url, broker_url=self.redis_url, model_queue=f"{prefix}.model",
-            tools_queue=f"{prefix}.tools", control_queue=f"{prefix}.control",
+            tools_queue=f"{prefix}.tools", control_queue=f"{prefix}.control", sqlite_synchronous=SQLITE_SYNCHRONOUS,
         )  # fmt: skip
         values.update(overrides)
         return Settings.model_validate(values)

@@ -43,6 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 
 import bench.ready  # noqa: F401  (announces readiness)
+from bench.env import SQLITE_SYNCHRONOUS
 from orchestrator.store.database import open_engine
 
 HOP_TASK = "bench.hop"
@@ -70,7 +71,10 @@ floor_messages = Table(
 
 def floor_engine(url: str) -> Engine:
     """SQLAlchemy with the store's SQLite tuning (WAL, BEGIN IMMEDIATE), without pre-ping."""
-    engine = open_engine(url, pool_pre_ping=False) if url.startswith("postgres") else open_engine(url)
+    if url.startswith("postgres"):
+        engine = open_engine(url, pool_pre_ping=False)
+    else:
+        engine = open_engine(url, sqlite_synchronous=SQLITE_SYNCHRONOUS)
     metadata.create_all(engine)
     return engine
 
@@ -178,7 +182,7 @@ def raw_tx_ms(db_url: str, n: int) -> float:
     if url.get_backend_name() == "sqlite":
         conn: Any = sqlite3.connect(url.database or "", isolation_level=None, timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
         begin, ph = "BEGIN IMMEDIATE", "?"
     else:
         conn = psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False))

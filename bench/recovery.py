@@ -2,8 +2,9 @@
 stalls on whichever worker took it, which is SIGKILLed as soon as the call starts (no failure
 handler runs, nothing is acknowledged). The sweeper (a loop in this process, as `ratchet beat`
 would run it) finds the expired lease and publishes the step again; the other worker claims it
-and commits. Measured: seconds from the kill to that commit, against the budget of the
-configured lease plus one sweep interval.
+and commits. Measured: seconds from the kill to that commit, twice: with a short lease and a fast
+sweeper (against the budget of the lease plus one sweep interval), and with the default settings
+(lease, heartbeat and sweep interval as shipped; the target is 30 s).
 """
 
 from __future__ import annotations
@@ -20,21 +21,55 @@ from bench.procs import WorkerProcess, ratchet_worker
 from bench.stats import Row, Section, median, wait_until
 from orchestrator.client import Client
 from orchestrator.engine import Engine
+from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
 from orchestrator.store.schema import messages
 from orchestrator.sweeper import Sweeper
 
-LEASE_S, SWEEP_S = 3.0, 0.5
+LEASE_S, HEARTBEAT_S, SWEEP_S = 3.0, 0.5, 0.5
+#: What the issue asks of the default settings: a killed worker's run runs again within this.
+DEFAULT_TARGET_S = 30.0
 
 
-def measure(env: BenchEnv, *, rounds: int, db: str = "pg") -> Section:
+def measure(env: BenchEnv, *, rounds: int, default_rounds: int = 1, db: str = "pg") -> Section:
     url = env.db_url(db)
-    settings = env.settings(
-        url, f"recovery-{db}", lease_seconds=LEASE_S, sweep_seconds=SWEEP_S, soft_time_limit=1.5,
-        hard_time_limit=2.0, visibility_timeout=30.0, publish_grace_seconds=10.0, model_timeout=1.0,
+    short = env.settings(
+        url, f"recovery-{db}", lease_seconds=LEASE_S, heartbeat_seconds=HEARTBEAT_S, sweep_seconds=SWEEP_S,
+        soft_time_limit=1.5, hard_time_limit=2.0, visibility_timeout=30.0, publish_grace_seconds=10.0,
+        model_timeout=1.0,
     )  # fmt: skip
-    store = Store.open(url)
+    samples = _recover(env, short, rounds)
+    budget = LEASE_S + SWEEP_S
+    setup = f"PostgreSQL, 2 worker subprocesses, lease {LEASE_S:g} s, sweep every {SWEEP_S:g} s"
+    row = Row("Recovery: SIGKILL mid-step -> the step commits on the other worker", setup, samples, "s")
+    row.ratio, row.ratio_note = median(samples) / budget, f"of lease + sweep ({budget:g} s)"
+    row.target, row.met = "≤ lease + sweep", max(samples) <= budget
+    # Only the database, broker and queues set: what a deployment gets if it changes nothing.
+    default = env.settings(url, f"recovery-default-{db}")
+    default_samples = _recover(env, default, default_rounds)
+    lease, sweep = default.lease_seconds, default.sweep_seconds
+    setup = (
+        f"PostgreSQL, 2 worker subprocesses, default settings: lease {lease:g} s "
+        f"(heartbeat {default.heartbeat_seconds:g} s), sweep every {sweep:g} s"
+    )
+    default_row = Row("Recovery with the default settings", setup, default_samples, "s")
+    default_row.ratio, default_row.ratio_note = (
+        median(default_samples) / (lease + sweep),
+        f"of lease + sweep ({lease + sweep:g} s)",
+    )
+    default_row.target, default_row.met = f"≤ {DEFAULT_TARGET_S:g} s", max(default_samples) <= DEFAULT_TARGET_S
+    section = Section("Recovery after a worker is killed mid-step", rows=[row, default_row])
+    section.numbers["recovery_s"] = median(samples)
+    section.numbers["recovery_budget_s"] = budget
+    section.numbers["recovery_default_s"] = median(default_samples)
+    section.numbers["recovery_default_budget_s"] = lease + sweep
+    return section
+
+
+def _recover(env: BenchEnv, settings: Settings, rounds: int) -> list[float]:
+    """Seconds from each round's kill to the commit of its step on the other worker."""
+    store = Store.open(settings.database_url)
     client = Client(settings, store=store)
     r = redis.Redis.from_url(env.redis_url)
     extra = {"BENCH_REDIS_URL": env.redis_url}
@@ -45,7 +80,7 @@ def measure(env: BenchEnv, *, rounds: int, db: str = "pg") -> Section:
     sweeper = Sweeper(Engine(settings, store=store))
 
     def sweep_loop() -> None:
-        while not stop.wait(SWEEP_S):
+        while not stop.wait(settings.sweep_seconds):
             sweeper.sweep_once()
 
     thread = threading.Thread(target=sweep_loop, name="bench-sweeper", daemon=True)
@@ -79,13 +114,4 @@ def measure(env: BenchEnv, *, rounds: int, db: str = "pg") -> Section:
         thread.join(5)
         for w in workers:
             w.stop()
-    budget = LEASE_S + SWEEP_S
-    setup = f"PostgreSQL, 2 worker subprocesses, lease {LEASE_S:g} s, sweep every {SWEEP_S:g} s"
-    row = Row("Recovery: SIGKILL mid-step -> the step commits on the other worker", setup, samples, "s")
-    row.ratio, row.ratio_note = median(samples) / budget, f"of lease + sweep ({budget:g} s)"
-    row.target, row.met = "≤ lease + sweep", max(samples) <= budget
-    rows = [row]
-    section = Section("Recovery after a worker is killed mid-step", rows=rows)
-    section.numbers["recovery_s"] = median(samples)
-    section.numbers["recovery_budget_s"] = budget
-    return section
+    return samples

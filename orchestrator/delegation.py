@@ -18,7 +18,7 @@ How one delegation goes (DESIGN.md, "Teams"):
    team WAITING -> QUEUED for the leader's next model call; when a member ended in ERROR it
    moves the team WAITING -> ERROR, naming the member run and its error, and a team that is
    itself a member passes that on to its own team.
-4. **Recovery.** The sweeper calls `recover_waiting` for teams a crash left WAITING with every
+4. **Recovery.** The sweeper fans in (`fan_in_now`) the teams a crash left WAITING with every
    member ended (a worker killed between a member's ERROR row and its fan-in).
 5. **Continue.** `continue_team` continues the failed members in place, moves the team
    ERROR -> WAITING, and lets the fan-in resume the leader; completed members are not re-run.
@@ -47,7 +47,7 @@ from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
 from orchestrator.store.schema import runs
-from orchestrator.store.teams import LIVE, lock_run, teams_to_fan_in
+from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
 from orchestrator.tools import ToolArgumentsError
 
@@ -225,17 +225,6 @@ def after_member_final(
     if record.parent_run_id is None or record.status == S.COMPLETED:
         return None
     return fan_in_now(store, record.parent_run_id, publish_grace=publish_grace)
-
-
-def recover_waiting(store: Store, *, publish_grace: float, limit: int = 200) -> list[RunRecord]:
-    """The sweeper's part: finish fan-ins a crash left undone. Returns the teams it moved."""
-    # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
-    with store.quick_engine.connect() as conn:
-        candidates = teams_to_fan_in(conn, limit=limit)
-    moved = [m for m in (fan_in_now(store, t, publish_grace=publish_grace) for t in candidates) if m is not None]
-    for team in moved:
-        log.warning("run %s: finished a fan-in a crash left undone (now %s)", team.run_id, team.status)
-    return moved
 
 
 def _result(call: ToolCall, members: Sequence[RunRecord]) -> Message:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import FencedError, ModelCallError, RatchetError, RunNotFoundError, StepTimeoutError
+from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.models.base import CallContext, ModelReply
 from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
@@ -53,9 +54,16 @@ class ToolBatchLimitError(RatchetError):
 
 @dataclass
 class InFlight:
-    """What a step built but has not committed: flushed onto the ERROR row if the step fails."""
+    """What a step built but has not committed: flushed onto the ERROR row if the step fails.
+    Also the claim the heartbeat renews while the step runs (`orchestrator.heartbeat`)."""
 
     epoch: int
+    run_id: str = ""
+    #: The claim's owner, as stored in the run's `lease_owner`.
+    owner: str = ""
+    claimed_at: float = 0.0
+    #: False once the heartbeat found the claim lost or the step past its hard time limit.
+    renewing: bool = True
     system_message: str | None = None
     messages: list[Message] = field(default_factory=list)
     #: The step's own exception: Celery hands the failure handler a copy rebuilt from JSON,
@@ -76,7 +84,9 @@ class Engine:
         stopping: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
         self.settings = settings
-        self.store = store or Store.open(settings.database_url, auto_migrate=settings.auto_migrate)
+        self.store = store or Store.open(
+            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
+        )
         self._dispatcher = dispatcher
         #: What the task runner raises in a step that ran past its soft time limit (Celery's
         #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
@@ -89,6 +99,8 @@ class Engine:
         # pool one process may hold a stale and a live attempt of the same step at once.
         self._inflight: dict[str, InFlight] = {}
         self._lock = threading.Lock()
+        #: Renews the leases of the steps in `_inflight`; started by the first claim.
+        self.heartbeat = Heartbeat(self.store, settings, self.held)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -422,10 +434,19 @@ class Engine:
         flight.error = exc
 
     def _begin(self, claim: Claim) -> InFlight:
-        flight = InFlight(epoch=claim.epoch)
+        held = claim.record
+        flight = InFlight(
+            epoch=claim.epoch, run_id=claim.run_id, owner=held.lease_owner or "", claimed_at=held.updated_at
+        )
         with self._lock:
-            self._inflight[claim.record.lease_owner or ""] = flight
+            self._inflight[flight.owner] = flight
+        self.heartbeat.wake()
         return flight
+
+    def held(self) -> list[InFlight]:
+        """The steps this process holds a claim on now (what the heartbeat renews)."""
+        with self._lock:
+            return list(self._inflight.values())
 
     def _end(self, claim: Claim) -> None:
         with self._lock:

@@ -4,10 +4,13 @@ With nothing set, Ratchet runs embedded: a SQLite file and kombu's filesystem br
 `.ratchet/` in the working directory, so a bare machine needs no server. Production sets
 `RATCHET_DATABASE_URL` (PostgreSQL) and `RATCHET_BROKER_URL` (Redis).
 
-Time limits nest so that no step outlives its lease and no lease outlives the broker's
-redelivery clock: soft limit < hard limit < lease < visibility timeout, which
-`Settings.validate_limits` enforces at start-up. Keep the model timeout (plus backoff) under the
-soft limit too; that one is advice, since a model may set its own timeout.
+Time limits bound a step; the lease only detects a dead holder. A worker renews the lease of
+each step it runs every RATCHET_HEARTBEAT_SECONDS (`orchestrator.heartbeat`), so the lease is
+short (a killed worker's runs are taken back within a lease and a sweep) however long a step may
+run. `Settings.validate_limits` enforces at start-up: soft limit < hard limit < visibility timeout
+(no step outlives its broker message), and a lease of at least three heartbeats (one late beat
+does not lose a claim). Keep the model timeout (plus backoff) under the soft limit too; that one
+is advice, since a model may set its own timeout.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ import itertools
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from orchestrator.errors import ConfigurationError
 
 PREFIX = "RATCHET_"
 DEFAULT_HOME = Path(".ratchet")
+#: A lease lasts at least this many heartbeats.
+LEASE_HEARTBEATS = 3
 
 
 class Settings(BaseModel):
@@ -36,10 +42,14 @@ class Settings(BaseModel):
     broker_url: str = "filesystem://localhost/"
     #: Folder for the filesystem broker (only used with broker_url=filesystem://).
     broker_folder: str = str(DEFAULT_HOME / "broker")
-    #: How long a claimed step may hold its run before another worker may take it over.
-    lease_seconds: float = 600.0
+    #: How long a claim lasts unless renewed: a worker that dies (killed, out of memory, its node
+    #: lost) loses its steps this long after its last heartbeat, and the sweeper takes them back.
+    lease_seconds: float = 15.0
+    #: How often a worker renews the lease of every step it runs (while it lives, a step of any
+    #: length keeps its claim, up to the hard time limit).
+    heartbeat_seconds: float = 3.0
     #: How often the sweeper looks for expired leases and unpublished steps.
-    sweep_seconds: float = 15.0
+    sweep_seconds: float = 5.0
     #: How long a published step may wait for a worker before the sweeper publishes it again
     #: (a lost message, a crash between commit and publish). Duplicates are harmless: the claim
     #: drops them.
@@ -63,6 +73,10 @@ class Settings(BaseModel):
     model_queue: str = "ratchet.model"
     tools_queue: str = "ratchet.tools"
     control_queue: str = "ratchet.control"
+    #: SQLite's `PRAGMA synchronous` (WAL mode): FULL syncs the WAL at every commit, so a committed
+    #: step survives an OS crash or a power loss; NORMAL syncs it only at checkpoints, and such a
+    #: crash may drop the last commits (a process crash cannot); EXTRA also syncs the folder.
+    sqlite_synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     #: Apply migrations when a store is opened (the embedded default does; production runs
     #: `ratchet migrate` once).
     auto_migrate: bool = True
@@ -72,18 +86,31 @@ class Settings(BaseModel):
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
 
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def validate_limits(self) -> Settings:
-        """Refuse limits that would let a step outlive its lease or its broker message."""
+        """Refuse limits that would let a step outlive its broker message or lose its claim to
+        one late heartbeat."""
         chain = [
             ("RATCHET_SOFT_TIME_LIMIT", self.soft_time_limit),
             ("RATCHET_HARD_TIME_LIMIT", self.hard_time_limit),
-            ("RATCHET_LEASE_SECONDS", self.lease_seconds),
             ("RATCHET_VISIBILITY_TIMEOUT", self.visibility_timeout),
         ]
         for (lo_name, lo), (hi_name, hi) in itertools.pairwise(chain):
             if not lo < hi:
                 raise ValueError(f"{lo_name} ({lo}) must be less than {hi_name} ({hi})")
+        if self.heartbeat_seconds <= 0:
+            raise ValueError("RATCHET_HEARTBEAT_SECONDS must be positive")
+        if self.lease_seconds < LEASE_HEARTBEATS * self.heartbeat_seconds:
+            raise ValueError(
+                f"RATCHET_LEASE_SECONDS ({self.lease_seconds}) must be at least {LEASE_HEARTBEATS} times "
+                f"RATCHET_HEARTBEAT_SECONDS ({self.heartbeat_seconds}), so that one late heartbeat does not "
+                "lose a running step's claim"
+            )
         if self.max_countdown > self.visibility_timeout:
             # A countdown'd task waits unacked in a worker; past the visibility timeout Redis
             # hands it out again, over and over (kombu#337): longer waits belong to the sweeper.

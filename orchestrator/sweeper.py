@@ -17,14 +17,17 @@ Every write is a guarded move, so two sweepers at once, or a sweeper racing a wo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.agent import get_agent
-from orchestrator.delegation import recover_waiting, wake_step
+from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.engine import Engine
 from orchestrator.errors import RatchetError
 from orchestrator.ports import StepRef
+from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
+from orchestrator.store.teams import teams_to_fan_in
 
 log = logging.getLogger("ratchet.sweeper")
 S = RunStatus
@@ -44,9 +47,11 @@ class SweepReport:
     poisoned: list[str] = field(default_factory=list)
     #: Teams left WAITING by a crash after their members ended, moved on (QUEUED or ERROR).
     fanned_in: list[str] = field(default_factory=list)
+    #: Runs whose handling raised (logged with the error); the next pass tries them again.
+    failed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in)
+        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in or self.failed)
 
 
 class Sweeper:
@@ -58,55 +63,85 @@ class Sweeper:
         self.settings = engine.settings
 
     def sweep_once(self) -> SweepReport:
-        """One pass over expired leases and due QUEUED runs."""
+        """One pass over expired leases, due QUEUED runs and teams whose fan-in a crash left undone.
+
+        Each run is handled on its own: one that raises (a database error on its row, an agent
+        that fails to load) is logged with its run id and the pass goes on with the others."""
         report = SweepReport()
         now = self.store.clock()
         expired, due = self.store.due_runs(now=now)
         for record in expired:
-            if record.attempts >= self.settings.max_step_attempts:
-                error = PoisonStepError(
-                    f"step {record.seq} ({record.next_step}) was claimed {record.attempts} times and never finished: "
-                    "its worker died each time (killed, out of memory, or past the hard time limit). "
-                    "Fix the cause, then continue the run."
-                )
-                failed = self.store.fail(
-                    record.run_id,
-                    epoch=record.epoch,
-                    error=error.to_record(),
-                    system_message=self._system(record.agent_name),
-                )
-                if failed is not None:
-                    report.poisoned.append(failed.run_id)
-                    self.engine.after_final(failed.run_id, failed)
-                continue
-            moved = self.store.move(
-                record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
-                event="lease_expired", lease_owner=None, lease_expires_at=None,
-                publish_after=now + self.settings.publish_grace_seconds,
-            )  # fmt: skip
-            if moved is not None:
-                report.requeued.append(moved.run_id)
-                self.engine.publish(StepRef.of(moved))
+            self._each(report, record.run_id, self._expired, record, now)
         for record in due:
-            if record.next_step is None:
-                continue
-            if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
-                report.republished.append(record.run_id)
-                self.engine.publish(StepRef.of(record))
-        for team in recover_waiting(self.store, publish_grace=self.settings.publish_grace_seconds):
-            report.fanned_in.append(team.run_id)
-            if (step := wake_step(team)) is not None:
-                self.engine.publish(step)
+            if record.next_step is not None:
+                self._each(report, record.run_id, self._due, record, now)
+        # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
+        with self.store.quick_engine.connect() as conn:
+            waiting = teams_to_fan_in(conn)
+        for team_id in waiting:
+            self._each(report, team_id, self._fan_in, team_id)
         if report:
             log.info(
-                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s",
-                report.requeued, report.republished, report.poisoned, report.fanned_in,
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, failed %s",
+                report.requeued, report.republished, report.poisoned, report.fanned_in, report.failed,
             )  # fmt: skip
         return report
 
     @staticmethod
-    def _system(agent_name: str) -> str | None:
+    def _each(report: SweepReport, run_id: str, handle: Callable[..., None], *args: object) -> None:
         try:
-            return get_agent(agent_name).render_system_message()
-        except RatchetError:
+            handle(report, *args)
+        except Exception:
+            report.failed.append(run_id)
+            log.exception("sweep: run %s could not be handled; the next pass tries again", run_id)
+
+    def _expired(self, report: SweepReport, record: RunRecord, now: float) -> None:
+        """A RUNNING run whose lease expired: back to QUEUED with a new epoch, or a poison step."""
+        if record.attempts >= self.settings.max_step_attempts:
+            error = PoisonStepError(
+                f"step {record.seq} ({record.next_step}) was claimed {record.attempts} times and never finished: "
+                "its worker died each time (killed, out of memory, or past the hard time limit). "
+                "Fix the cause, then continue the run."
+            )
+            failed = self.store.fail(
+                record.run_id, epoch=record.epoch, error=error.to_record(), system_message=self._system(record)
+            )
+            if failed is not None:
+                report.poisoned.append(failed.run_id)
+                self.engine.after_final(failed.run_id, failed)
+            return
+        moved = self.store.move(
+            record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
+            event="lease_expired", lease_owner=None, lease_expires_at=None,
+            publish_after=now + self.settings.publish_grace_seconds,
+        )  # fmt: skip
+        if moved is not None:
+            report.requeued.append(moved.run_id)
+            self.engine.publish(StepRef.of(moved))
+
+    def _due(self, report: SweepReport, record: RunRecord, now: float) -> None:
+        """A QUEUED step nobody claimed in time: publish it again."""
+        if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
+            report.republished.append(record.run_id)
+            self.engine.publish(StepRef.of(record))
+
+    def _fan_in(self, report: SweepReport, team_id: str) -> None:
+        """A WAITING team whose members all ended: the fan-in a crash left undone."""
+        team = fan_in_now(self.store, team_id, publish_grace=self.settings.publish_grace_seconds)
+        if team is None:
+            return
+        log.warning("run %s: finished a fan-in a crash left undone (now %s)", team.run_id, team.status)
+        report.fanned_in.append(team.run_id)
+        if (step := wake_step(team)) is not None:
+            self.engine.publish(step)
+
+    @staticmethod
+    def _system(record: RunRecord) -> str | None:
+        """The system message a poison step's first model call would have stored, if any."""
+        if record.system_message is not None:
+            return None  # stored already
+        try:
+            return get_agent(record.agent_name).render_system_message()
+        except Exception:  # an agent that cannot render must not keep its run out of ERROR
+            log.warning("run %s: could not render the system message of %s", record.run_id, record.agent_name)
             return None

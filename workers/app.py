@@ -2,8 +2,8 @@
 
 JSON only; acks_late with reject_on_worker_lost so a killed worker's message comes back;
 prefetch 1; task events on for Flower; model calls, tool batches and control on separate queues;
-time limits nested under the lease (see `orchestrator.settings`). No result backend: the run
-store is the only source of truth.
+time limits under the visibility timeout (see `orchestrator.settings`). No result backend: the
+run store is the only source of truth.
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "broker_connection_retry": True,
         "broker_connection_max_retries": None,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A broker blip must not kill the steps in flight: they write to the database, not the
+        # broker, and a redelivered copy of their message is dropped by the claim.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},

@@ -3,7 +3,15 @@
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts with
 `BEGIN IMMEDIATE`, so two writers queue on the lock instead of deadlocking on an upgrade from a
 read lock (SQLite has no SELECT ... FOR UPDATE). Reads (the store's quick engine) start with a
-plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. PostgreSQL uses psycopg 3.
+plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. `PRAGMA synchronous` is
+RATCHET_SQLITE_SYNCHRONOUS (FULL by default: a commit survives an OS crash or a power loss).
+
+PostgreSQL uses psycopg 3, and every transaction runs READ COMMITTED whatever the database's
+`default_transaction_isolation`: the fan-in reads its members' rows after it waited for the team's
+lock and must see what the member that held the lock committed (a snapshot taken earlier would
+miss it), and the fenced writes rely on an UPDATE re-checking its guard against the row it waited
+for instead of failing with a serialization error. The level is set per transaction
+(`BEGIN ISOLATION LEVEL READ COMMITTED`), so it is safe behind a transaction-pooling PgBouncer.
 """
 
 from __future__ import annotations
@@ -18,6 +26,11 @@ from sqlalchemy.engine import make_url
 from orchestrator.errors import ConfigurationError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The values of RATCHET_SQLITE_SYNCHRONOUS (OFF is not offered: it loses commits to an OS crash
+#: and can corrupt the database).
+SQLITE_SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+#: The only isolation level Ratchet's PostgreSQL transactions run at (see above).
+PG_ISOLATION = "READ COMMITTED"
 
 
 def normalise_url(url: str) -> str:
@@ -27,15 +40,16 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def open_engine(url: str, **kwargs: Any) -> Engine:
-    """An Engine for the store's URL, tuned for its dialect."""
+def open_engine(url: str, *, sqlite_synchronous: str = "FULL", **kwargs: Any) -> Engine:
+    """An Engine for the store's URL, tuned for its dialect (`sqlite_synchronous`: SQLite's
+    `PRAGMA synchronous`, RATCHET_SQLITE_SYNCHRONOUS)."""
     url = normalise_url(url)
     try:
         parsed = make_url(url)
     except Exception as exc:
         raise ConfigurationError(f"RATCHET_DATABASE_URL is not a database URL: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, parsed.database, **kwargs)
+        return _sqlite_engine(url, parsed.database, sqlite_synchronous, **kwargs)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"RATCHET_DATABASE_URL uses {parsed.get_backend_name()!r}; Ratchet supports sqlite and postgresql"
@@ -43,14 +57,27 @@ def open_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 5)
     kwargs.setdefault("max_overflow", 20)
+    kwargs.setdefault("isolation_level", PG_ISOLATION)
     return create_engine(url, **kwargs)
+
+
+def autocommit_is_read_committed(engine: Engine) -> bool:
+    """PostgreSQL: whether a statement sent outside a transaction runs READ COMMITTED.
+
+    Such a statement runs at the database's `default_transaction_isolation`, which only a
+    session setting could change (and a transaction-pooling PgBouncer does not keep those). On a
+    database set to a stricter default, the store sends its single statements in transactions
+    pinned to READ COMMITTED instead: one round trip more each (`Store`)."""
+    with engine.connect() as conn:
+        level = conn.exec_driver_sql("SHOW default_transaction_isolation").scalar()
+    return str(level).lower() == PG_ISOLATION.lower()
 
 
 #: Execution option of the SQLite engine's read-only view: its transactions begin with a plain BEGIN.
 _READS = "ratchet_reads"
 
 
-def open_quick_engine(engine: Engine) -> Engine:
+def open_quick_engine(engine: Engine, *, autocommit: bool = True) -> Engine:
     """The engine for reads and for the claim.
 
     SQLite: the same pool, its transactions started with a plain BEGIN (the claim, a write, does
@@ -62,15 +89,25 @@ def open_quick_engine(engine: Engine) -> Engine:
     durable write goes through `engine`.
 
     No pre-ping: the store retries a read or a claim once when the server dropped its connection,
-    so a database restart costs one failed round trip, not a ping before every statement."""
+    so a database restart costs one failed round trip, not a ping before every statement.
+
+    `autocommit=False` (a database whose default isolation is stricter than READ COMMITTED, see
+    `autocommit_is_read_committed`): the pool's transactions run READ COMMITTED instead, and the
+    store commits each one."""
     if engine.dialect.name == "sqlite":
         return engine.execution_options(**{_READS: True})
-    return create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_pre_ping=False, pool_size=5, max_overflow=20)
+    level = "AUTOCOMMIT" if autocommit else PG_ISOLATION
+    return create_engine(engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20)
 
 
-def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
+def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: Any) -> Engine:
     if not database or database == ":memory:":
         raise ConfigurationError("Ratchet needs a SQLite file that workers share, not an in-memory database")
+    synchronous = synchronous.upper()
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise ConfigurationError(
+            f"RATCHET_SQLITE_SYNCHRONOUS is {synchronous!r}; use one of {', '.join(SQLITE_SYNCHRONOUS)}"
+        )
     Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
 
@@ -81,7 +118,7 @@ def _sqlite_engine(url: str, database: str | None, **kwargs: Any) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -113,4 +150,11 @@ def is_migrated(engine: Engine) -> bool:
     return inspect(engine).has_table("ratchet_runs")
 
 
-__all__ = ["migrate", "normalise_url", "open_engine", "open_quick_engine", "is_migrated"]
+__all__ = [
+    "autocommit_is_read_committed",
+    "migrate",
+    "normalise_url",
+    "open_engine",
+    "open_quick_engine",
+    "is_migrated",
+]

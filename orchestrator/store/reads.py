@@ -30,19 +30,25 @@ class StoreReads:
 
     quick_engine: Engine
     _is_pg: bool
+    _autocommit: bool
 
     def _quick(self, work: Callable[[Connection], T]) -> T:
         """Run `work` on a connection of the quick pool (reads and the claim). On PostgreSQL that
         pool has no pre-ping: when the server dropped the connection (a restart, a failover, an
         idle timeout), the pool is refreshed and `work` runs once more on a new connection."""
         try:
-            with self.quick_engine.connect() as conn:
-                return work(conn)
+            return self._quick_once(work)
         except DBAPIError as exc:
             if not (self._is_pg and exc.connection_invalidated):
                 raise
+        return self._quick_once(work)
+
+    def _quick_once(self, work: Callable[[Connection], T]) -> T:
         with self.quick_engine.connect() as conn:
-            return work(conn)
+            result = work(conn)
+            if self._is_pg and not self._autocommit:  # a pinned READ COMMITTED transaction
+                conn.commit()
+            return result
 
     def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
         """The run's row, or RunNotFoundError."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, tuple_, update
 from sqlalchemy.dialects import sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError
@@ -24,7 +24,13 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
-from orchestrator.store.database import is_migrated, migrate, open_engine, open_quick_engine
+from orchestrator.store.database import (
+    autocommit_is_read_committed,
+    is_migrated,
+    migrate,
+    open_engine,
+    open_quick_engine,
+)
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.reads import StoreReads
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
@@ -61,8 +67,11 @@ class Store(StoreReads):
         self.engine = engine
         self.clock = clock
         self._is_pg = engine.dialect.name == "postgresql"
+        #: PostgreSQL: single statements (the claim, a step's commit, a new run, reads) are sent
+        #: autocommitted, unless the database's default isolation is stricter than READ COMMITTED.
+        self._autocommit = self._is_pg and autocommit_is_read_committed(engine)
         #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
-        self.quick_engine = open_quick_engine(engine)
+        self.quick_engine = open_quick_engine(engine, autocommit=self._autocommit)
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -81,12 +90,13 @@ class Store(StoreReads):
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, url: str, *, auto_migrate: bool = True) -> Store:
-        """The process's store for this URL (cached), migrated first when asked."""
+    def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
+        """The process's store for this URL (cached), migrated first when asked.
+        `sqlite_synchronous`: RATCHET_SQLITE_SYNCHRONOUS, applied by the call that opens it."""
         with _cache_lock:
             store = _cache.get(url)
             if store is None:
-                engine = open_engine(url)
+                engine = open_engine(url, sqlite_synchronous=sqlite_synchronous)
                 if auto_migrate:
                     migrate(engine)
                 elif not is_migrated(engine):
@@ -118,7 +128,7 @@ class Store(StoreReads):
         given), on SQLite in one transaction."""
         if conn is None:
             with self.engine.connect() as c:
-                if self._is_pg:
+                if self._autocommit:
                     c = c.execution_options(isolation_level="AUTOCOMMIT")
                 with c.begin():
                     return self.create_run(
@@ -299,7 +309,7 @@ class Store(StoreReads):
             raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
         if conn is None:
             with self.engine.connect() as c:
-                if self._is_pg:  # one statement: no BEGIN and COMMIT round trips around it
+                if self._autocommit:  # one statement: no BEGIN and COMMIT round trips around it
                     c = c.execution_options(isolation_level="AUTOCOMMIT")
                 with c.begin():
                     committed = self.commit_step(
@@ -386,6 +396,31 @@ class Store(StoreReads):
                 )
                 .values(kind=kind)
             )
+
+    def renew_leases(self, held: Sequence[tuple[str, int, str]], *, lease_seconds: float) -> set[str]:
+        """The heartbeat: extend the leases of the steps `held` as (run_id, epoch, owner), in one
+        UPDATE, to now + `lease_seconds`. Returns the owners renewed; a step not among them is
+        lost to its holder (fenced, cancelled, finished, or its lease already expired).
+
+        Guarded as every write of a step is (`_held`): an expired lease is not revived, because
+        the sweeper may be taking the run back at this very moment."""
+        if not held:
+            return set()
+        now = self.clock()
+        statement = (
+            update(runs)
+            .where(
+                runs.c.status == S.RUNNING.value,
+                runs.c.lease_expires_at > now,
+                tuple_(runs.c.run_id, runs.c.epoch, runs.c.lease_owner).in_(list(held)),
+            )
+            .values(lease_expires_at=now + lease_seconds)
+            .returning(runs.c.lease_owner)
+        )
+        if self._is_pg:
+            return self._quick(lambda conn: {r.lease_owner for r in conn.execute(statement)})
+        with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, as every write
+            return {r.lease_owner for r in conn.execute(statement)}
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (a final run is
@@ -523,10 +558,11 @@ def _held(claim: Claim, now: float) -> Any:
     """A worker's write needs its lease live and its own, not only its epoch.
 
     Live: once the lease expired the sweeper may be re-queueing the run at this very moment, so
-    the worker is no longer its holder even before anyone took over (limits nest under the lease,
-    so a healthy step never gets here). Its own: on PostgreSQL the claim commits without waiting
-    for its WAL flush, so a database crash can lose a claim and a later claim can reuse its epoch
-    number; the owner (host, pid, task id) still tells the two holders apart."""
+    the worker is no longer its holder even before anyone took over (a live worker's heartbeat
+    renews the lease, so a healthy step never gets here before its hard time limit). Its own: on
+    PostgreSQL the claim commits without waiting for its WAL flush, so a database crash can lose
+    a claim and a later claim can reuse its epoch number; the owner (host, pid, task id) still
+    tells the two holders apart."""
     return and_(runs.c.lease_expires_at > now, runs.c.lease_owner == claim.record.lease_owner)
 
 

@@ -50,11 +50,13 @@ from workers.dispatch import CeleryDispatcher
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-chaos-test-key-for-the-scripted-model"
 
-#: Limits for chaos runs: short, and nested as production's are (soft < hard < lease < visibility).
+#: Limits for chaos runs: short, and as production's are (soft < hard < visibility; a lease of a
+#: few heartbeats, which a live worker renews however long its step runs).
 CHAOS_SETTINGS: dict[str, Any] = {
     "soft_time_limit": 2.0,
     "hard_time_limit": 3.0,
     "lease_seconds": 4.0,
+    "heartbeat_seconds": 1.0,
     "visibility_timeout": 10.0,
     "sweep_seconds": 0.25,
     "publish_grace_seconds": 1.5,
@@ -65,14 +67,14 @@ CHAOS_SETTINGS: dict[str, Any] = {
 
 
 #: For tests whose recovery waits out a lease of a step that kills its worker by itself (or is
-#: cut short by the broker): the scripted steps take milliseconds.
-SHORT_LEASE: dict[str, Any] = {"soft_time_limit": 1.0, "hard_time_limit": 1.5, "lease_seconds": 2.0}
+#: cut short by the broker). The time limits stay as they are: a lease no longer has to outlast them.
+SHORT_LEASE: dict[str, Any] = {"lease_seconds": 2.0, "heartbeat_seconds": 0.5}
 
 #: For tests that kill a worker mid-step once the step got somewhere (a tool started, results or
 #: other runs committed), then wait out its lease: getting there can take seconds on a loaded
-#: machine, and the soft limit must not end the step first. The lease is just past the hard
-#: limit, so the recovery waits no longer than it must.
-KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5, "lease_seconds": 6.0}
+#: machine, and the soft limit must not end the step first. The heartbeat keeps the step's claim
+#: meanwhile, so the lease stays short and the recovery waits no longer than it must.
+KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5}
 
 
 # ---------------------------------------------------------------- workers

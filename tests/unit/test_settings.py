@@ -23,11 +23,37 @@ def test_a_misspelt_variable_is_an_error_that_lists_the_known_ones() -> None:
         Settings.from_env({"RATCHET_LEASE_SECOND": "5"})
 
 
-def test_limits_must_nest_soft_under_hard_under_lease_under_visibility() -> None:
-    with pytest.raises(ConfigurationError, match="RATCHET_HARD_TIME_LIMIT .* must be less than RATCHET_LEASE_SECONDS"):
-        Settings.from_env({"RATCHET_LEASE_SECONDS": "100"})
-    with pytest.raises(ConfigurationError, match="RATCHET_LEASE_SECONDS .* must be less than RATCHET_VISIBILITY"):
+def test_limits_must_nest_soft_under_hard_under_visibility() -> None:
+    with pytest.raises(
+        ConfigurationError, match="RATCHET_SOFT_TIME_LIMIT .* must be less than RATCHET_HARD_TIME_LIMIT"
+    ):
+        Settings.from_env({"RATCHET_SOFT_TIME_LIMIT": "600"})
+    with pytest.raises(ConfigurationError, match="RATCHET_HARD_TIME_LIMIT .* must be less than RATCHET_VISIBILITY"):
         Settings.from_env({"RATCHET_VISIBILITY_TIMEOUT": "500"})
+
+
+def test_the_lease_no_longer_has_to_outlast_the_time_limits_but_must_outlast_a_few_heartbeats() -> None:
+    # The heartbeat keeps a long step's claim, so the lease is short by default.
+    s = Settings.from_env({})
+    assert s.lease_seconds < s.soft_time_limit and s.lease_seconds >= 3 * s.heartbeat_seconds
+    assert Settings.from_env({"RATCHET_LEASE_SECONDS": "6", "RATCHET_HEARTBEAT_SECONDS": "2"}).lease_seconds == 6
+    with pytest.raises(ConfigurationError, match=r"RATCHET_LEASE_SECONDS \(5.0\) must be at least 3 times"):
+        Settings.from_env({"RATCHET_LEASE_SECONDS": "5", "RATCHET_HEARTBEAT_SECONDS": "2"})
+    with pytest.raises(ConfigurationError, match="RATCHET_HEARTBEAT_SECONDS must be positive"):
+        Settings.from_env({"RATCHET_HEARTBEAT_SECONDS": "0"})
+
+
+def test_the_default_lease_heartbeat_and_sweep_recover_a_dead_workers_run_well_within_30_s() -> None:
+    s = Settings.from_env({})
+    assert s.lease_seconds + s.sweep_seconds <= 20
+
+
+def test_sqlite_synchronous_defaults_to_full_and_takes_the_three_safe_levels_only() -> None:
+    assert Settings.from_env({}).sqlite_synchronous == "FULL"
+    assert Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "normal"}).sqlite_synchronous == "NORMAL"
+    assert Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "EXTRA"}).sqlite_synchronous == "EXTRA"
+    with pytest.raises(ConfigurationError, match="(?s)sqlite_synchronous.*'FULL', 'NORMAL' or 'EXTRA'"):
+        Settings.from_env({"RATCHET_SQLITE_SYNCHRONOUS": "OFF"})
 
 
 def test_a_countdown_may_not_outlive_the_visibility_timeout() -> None:

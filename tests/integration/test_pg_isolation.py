@@ -1,0 +1,124 @@
+"""PostgreSQL: Ratchet's transactions run READ COMMITTED whatever the database's default, because
+the fan-in must see, after it waited for the team's lock, what the member that held it committed.
+
+Each test gets a database of its own whose `default_transaction_isolation` is stricter."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from orchestrator import Agent, RunStatus, Team
+from orchestrator.delegation import Delegation, fan_in, start_members
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models import OpenAIChat
+from orchestrator.store import Store, forget_stores
+from orchestrator.team import TO_MEMBER
+from tests.isolation import PgDatabases
+
+pytestmark = pytest.mark.postgres
+S = RunStatus
+
+
+@pytest.fixture(params=["repeatable read", "serializable"])
+def strict_db(request: pytest.FixtureRequest, pg_databases: PgDatabases) -> Iterator[str]:
+    """A database of this test's own whose sessions default to a stricter isolation level."""
+    url, drop = pg_databases.create()
+    name = url.rsplit("/", 1)[1]
+    with pg_databases.admin.connect() as conn:
+        conn.execute(text(f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{request.param}'"))
+    yield url
+    forget_stores()
+    drop()
+
+
+def new_run(store: Store, agent: str = "nobody", kind: str = "agent") -> str:
+    run_id = str(uuid.uuid4())
+    store.create_run(
+        run_id=run_id, session_id=f"s-{run_id[:8]}", agent_name=agent, kind=kind,
+        input_messages=[Message(role="user", content="go")], publish_grace=30,
+    )  # fmt: skip
+    return run_id
+
+
+def test_every_transaction_of_the_store_runs_read_committed(strict_db: str) -> None:
+    store = Store.open(strict_db)
+    with store.engine.connect() as conn:
+        default = conn.exec_driver_sql("SHOW default_transaction_isolation").scalar()
+    assert default in ("repeatable read", "serializable")
+
+    # Single statements (a new run, the claim, the step's commit) and transactions alike
+    run_id = new_run(store)
+    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30)
+    assert claim is not None
+    store.commit_step(claim, [Message(role="assistant", content="hi")], status=S.COMPLETED, next_step=None,
+                      publish_grace=30, content="hi")  # fmt: skip
+    for engine in (store.engine, store.quick_engine):
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
+    with store.engine.begin() as conn:
+        assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
+    # ...and what they wrote was committed
+    fresh = create_engine(strict_db)
+    with fresh.connect() as conn:
+        row = conn.execute(text("select status, n_messages from ratchet_runs where run_id = :r"), {"r": run_id}).one()
+    fresh.dispose()
+    assert tuple(row) == ("COMPLETED", 2)
+
+
+def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db: str) -> None:
+    # Given a team waiting on two running members
+    store = Store.open(strict_db)
+    t = uuid.uuid4().hex[:6]
+    a, b = Agent(name=f"a-{t}", model=OpenAIChat(id="a")), Agent(name=f"b-{t}", model=OpenAIChat(id="b"))
+    team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
+    team_id = _waiting_team(store, team, [a, b])
+    claims = {
+        c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30)
+        for c in store.children(team_id)
+    }
+
+    def finish(name: str, conn: object) -> None:
+        claim = claims[name]
+        assert claim is not None
+        store.commit_step(
+            claim, [Message(role="assistant", content=f"answer of {name}")], status=S.COMPLETED, next_step=None,
+            publish_grace=30, content=f"answer of {name}", conn=conn,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    # When both commit their final answer at once: a's fan-in sees b still running; b's transaction
+    # has begun before a commits, and its fan-in runs after (as it would, waiting on a's team lock)
+    with store.engine.connect() as conn_a, store.engine.connect() as conn_b:
+        tx_a = conn_a.begin()
+        finish(a.name, conn_a)
+        assert fan_in(store, conn_a, team_id, publish_grace=30) is None
+        tx_b = conn_b.begin()
+        finish(b.name, conn_b)
+        tx_a.commit()
+        woken = fan_in(store, conn_b, team_id, publish_grace=30)
+        tx_b.commit()
+
+    # Then b's fan-in saw a's answer and moved the team on, with each answer once
+    assert woken is not None and woken.status == S.QUEUED
+    results = sorted(m.content or "" for m in store.get_messages(team_id) if m.role == "tool")
+    assert results == [f"answer of {a.name}", f"answer of {b.name}"]
+
+
+def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
+    """A team run that delegated one call per member, through the code the tool step uses."""
+    run_id = new_run(store, team.name, "team")
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+    assert claim is not None
+    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
+    store.commit_step(
+        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
+        status=S.QUEUED, next_step="tools", publish_grace=30,
+    )  # fmt: skip
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30)
+    assert claim is not None
+    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
+    start_members(store, claim, [], delegations, publish_grace=30)
+    return run_id
