@@ -104,7 +104,11 @@ class Client:
     def store(self) -> Store:
         """The run store (opened, and migrated when RATCHET_AUTO_MIGRATE is on, on first use)."""
         if self._store is None:
-            self._store = Store.open(self.settings.database_url, auto_migrate=self.settings.auto_migrate)
+            self._store = Store.open(
+                self.settings.database_url,
+                auto_migrate=self.settings.auto_migrate,
+                sqlite_synchronous=self.settings.sqlite_synchronous,
+            )
         return self._store
 
     @property

@@ -73,6 +73,8 @@ def autocommit_is_read_committed(engine: Engine) -> bool:
     return str(level).lower() == PG_ISOLATION.lower()
 
 
+#: Execution option of SQLite writes that need not survive an OS crash (see `_on_begin`).
+LAZY_SYNC = "ratchet_lazy_sync"
 #: Execution option of the SQLite engine's read-only view: its transactions begin with a plain BEGIN.
 _READS = "ratchet_reads"
 
@@ -124,7 +126,19 @@ def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: A
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READS) else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get(_READS):
+            conn.exec_driver_sql("BEGIN")
+            return
+        # A lazy write (a claim, a lease renewal) commits without waiting for its fsync, as the
+        # claim does on PostgreSQL: lost in an OS crash, the run is back as it was and the step's
+        # own commit, fenced by that claim, fails; the next synced commit flushes it in order.
+        level = "NORMAL" if options.get(LAZY_SYNC) and synchronous != "NORMAL" else synchronous
+        info = conn.connection.info
+        if info.get("synchronous", synchronous) != level:
+            conn.exec_driver_sql(f"PRAGMA synchronous={level}")
+            info["synchronous"] = level
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

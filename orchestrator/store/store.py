@@ -25,6 +25,7 @@ from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
 from orchestrator.store.database import (
+    LAZY_SYNC,
     autocommit_is_read_committed,
     is_migrated,
     migrate,
@@ -72,6 +73,8 @@ class Store(StoreReads):
         self._autocommit = self._is_pg and autocommit_is_read_committed(engine)
         #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
         self.quick_engine = open_quick_engine(engine, autocommit=self._autocommit)
+        #: SQLite writes that need not survive an OS crash: the claim and lease renewals.
+        self._lazy = engine.execution_options(**{LAZY_SYNC: True}) if not self._is_pg else engine
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -253,7 +256,7 @@ class Store(StoreReads):
             # claim first. If a dropped connection hid a claim that did commit, the retry finds the
             # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
             return self._quick(claim_pg)
-        with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE
+        with self._lazy.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
             return claim(conn)
 
     def _transcript(
@@ -419,7 +422,7 @@ class Store(StoreReads):
         )
         if self._is_pg:
             return self._quick(lambda conn: {r.lease_owner for r in conn.execute(statement)})
-        with self.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, as every write
+        with self._lazy.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
             return {r.lease_owner for r in conn.execute(statement)}
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:

@@ -51,3 +51,39 @@ def test_the_level_is_the_setting(tmp_path: Path, level: str) -> None:
 def test_an_unknown_level_is_refused_with_the_levels_to_use(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="RATCHET_SQLITE_SYNCHRONOUS is 'OFF'; use one of FULL, NORMAL"):
         open_engine(f"sqlite:///{tmp_path / 'off.db'}", sqlite_synchronous="off")
+
+
+def test_a_claim_commits_without_its_fsync_and_the_steps_commit_with_it(tmp_path: Path) -> None:
+    # Given a store at FULL that records the level each of its UPDATEs ran at
+    import uuid
+
+    from sqlalchemy import event
+
+    from orchestrator.messages import Message
+    from orchestrator.status import RunStatus
+
+    store = Store.open(f"sqlite:///{tmp_path / 'lazy.db'}")
+    seen: list[tuple[str, int]] = []
+
+    def level(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().upper().startswith("UPDATE RATCHET_RUNS"):
+            dbapi = conn.connection.dbapi_connection  # type: ignore[attr-defined]
+            seen.append((statement.split("SET", 1)[1][:40], dbapi.execute("PRAGMA synchronous").fetchone()[0]))
+
+    event.listen(store.engine, "before_cursor_execute", level)
+    run_id = str(uuid.uuid4())
+    store.create_run(
+        run_id=run_id, session_id="s", agent_name="a", kind="agent",
+        input_messages=[Message(role="user", content="hi")], publish_grace=60,
+    )  # fmt: skip
+
+    # When a step is claimed and committed
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    assert claim is not None
+    store.commit_step(
+        claim, [Message(role="assistant", content="hello")], status=RunStatus.COMPLETED, next_step=None,
+        publish_grace=60, content="hello",
+    )  # fmt: skip
+
+    # Then the claim ran at NORMAL (no fsync; the next commit flushes it) and the commit at FULL
+    assert [lvl for _, lvl in seen] == [LEVELS["NORMAL"], LEVELS["FULL"]], seen
