@@ -56,7 +56,9 @@ def measure(rig: Rig, *, runs: int) -> Section:
     name = rig.name
     ratio = median(ratchet) / median(floor)
     setup = f"{rig.setup}, openai client -> scripted HTTP server, {runs} runs"
-    target, met = ("< 10 ms median", median(ratchet) < 10) if db == "pg" else ("", None)
+    # An absolute target (10 ms) moved with the machine (the same code measured 8 and 19 ms on two
+    # days); the ratio to the floor measured beside it does not.
+    target, met = "≤ 1.3x the floor", ratio <= 1.3
     rows = [
         Row(f"Floor: enqueue -> 1 hop (HTTP + tx) -> seen DONE ({db})", setup, floor, "ms", digits=1),
         Row(f"Ratchet: enqueue -> 1 model call -> wait() sees COMPLETED ({db})", setup, ratchet, "ms",
