@@ -188,7 +188,7 @@ class Client:
         A fork's run_id is derived from the source run and `fork_key` (default: the input), so
         continuing a COMPLETED run twice alike returns the same fork; another `fork_key` forks
         again."""
-        run_id = validation.run_id(run_id)
+        run_id = validation.known_run_id(run_id)
         if input is not None:
             input = validation.input_text(input)
         if fork_key is not None:
@@ -265,7 +265,7 @@ class Client:
         """Cancel a run that has not finished, and its member runs. Its in-flight step is fenced:
         nothing it does afterwards is committed. Cancelling a CANCELLED run is a no-op; a
         COMPLETED one, an error. Members that end while the cancel goes on are left as they ended."""
-        run_id = validation.run_id(run_id)
+        run_id = validation.known_run_id(run_id)
         record = self.store.get_record(run_id)
         if record.status == S.COMPLETED:
             raise RunNotContinuableError(f"run {run_id} is COMPLETED; there is nothing to cancel")
@@ -300,7 +300,7 @@ class Client:
 
     def get_run(self, run_id: str) -> RunOutput:
         """The run with its messages and member runs; RunNotFoundError if there is none."""
-        return self.store.get_output(validation.run_id(run_id))
+        return self.store.get_output(validation.known_run_id(run_id))
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's runs, oldest first; None if no run was ever started in it."""
@@ -311,7 +311,7 @@ class Client:
 
         On PostgreSQL the run's final move wakes the waiter at once (LISTEN/NOTIFY), with a
         slow poll as a safety net; elsewhere, or while notices are down, it polls."""
-        run_id = validation.run_id(run_id)
+        run_id = validation.known_run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
@@ -343,7 +343,7 @@ class Client:
 
     async def await_run(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """`wait()` for asyncio."""
-        run_id = validation.run_id(run_id)
+        run_id = validation.known_run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         delays = poll_delays()
         while True:

@@ -27,7 +27,7 @@ from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
-from orchestrator.store.transient import retry_transient
+from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.tools import ToolArgumentsError, ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, storable_name, storable_text
 
@@ -317,26 +317,39 @@ class Engine:
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                flight.messages.extend(f.result() for f in finished)
+                _collect(finished, flight)
                 while len(flight.messages) > (0 if pending else 1):
                     self._append_result(claim, flight.messages[0])
                     flight.messages.pop(0)
             return list(flight.messages)
-        except self.timeouts:
+        except BaseException:
+            # The step ends here (its soft time limit, a lost claim, a call that failed outside
+            # its tool) while other calls may be running in their threads, which cannot be stopped.
             running = [f for f in pending if not f.cancel()]
             if running:
                 log.warning(
-                    "run %s: the soft time limit was reached with %d tool call(s) still running; waiting for them "
-                    "so their results are kept (the hard time limit ends the wait)", claim.run_id, len(running),
+                    "run %s: the step is ending with %d tool call(s) still running; waiting for them so their "
+                    "results are kept (the hard time limit ends the wait)", claim.run_id, len(running),
                 )  # fmt: skip
-                for future in running:
-                    flight.messages.append(future.result())
-                while flight.messages:
-                    self._append_result(claim, flight.messages[0])
-                    flight.messages.pop(0)
+            _collect(running, flight, first_error=False)
+            self._keep(claim, flight)
             raise
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _keep(self, claim: Claim, flight: InFlight) -> None:
+        """Commit the finished results of a step that is failing, each on its own (one may have
+        been committed already when the failure struck); what cannot be committed stays in
+        flight for the failure handler's flush."""
+        try:
+            while flight.messages:
+                message = flight.messages[0]
+                if not self.store.has_tool_result(claim.run_id, message.tool_call_id or ""):
+                    self._append_result(claim, message)
+                flight.messages.pop(0)
+        except Exception as exc:  # fenced, or the database is gone: the flush (if any) carries the rest
+            log.warning("run %s: %d finished tool result(s) left for the failure handler (%s)",
+                        claim.run_id, len(flight.messages), type(exc).__name__)  # fmt: skip
 
     def _append_result(self, claim: Claim, message: Message) -> None:
         call_id = message.tool_call_id or ""
@@ -374,16 +387,18 @@ class Engine:
             value = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
         except self.timeouts:  # the step's time is up: not the tool's error, the step's
             raise
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        except BaseException as exc:
             if self.stopping(exc):  # the process is going away: the call did not finish
                 raise
             # A tool's failure is the model's to read, not the run's; SystemExit included (a tool
             # wrapping argparse exits 2), which would otherwise end the pool process and have
-            # the tool run again on every re-claim.
-            text = safe_str(exc) if isinstance(exc, Exception) else f"the tool raised {type(exc).__name__}({exc})"
+            # the tool run again on every re-claim. Nothing below may raise: the tool ran.
+            text = safe_str(exc)
+            if not isinstance(exc, Exception):
+                text = f"the tool raised {type(exc).__name__}({text})"
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
-            return result(text, error=True, args=_jsonable(args))
-        return result(_render(value), args=_jsonable(args))
+            return result(text, error=True, args=_jsonable(args, call))
+        return result(_render(value), args=_jsonable(args, call))
 
     # ---------------------------------------------------------------- claim and failure
 
@@ -482,7 +497,12 @@ class Engine:
         def fail(inflight: list[Message], error: dict[str, str]) -> RunRecord | None:
             return retry_transient(
                 lambda: self.store.fail(
-                    run_id, epoch=flight.epoch, error=error, inflight=inflight, system_message=flight.system_message
+                    run_id,
+                    epoch=flight.epoch,
+                    owner=flight.owner or None,
+                    error=error,
+                    inflight=inflight,
+                    system_message=flight.system_message,
                 ),
                 landed=lambda: None,  # a failed fail() left the run RUNNING at this epoch; the move is guarded
                 within=self.settings.lease_seconds,
@@ -492,7 +512,7 @@ class Engine:
         try:
             return fail(flight.messages, error)
         except Exception as exc:
-            if not flight.messages:
+            if not flight.messages or is_transient(exc):  # down, not refusing: keep them in flight
                 raise
             why = error_record(exc)
             log.error("run %s: the in-flight messages could not be stored (%s); failing without them", run_id, why)
@@ -577,10 +597,31 @@ def _not_run(call: ToolCall, why: str) -> Message:
     )  # fmt: skip
 
 
-def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
-    # Validated arguments may hold dates, enums or models: store what JSON can carry.
-    value: dict[str, Any] = json.loads(json.dumps(args, default=str))
+def _jsonable(args: dict[str, Any], call: ToolCall) -> dict[str, Any]:
+    """Validated arguments as JSON can carry them (they may hold dates, enums or models); the
+    model's own text when they cannot be (a value whose `__str__` raises)."""
+    try:
+        value: dict[str, Any] = json.loads(json.dumps(args, default=str))
+    except Exception:
+        return call.arguments_dict()
     return value
+
+
+def _collect(futures: Collection[Future[Message]], flight: InFlight, *, first_error: bool = True) -> None:
+    """Every finished call's result into `flight.messages`, waiting for each; then the first
+    call's failure (a lost claim, a database error recording an at-most-once start) is raised
+    (`first_error`) or, on a step already failing, logged."""
+    failure: BaseException | None = None
+    for future in futures:
+        try:
+            flight.messages.append(future.result())
+        except BaseException as exc:
+            if failure is None:
+                failure = exc
+            if not first_error:
+                log.warning("a tool call of a failing step failed too: %s", error_record(exc)["message"])
+    if failure is not None and first_error:
+        raise failure
 
 
 def _render(result: Any) -> str:

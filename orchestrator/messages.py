@@ -79,7 +79,7 @@ class Message(BaseModel):
             "tool_calls": json.dumps(self.tool_calls) if self.tool_calls is not None else None,
             "tool_call_id": _name(self.tool_call_id, TOOL_CALL_ID_MAX),
             "tool_name": _name(self.tool_name, TOOL_NAME_MAX),
-            "tool_args": json.dumps(self.tool_args) if self.tool_args is not None else None,
+            "tool_args": _args_json(self.tool_args),
             "tool_call_error": self.tool_call_error,
         }
 
@@ -96,6 +96,15 @@ class Message(BaseModel):
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
         )
+
+
+def _args_json(args: dict[str, Any] | None) -> str | None:
+    if args is None:
+        return None
+    try:
+        return json.dumps(args)
+    except (RecursionError, ValueError, TypeError):  # nested deeper than this thread's stack allows
+        return json.dumps({"_unstorable": "the arguments are nested too deeply to store"})
 
 
 def _name(value: str | None, limit: int) -> str | None:

@@ -28,6 +28,7 @@ from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store.teams import teams_to_fan_in
+from orchestrator.untrusted import storable_text
 
 log = logging.getLogger("ratchet.sweeper")
 S = RunStatus
@@ -141,7 +142,8 @@ class Sweeper:
         if record.system_message is not None:
             return None  # stored already
         try:
-            return get_agent(record.agent_name).render_system_message()
+            text = get_agent(record.agent_name).render_system_message()
+            return storable_text(text) if text is not None else None
         except Exception:  # an agent that cannot render must not keep its run out of ERROR
             log.warning("run %s: could not render the system message of %s", record.run_id, record.agent_name)
             return None

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.models.base import ToolSpec
+from orchestrator.untrusted import safe_str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,10 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
             )
             raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from None
+        except Exception as exc:  # a validator of the user's that raised something pydantic does not wrap
+            raise ToolArgumentsError(
+                f"invalid arguments for {self.name}: {type(exc).__name__}: {safe_str(exc)}"
+            ) from None
         return {k: getattr(validated, k) for k in type(validated).model_fields}
 
     def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
@@ -115,7 +120,7 @@ async def _await(awaitable: Any) -> Any:
 
 def _signature_model(fn: Callable[..., Any], name: str) -> tuple[str | None, type[BaseModel]]:
     try:
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)  # keep Annotated constraints and validators
     except Exception as exc:  # an unresolvable annotation is the user's to fix, named here
         raise ConfigurationError(f"tool {name}: cannot read its type hints: {exc}") from exc
     context_param = None

@@ -41,6 +41,17 @@ def run_id(value: object, *, what: str = "run_id") -> str:
     return text
 
 
+def known_run_id(value: object) -> str:
+    """The id of a run to look up: 1-64 characters, no control characters, valid UTF-8.
+
+    Laxer than `run_id`, which new runs must follow: a run created before that rule existed
+    (with a space, say) can still be read, continued and cancelled."""
+    try:
+        return _name(value, "run_id", RUN_ID_MAX)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"not a valid run id: {exc}") from None
+
+
 def session_id(value: object) -> str:
     """A session id: 1-128 characters, no control characters, valid UTF-8."""
     return _name(value, "session_id", SESSION_ID_MAX)

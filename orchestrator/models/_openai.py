@@ -135,9 +135,13 @@ def translate_call_error(exc: BaseException, *, model: Model, api_key: str | Non
     kind = type(exc).__name__
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         # A 200 whose body is not JSON: a proxy's page, a reply cut short. The next try may be fine.
-        start = exc.doc[:80] if isinstance(exc, json.JSONDecodeError) else ""
-        return malformed(model, f"the body is not JSON ({kind}: {exc}; it starts {_safe(redact(start, api_key))!r})")
-    detail = _safe(redact(str(exc)[:300], api_key))
+        # Redacted before it is cut: a cut through the key would leave a piece redact cannot match.
+        start = redact(exc.doc, api_key)[:80] if isinstance(exc, json.JSONDecodeError) else ""
+        return malformed(
+            model,
+            f"the body is not JSON ({kind}: {exc}; it starts {_safe(start)!r})",
+        )
+    detail = _safe(redact(str(exc), api_key)[:300])
     return ModelCallError(
         f"{model.describe()}: the call failed before a reply could be read: {kind}: {detail} "
         "(check the model's settings: base_url, default_headers, request_params)",
@@ -301,7 +305,7 @@ class OpenAIModel(Model):
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             # A reply the provider sent but we cannot read (a tool call without an id or a name,
             # a missing field): the next sample may be fine, so it is retried like a 5xx.
-            raise malformed(self, f"{type(exc).__name__}: {str(exc)[:300]}") from None
+            raise malformed(self, f"{type(exc).__name__}: {redact(str(exc), api_key)[:300]}") from None
 
     def _bad_key(self, problem: str) -> ModelCallError:
         if self._api_key:

@@ -73,8 +73,6 @@ def autocommit_is_read_committed(engine: Engine) -> bool:
     return str(level).lower() == PG_ISOLATION.lower()
 
 
-#: Execution option of SQLite writes that need not survive an OS crash (see `_on_begin`).
-LAZY_SYNC = "ratchet_lazy_sync"
 #: Execution option of the SQLite engine's read-only view: its transactions begin with a plain BEGIN.
 _READS = "ratchet_reads"
 
@@ -102,6 +100,18 @@ def open_quick_engine(engine: Engine, *, autocommit: bool = True) -> Engine:
     return create_engine(engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20)
 
 
+def open_lazy_engine(engine: Engine) -> Engine:
+    """The engine for writes that need not survive an OS crash: the claim and lease renewals.
+
+    SQLite: a pool of its own at `synchronous=NORMAL`, so these commits do not wait for an fsync
+    (as the claim on PostgreSQL does not wait for its WAL flush). Lost in an OS crash, a claim
+    leaves the run as it was and the step's own commit, fenced by it, fails; the next synced
+    commit flushes the WAL in order, claim first. PostgreSQL: `engine` itself."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    return open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
+
+
 def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: Any) -> Engine:
     if not database or database == ":memory:":
         raise ConfigurationError("Ratchet needs a SQLite file that workers share, not an in-memory database")
@@ -126,19 +136,7 @@ def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: A
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        options = conn.get_execution_options()
-        if options.get(_READS):
-            conn.exec_driver_sql("BEGIN")
-            return
-        # A lazy write (a claim, a lease renewal) commits without waiting for its fsync, as the
-        # claim does on PostgreSQL: lost in an OS crash, the run is back as it was and the step's
-        # own commit, fenced by that claim, fails; the next synced commit flushes it in order.
-        level = "NORMAL" if options.get(LAZY_SYNC) and synchronous != "NORMAL" else synchronous
-        info = conn.connection.info
-        if info.get("synchronous", synchronous) != level:
-            conn.exec_driver_sql(f"PRAGMA synchronous={level}")
-            info["synchronous"] = level
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READS) else "BEGIN IMMEDIATE")
 
     return engine
 

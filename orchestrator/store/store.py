@@ -25,11 +25,11 @@ from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, can_move
 from orchestrator.store import statements
 from orchestrator.store.database import (
-    LAZY_SYNC,
     autocommit_is_read_committed,
     is_migrated,
     migrate,
     open_engine,
+    open_lazy_engine,
     open_quick_engine,
 )
 from orchestrator.store.notify import FinalWatcher, notify_final
@@ -73,8 +73,8 @@ class Store(StoreReads):
         self._autocommit = self._is_pg and autocommit_is_read_committed(engine)
         #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
         self.quick_engine = open_quick_engine(engine, autocommit=self._autocommit)
-        #: SQLite writes that need not survive an OS crash: the claim and lease renewals.
-        self._lazy = engine.execution_options(**{LAZY_SYNC: True}) if not self._is_pg else engine
+        #: Writes that need not survive an OS crash: the claim and lease renewals (SQLite).
+        self.lazy_engine = open_lazy_engine(engine)
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
         self._watcher: FinalWatcher | None = None
@@ -256,7 +256,7 @@ class Store(StoreReads):
             # claim first. If a dropped connection hid a claim that did commit, the retry finds the
             # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
             return self._quick(claim_pg)
-        with self._lazy.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
+        with self.lazy_engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
             return claim(conn)
 
     def _transcript(
@@ -422,7 +422,7 @@ class Store(StoreReads):
         )
         if self._is_pg:
             return self._quick(lambda conn: {r.lease_owner for r in conn.execute(statement)})
-        with self._lazy.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
+        with self.lazy_engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
             return {r.lease_owner for r in conn.execute(statement)}
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
@@ -491,11 +491,14 @@ class Store(StoreReads):
         error: dict[str, str],
         inflight: Sequence[Message] = (),
         system_message: str | None = None,
+        owner: str | None = None,
     ) -> RunRecord | None:
         """Put the run in ERROR, flushing the in-flight messages after the committed ones.
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
-        the epoch when given: a stale failure handler changes nothing (returns None)."""
+        the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
+        a crash can have its epoch number reused by the next claim; see `_held`): a stale failure
+        handler changes nothing (returns None)."""
         values: dict[str, Any] = dict(
             error_type=clip(error.get("type", "Error"), ERROR_TYPE_MAX),
             error_message=clip(error.get("message", ""), ERROR_MESSAGE_MAX),
@@ -505,8 +508,9 @@ class Store(StoreReads):
             values["system_message"] = func.coalesce(runs.c.system_message, system_message)
         with self.engine.begin() as conn:
             record = self.move(
-                run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn, **values
-            )
+                run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn,
+                extra_where=None if owner is None else runs.c.lease_owner == owner, **values,
+            )  # fmt: skip
             if record is not None:
                 self.log_event(
                     conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"]
@@ -526,6 +530,7 @@ class Store(StoreReads):
         event: str | None = None,
         new_messages: Sequence[Message] = (),
         conn: Connection | None = None,
+        extra_where: Any = None,
         **values: Any,
     ) -> RunRecord | None:
         """A guarded move, appending `new_messages` when it succeeds; in its own transaction
@@ -534,12 +539,14 @@ class Store(StoreReads):
             with self.engine.begin() as c:
                 return self.move(
                     run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
-                    new_messages=new_messages, conn=c, **values,
+                    new_messages=new_messages, conn=c, extra_where=extra_where, **values,
                 )  # fmt: skip
         now = self.clock()
         if new_messages:
             values["n_messages"] = runs.c.n_messages + len(new_messages)
-        record = self._move(conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, **values)
+        record = self._move(
+            conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, extra_where=extra_where, **values
+        )
         if record is not None:
             self._insert_messages(conn, run_id, record.n_messages - len(new_messages), new_messages, now)
             if event:
@@ -580,6 +587,8 @@ def forget_stores() -> None:
             if store._watcher is not None:
                 store._watcher.close()
             store.engine.dispose(close=False)
+            if store.lazy_engine is not store.engine:
+                store.lazy_engine.dispose(close=False)
             if store.quick_engine.pool is not store.engine.pool:
                 store.quick_engine.dispose(close=False)
         _cache.clear()

@@ -20,6 +20,8 @@ log = logging.getLogger("ratchet.store")
 T = TypeVar("T")
 
 #: SQLite's words for a write that could not get the database lock in time.
+#: PostgreSQL's read_only_sql_transaction: a write that reached a node still read-only in a failover.
+_READ_ONLY = "25006"
 _SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
 
 
@@ -34,6 +36,8 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if exc.connection_invalidated:
         return True
+    if getattr(exc.orig, "sqlstate", None) == _READ_ONLY:
+        return True  # a failover's old primary, or a replica promoted a moment later
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
     if type(exc.orig).__module__.startswith("sqlite3"):

@@ -71,6 +71,7 @@ def test_a_claim_commits_without_its_fsync_and_the_steps_commit_with_it(tmp_path
             seen.append((statement.split("SET", 1)[1][:40], dbapi.execute("PRAGMA synchronous").fetchone()[0]))
 
     event.listen(store.engine, "before_cursor_execute", level)
+    event.listen(store.lazy_engine, "before_cursor_execute", level)
     run_id = str(uuid.uuid4())
     store.create_run(
         run_id=run_id, session_id="s", agent_name="a", kind="agent",

@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import AfterValidator
 
 from orchestrator import Agent, Client, RunOutput, RunStatus
 from orchestrator.messages import Message, ToolCall
@@ -250,3 +251,56 @@ def test_a_run_stopped_by_max_tool_batches_owes_nothing_and_continues_with_a_new
     assert out.status == S.COMPLETED and out.run_id == failed.run_id and out.content == "enough"
     assert out.messages[: len(failed.messages)] == failed.messages
     assert ran.n == 1
+
+
+def refuse(value: int) -> int:
+    """A validator that raises what pydantic does not turn into a ValidationError."""
+    raise TypeError("picky validator")
+
+
+class ExitWithUnprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.usefixtures("worker")
+def test_one_call_of_a_batch_that_fails_outside_its_tool_loses_no_other_calls_result(settings: Settings) -> None:
+    # Given a batch where one call's arguments fail a validator with TypeError (which pydantic
+    # does not wrap), one exits with an unprintable code, one is slow and one is fast
+    slow_ran = Counter()
+    release = threading.Event()
+
+    def picky(value: Annotated[int, AfterValidator(refuse)]) -> str:
+        """Refuses everything."""
+        return "never"
+
+    def exits() -> str:
+        """Exit with a code that cannot be printed."""
+        release.set()
+        raise SystemExit(ExitWithUnprintable())
+
+    def slow() -> str:
+        """Slow."""
+        release.wait(10)
+        slow_ran()
+        return "slow done"
+
+    def fast() -> str:
+        """Fast."""
+        return "fast done"
+
+    tools = [picky, exits, slow, fast]
+    names = ["picky", "exits", "slow", "fast"]
+    args = ['{"value": 1}', "{}", "{}", "{}"]
+    calls = [ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(zip(names, args, strict=True))]
+    batch = ModelReply(tool_calls=calls)
+    out = run(settings, agent(Replies(batch, answer()), tools))
+
+    # Then every call is answered once and the slow call ran once
+    assert out.status == S.COMPLETED, out.error
+    results = {m.tool_name: (m.tool_call_error, m.content or "") for m in tool_messages(out)}
+    assert set(results) == set(names)
+    assert results["picky"][0] and "TypeError: picky validator" in results["picky"][1]
+    assert results["exits"][0] and results["exits"][1].startswith("the tool raised SystemExit(<")
+    assert results["slow"] == (False, "slow done") and results["fast"] == (False, "fast done")
+    assert slow_ran.n == 1
