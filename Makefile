@@ -25,7 +25,7 @@ test: $(STAMP) services
 	$(BIN)/ruff check orchestrator workers tests examples bench
 	$(BIN)/ruff format --check orchestrator workers tests examples bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25
 
 services:
 	@bash tests/services.sh
