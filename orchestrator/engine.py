@@ -29,7 +29,7 @@ from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.tools import ToolArgumentsError, ToolContext
-from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, storable_name, storable_text
+from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
 
 log = logging.getLogger("ratchet.engine")
 S = RunStatus
@@ -633,12 +633,4 @@ def _render(result: Any) -> str:
     try:
         return json.dumps(result, default=str)
     except Exception:
-        return safe_str_value(result)
-
-
-def safe_str_value(value: Any) -> str:
-    """`str(value)` for a tool's return value whose `__str__` may raise."""
-    try:
-        return str(value)
-    except Exception as exc:
-        return f"<{type(value).__name__} that could not be shown: {safe_str(exc)}>"
+        return shown(result)

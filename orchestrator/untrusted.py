@@ -83,6 +83,14 @@ def safe_str(exc: BaseException) -> str:
         return f"<{type(exc).__name__} whose message could not be read: {why}>"
 
 
+def shown(value: object) -> str:
+    """`str(value)` for a value a tool returned, even one whose `__str__` raises."""
+    try:
+        return str(value)
+    except Exception as exc:
+        return f"<{type(value).__name__} that could not be shown: {safe_str(exc)}>"
+
+
 def error_record(exc: BaseException) -> dict[str, str]:
     """The `(type, message)` stored on an ERROR row, for any exception.
 
@@ -112,4 +120,4 @@ def _is_statement_error(exc: BaseException) -> bool:
     return isinstance(exc, StatementError)
 
 
-__all__ = ["clip", "error_record", "escape", "safe_str", "storable_name", "storable_text"]
+__all__ = ["clip", "error_record", "escape", "safe_str", "shown", "storable_name", "storable_text"]

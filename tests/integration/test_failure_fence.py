@@ -5,22 +5,17 @@ its WAL flush) can have its epoch number taken by the next claim; the owner stil
 
 from __future__ import annotations
 
-import uuid
-
 from orchestrator.messages import Message
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
+from tests.support import new_run
 
 
 def test_a_failure_handler_whose_claim_was_lost_cannot_fail_the_new_holders_run(settings: Settings) -> None:
     # Given a run claimed by w2 at the epoch number w1's lost claim had
     store = Store.open(settings.database_url)
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id, session_id="s", agent_name="a", kind="agent",
-        input_messages=[Message(role="user", content="hi")], publish_grace=60,
-    )  # fmt: skip
+    run_id = new_run(store, text="hi")
     claim = store.claim(run_id, 0, "model", owner="w2", lease_seconds=30)
     assert claim is not None
 

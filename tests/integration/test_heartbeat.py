@@ -25,20 +25,11 @@ from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.integration.db_faults import failing_updates
+from tests.support import Clock
 from workers.embedded import EmbeddedWorker
 from workers.tasks import engine_for
 
 S = RunStatus
-
-
-class Clock:
-    """Wall time plus an offset the test moves forward."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from orchestrator.models import OpenAIChat
 from orchestrator.store import Store, forget_stores
 from orchestrator.team import TO_MEMBER
 from tests.isolation import PgDatabases
+from tests.support import new_run
 
 pytestmark = pytest.mark.postgres
 S = RunStatus
@@ -33,15 +34,6 @@ def strict_db(request: pytest.FixtureRequest, pg_databases: PgDatabases) -> Iter
     yield url
     forget_stores()
     drop()
-
-
-def new_run(store: Store, agent: str = "nobody", kind: str = "agent") -> str:
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id, session_id=f"s-{run_id[:8]}", agent_name=agent, kind=kind,
-        input_messages=[Message(role="user", content="go")], publish_grace=30,
-    )  # fmt: skip
-    return run_id
 
 
 def test_every_transaction_of_the_store_runs_read_committed(strict_db: str) -> None:

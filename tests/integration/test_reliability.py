@@ -33,25 +33,13 @@ from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
+from tests.support import Clock, new_run
 from workers import cli
 from workers.dispatch import CeleryDispatcher
 from workers.embedded import EmbeddedWorker
 
 S = RunStatus
 QUICK_RETRIES = RetryPolicy(base=0.05, factor=2.0, max_delay=0.1)
-
-
-class Clock:
-    """Wall time plus an offset the test moves forward."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 @pytest.fixture
@@ -63,15 +51,6 @@ def clock() -> Clock:
 def store(settings: Settings, clock: Clock) -> Store:
     """The test's store (migrated), reading time from `clock`."""
     return Store(Store.open(settings.database_url).engine, clock=clock)
-
-
-def new_run(store: Store, agent: str = "nobody") -> str:
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id, session_id=f"s-{run_id[:8]}", agent_name=agent, kind="agent",
-        input_messages=[Message(role="user", content="hello")], publish_grace=60,
-    )  # fmt: skip
-    return run_id
 
 
 def claim(store: Store, run_id: str, seq: int = 0, kind: str = "model", owner: str = "w1") -> Claim | None:

@@ -13,6 +13,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import Store, forget_stores
 from orchestrator.store.database import open_engine
+from tests.support import new_run
 
 #: What `PRAGMA synchronous` reports for each level.
 LEVELS = {"NORMAL": 1, "FULL": 2, "EXTRA": 3}
@@ -55,8 +56,6 @@ def test_an_unknown_level_is_refused_with_the_levels_to_use(tmp_path: Path) -> N
 
 def test_a_claim_commits_without_its_fsync_and_the_steps_commit_with_it(tmp_path: Path) -> None:
     # Given a store at FULL that records the level each of its UPDATEs ran at
-    import uuid
-
     from sqlalchemy import event
 
     from orchestrator.messages import Message
@@ -72,11 +71,7 @@ def test_a_claim_commits_without_its_fsync_and_the_steps_commit_with_it(tmp_path
 
     event.listen(store.engine, "before_cursor_execute", level)
     event.listen(store.lazy_engine, "before_cursor_execute", level)
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id, session_id="s", agent_name="a", kind="agent",
-        input_messages=[Message(role="user", content="hi")], publish_grace=60,
-    )  # fmt: skip
+    run_id = new_run(store, text="hi")
 
     # When a step is claimed and committed
     claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)

@@ -5,7 +5,6 @@ PostgreSQL."""
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -19,19 +18,10 @@ from orchestrator.store import Store, forget_stores
 from orchestrator.sweeper import Sweeper
 from tests.conftest import make_settings
 from tests.integration.db_faults import failing_updates
+from tests.support import Clock
 from workers.dispatch import CeleryDispatcher
 
 S = RunStatus
-
-
-class Clock:
-    """Wall time plus an offset the test moves forward."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
 
 
 class Unrenderable(Agent):
