@@ -20,8 +20,13 @@ How one delegation goes (DESIGN.md, "Teams"):
    itself a member passes that on to its own team.
 4. **Recovery.** The sweeper fans in (`fan_in_now`) the teams a crash left WAITING with every
    member ended (a worker killed between a member's ERROR row and its fan-in).
-5. **Continue.** `continue_team` continues the failed members in place, moves the team
-   ERROR -> WAITING, and lets the fan-in resume the leader; completed members are not re-run.
+5. **Producers.** `orchestrator.control` continues a team in ERROR by continuing its failed
+   members in place, moving the team ERROR -> WAITING and fanning in (`fan_in_now`), so the
+   leader resumes and completed members are not re-run; it cancels a team's members with the
+   team, and fans in a member cancelled on its own, whose team reads a tool error for it.
+
+This module works on the store alone and publishes nothing: it returns the steps to publish
+(`start_members`, `wake_step`) to its caller, the engine, the sweeper or the run control.
 
 Exactly once: the team's results are appended only by the move out of WAITING, which one
 transaction wins (PostgreSQL: the row lock serialises; SQLite: BEGIN IMMEDIATE does), and the
@@ -35,12 +40,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
 from orchestrator.agent import Agent, get_agent
-from orchestrator.errors import BrokerUnavailableError, RatchetError
+from orchestrator.errors import RatchetError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
@@ -50,9 +54,6 @@ from orchestrator.store.schema import runs
 from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
 from orchestrator.tools import ToolArgumentsError
-
-if TYPE_CHECKING:
-    from orchestrator.client import Client
 
 log = logging.getLogger("ratchet.delegation")
 S = RunStatus
@@ -261,56 +262,3 @@ def _in_member_order(team: RunRecord, members: list[RunRecord]) -> list[RunRecor
     except RatchetError:
         order = {}
     return sorted(members, key=lambda m: (order.get(m.agent_name, len(order)), m.agent_name, m.run_id))
-
-
-# ---------------------------------------------------------------- continue
-
-
-def continue_team(client: Client, team: RunRecord, owed: Sequence[ToolCall]) -> bool:
-    """Continue a team in ERROR that still waits on delegated members: continue the failed
-    members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
-    every member has ended already. False when the owed calls started no member (the tool step
-    failed before delegating): the caller continues the team's tool step as usual."""
-    store = client.store
-    owed_ids = {c.id for c in owed}
-    members = [c for c in store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
-    if not members:
-        return False
-    broker_down: BrokerUnavailableError | None = None
-    # Members first: were the team WAITING with a member still in ERROR, a fan-in in between
-    # (the sweeper's) would put the team straight back in ERROR.
-    for member in members:
-        if member.status == S.ERROR:
-            try:
-                client.continue_run(member.run_id)
-            except BrokerUnavailableError as exc:  # saved as QUEUED; the sweeper publishes it
-                broker_down = exc
-    moved = store.move(
-        team.run_id, src=(S.ERROR,), dst=S.WAITING, epoch=team.epoch, bump_epoch=True, event="continue",
-        next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None, publish_after=None,
-        error_type=None, error_message=None,
-    )  # fmt: skip
-    if moved is not None:
-        woken = fan_in_now(store, team.run_id, publish_grace=client.settings.publish_grace_seconds)
-        if woken is not None and wake_step(woken) is not None:
-            try:
-                client.publish(woken)
-            except BrokerUnavailableError as exc:
-                broker_down = exc
-    if broker_down is not None:
-        raise broker_down
-    return True
-
-
-def member_cancelled(client: Client, member: RunRecord) -> None:
-    """A member run was cancelled on its own: its team gets a tool error for it and goes on."""
-    if member.parent_run_id is None:
-        return
-    step = wake_step(
-        fan_in_now(client.store, member.parent_run_id, publish_grace=client.settings.publish_grace_seconds)
-    )
-    if step is not None:
-        try:
-            client.dispatcher.publish(step)
-        except Exception as exc:  # the team's outbox marker lets the sweeper publish it
-            log.warning("run %s: publishing the leader's step failed (%s); the sweeper will", step.run_id, exc)

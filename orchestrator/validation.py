@@ -1,8 +1,9 @@
 """Checks at the door: what a producer passes (ids, names, input) is refused here with one clear
 InvalidInputError, before it reaches the store, the broker or a model.
 
-Every producer entry goes through these: `Client` (and so `Agent.run`, the Celery tasks
-`ratchet.start_run` and `ratchet.continue_run`, and the CLI).
+Every producer entry goes through these in the run control (`orchestrator.control`), which
+`Client` (and so `Agent.run` and the CLI) and the Celery tasks `ratchet.start_run` and
+`ratchet.continue_run` call.
 
 The limits follow the columns (`orchestrator/store/schema.py`) and where the values travel. A
 run id is also sent to the model as an HTTP header and is part of Celery task ids, so it is

@@ -6,7 +6,8 @@
   `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
-  started; a continue that forks a COMPLETED run derives the fork's id (see `Client.continue_run`).
+  started; a continue that forks a COMPLETED run derives the fork's id. Both call the run control
+  (`orchestrator.control`) that `Client` calls.
 - `ratchet.sweep()`: one sweeper pass (the beat schedule runs it every RATCHET_SWEEP_SECONDS).
 
 A step that raises goes to `StepTask.on_failure`, which flushes the step's in-flight messages onto
@@ -29,7 +30,7 @@ from billiard.common import terminate_handler_fired
 from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
-from orchestrator.client import Client, derived_run_id
+from orchestrator.control import RunControl, derived_run_id
 from orchestrator.engine import Engine
 from orchestrator.errors import FencedError, RatchetError
 from orchestrator.sweeper import Sweeper
@@ -128,11 +129,11 @@ def register_tasks(app: Celery) -> None:
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
-        return _client(self.app).start(agent, input=input, session_id=session_id, run_id=run_id).run_id
+        return _control(self.app).start(agent, input=input, session_id=session_id, run_id=run_id)
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:
-        return _client(self.app).continue_run(run_id, input=input, fork_key=fork_key).run_id
+        return _control(self.app).continue_run(run_id, input=input, fork_key=fork_key)
 
     @app.task(name=SWEEP_TASK, bind=True, shared=False)
     def sweep(self: Task) -> dict[str, list[str]]:
@@ -147,6 +148,7 @@ def register_tasks(app: Celery) -> None:
     _ = (model_call, tool_batch, start_run, continue_run, sweep)
 
 
-def _client(app: Celery) -> Client:
+def _control(app: Celery) -> RunControl:
+    """Run control over this process's engine: its store, and its dispatcher on `app`."""
     engine = engine_for(app)
-    return Client(engine.settings, store=engine.store, dispatcher=engine.dispatcher)
+    return RunControl(engine.store, engine.settings, dispatcher=engine.dispatcher)

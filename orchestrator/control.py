@@ -1,0 +1,301 @@
+"""Run control: start, continue, fork and cancel runs of agents and teams.
+
+Every producer goes through here: `Client` (and so `Agent.run` and friends, and the CLI) and the
+Celery tasks `ratchet.start_run` and `ratchet.continue_run`. `RunControl` works on the store
+and publishes through the dispatcher port; it never calls a producer back. What a producer does
+to a team is here too: continuing a team that failed because a member did continues that member
+first, cancelling a team cancels its members, and a member cancelled on its own hands its team
+a tool error. What a step does to a team (start its members, fan their answers in) is
+`orchestrator.delegation`, which works on the store alone.
+
+Every write is a guarded move (`Store.move`: from these statuses, at this epoch), so two
+producers racing on one run publish one step. A step the broker refuses is not lost: the run is
+marked due, the sweeper publishes it, and the producer gets BrokerUnavailableError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy.exc import IntegrityError
+
+from orchestrator import agent as registry
+from orchestrator import validation
+from orchestrator.delegation import fan_in_now, wake_step
+from orchestrator.errors import (
+    BrokerUnavailableError,
+    RatchetError,
+    RunBusyError,
+    RunConflictError,
+    RunNotContinuableError,
+    RunNotFoundError,
+)
+from orchestrator.messages import Message, ToolCall, unanswered_calls
+from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.run import RunOutput, RunRecord
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.store import Store
+
+log = logging.getLogger("ratchet.control")
+S = RunStatus
+#: Where a cancel applies (COMPLETED and CANCELLED are final).
+CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR)
+#: The namespace of the run ids Ratchet derives. Fixed for good: a new one would make a request
+#: repeated across an upgrade start a second run.
+_DERIVED_IDS = uuid.UUID("9b3c1e52-6f0a-4d8e-a5b7-2c4e8f1d3a60")
+
+
+def derived_run_id(*parts: str) -> str:
+    """A run id that is a function of `parts` (uuid5): the same request finds the same run.
+
+    The fork of a run (`"fork", run_id, "key" | "input", text`) and the run of a `ratchet.start_run`
+    task sent without a run id (`"celery-task", task_id`) get theirs this way."""
+    return str(uuid.uuid5(_DERIVED_IDS, json.dumps(parts)))
+
+
+class RunControl:
+    """Start, continue, fork and cancel runs, over a store and a dispatcher.
+
+    Each method checks its arguments (`orchestrator.validation`) before it writes anything and
+    returns the id of the run it acted on; `Client` wraps that in a handle."""
+
+    def __init__(self, store: Store, settings: Settings, dispatcher: Dispatcher | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self._dispatcher = dispatcher
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The dispatcher given, or RATCHET_DISPATCHER's, built when first needed (a cancel that
+        wakes no team never needs one)."""
+        if self._dispatcher is None:
+            self._dispatcher = get_dispatcher(self.settings)
+        return self._dispatcher
+
+    # ---------------------------------------------------------------- start
+
+    def start(self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None) -> str:
+        """Write the run and its user message (QUEUED), publish its first step; return its id.
+
+        A run_id that exists, for the same agent (and the same session, if one is given), is the
+        same start again (a retry, a redelivery): its id is returned and nothing is published.
+        For another agent or session it is RunConflictError."""
+        agent = validation.agent_name(agent)
+        input = validation.input_text(input)
+        given_session = None if session_id is None else validation.session_id(session_id)
+        run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
+        try:
+            kind = registry.get_agent(agent).kind
+        except RatchetError:
+            kind = "agent"  # a producer need not import the agents; the worker knows them
+        try:
+            record = self.store.create_run(
+                run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
+                input_messages=[Message(role="user", content=input)],
+                publish_grace=self.settings.publish_grace_seconds,
+            )  # fmt: skip
+        except IntegrityError as exc:
+            existing = self._existing(run_id, exc)
+            if existing.agent_name != agent or given_session not in (None, existing.session_id):
+                raise RunConflictError(
+                    f"run_id {run_id!r} is already a run of agent {existing.agent_name!r} in session "
+                    f"{existing.session_id!r}; a run of agent {agent!r}"
+                    f"{'' if given_session is None else f' in session {given_session!r}'} needs a run_id of its own"
+                ) from None
+            return run_id
+        self.publish(record)
+        return run_id
+
+    def _existing(self, run_id: str, conflict: IntegrityError) -> RunRecord:
+        """The run whose id made an insert fail (the insert's own error if there is none)."""
+        try:
+            return self.store.get_record(run_id)
+        except RunNotFoundError:
+            raise conflict from None
+
+    def publish(self, record: RunRecord) -> None:
+        """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
+        once, so the first sweep after the broker is back publishes it, and raise
+        BrokerUnavailableError naming the run: nothing is lost."""
+        step = StepRef.of(record)
+        try:
+            self.dispatcher.publish(step)
+        except Exception as exc:
+            self.store.mark_due(record.run_id, epoch=record.epoch)
+            raise BrokerUnavailableError(
+                f"run {record.run_id} is saved as QUEUED but its step could not be published ({type(exc).__name__}: "
+                f"{exc}); nothing is lost: the sweeper (`ratchet sweep` or the beat task) publishes it once the broker "
+                "is reachable",
+                run_id=record.run_id,
+            ) from exc
+
+    # ---------------------------------------------------------------- continue and fork
+
+    def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> str:
+        """Resume a run and return the id of the run that goes on: ERROR/PAUSED and expired
+        RUNNING resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op);
+        CANCELLED is refused. The move out of the run's status is guarded by its epoch, so two
+        concurrent continues publish one step."""
+        run_id = validation.known_run_id(run_id)
+        if input is not None:
+            input = validation.input_text(input)
+        if fork_key is not None:
+            fork_key = validation.fork_key(fork_key)
+        record = self.store.get_record(run_id)
+        now = self.store.clock()
+        status = record.status
+        if status == S.CANCELLED:
+            raise RunNotContinuableError(f"run {run_id} was cancelled; a cancelled run is final. Start a new run.")
+        if status == S.COMPLETED:
+            return self._fork(record, input, fork_key)
+        if status in (S.QUEUED, S.WAITING):
+            if input is not None:
+                raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
+            return run_id
+        if status == S.RUNNING and record.lease_live(now):
+            left = (record.lease_expires_at or now) - now
+            raise RunBusyError(
+                f"run {run_id} is RUNNING on {record.lease_owner} and its lease is live for another {left:.0f}s "
+                "(RATCHET_LEASE_SECONDS); wait for it, or continue it after the lease expires"
+            )
+        messages = self.store.get_messages(run_id)
+        owed = unanswered_calls(messages)
+        if owed and input is not None:
+            raise RunBusyError(
+                f"run {run_id} still owes results for tool calls {[c.id for c in owed]}; "
+                "continue it without input first"
+            )
+        # A team that failed because a member did: continue the member in place, then the leader.
+        if owed and status == S.ERROR and self._continue_team(record, owed):
+            return run_id
+        new = [Message(role="user", content=input)] if input is not None else []
+        moved = self.store.move(
+            run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
+            new_messages=new, seq=record.seq + 1, next_step="tools" if owed else "model", attempts=0, retries=0,
+            lease_owner=None, lease_expires_at=None, error_type=None, error_message=None,
+            publish_after=now + self.settings.publish_grace_seconds,
+        )  # fmt: skip
+        if moved is not None:
+            self.publish(moved)
+        return run_id
+
+    def _fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
+        """A new run with the COMPLETED run's transcript (and `input`), in its session."""
+        # The fork's id is a function of the request, so a double-clicked or redelivered continue
+        # finds the fork the first one made instead of making another.
+        request = ("key", key) if key is not None else ("input", input or "")
+        fork_id = derived_run_id("fork", record.run_id, *request)
+        try:
+            return self._same_fork(record, self.store.get_record(fork_id))
+        except RunNotFoundError:
+            pass
+        messages = self.store.get_messages(record.run_id)
+        if input is not None:
+            messages.append(Message(role="user", content=input))
+        try:
+            created = self.store.create_run(
+                run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
+                input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
+                # A fork of a member's run is the user's own run, not a member of the team any more.
+                publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
+                forked_from=record.run_id, system_message=record.system_message,
+            )  # fmt: skip
+        except IntegrityError as exc:  # a concurrent continue made it first
+            return self._same_fork(record, self._existing(fork_id, exc))
+        self.publish(created)
+        return fork_id
+
+    @staticmethod
+    def _same_fork(source: RunRecord, fork: RunRecord) -> str:
+        if fork.forked_from != source.run_id:  # only a producer that chose this very id gets here
+            raise RunConflictError(f"run_id {fork.run_id!r}, the id of this fork, is taken by another run")
+        return fork.run_id
+
+    def _continue_team(self, team: RunRecord, owed: Sequence[ToolCall]) -> bool:
+        """Continue a team in ERROR that still waits on delegated members: continue the failed
+        members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
+        every member has ended already. False when the owed calls started no member (the tool step
+        failed before delegating): the caller continues the team's tool step as usual."""
+        owed_ids = {c.id for c in owed}
+        members = [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
+        if not members:
+            return False
+        broker_down: BrokerUnavailableError | None = None
+        # Members first: were the team WAITING with a member still in ERROR, a fan-in in between
+        # (the sweeper's) would put the team straight back in ERROR.
+        for member in members:
+            if member.status == S.ERROR:
+                try:
+                    self.continue_run(member.run_id)
+                except BrokerUnavailableError as exc:  # saved as QUEUED; the sweeper publishes it
+                    broker_down = exc
+        moved = self.store.move(
+            team.run_id, src=(S.ERROR,), dst=S.WAITING, epoch=team.epoch, bump_epoch=True, event="continue",
+            next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None, publish_after=None,
+            error_type=None, error_message=None,
+        )  # fmt: skip
+        if moved is not None:
+            woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)
+            if woken is not None and wake_step(woken) is not None:
+                try:
+                    self.publish(woken)
+                except BrokerUnavailableError as exc:
+                    broker_down = exc
+        if broker_down is not None:
+            raise broker_down
+        return True
+
+    # ---------------------------------------------------------------- cancel
+
+    def cancel(self, run_id: str) -> RunOutput:
+        """Cancel a run that has not finished, and its member runs; return the run as it ended.
+        Its in-flight step is fenced by the epoch the move bumps. A CANCELLED run is a no-op; a
+        COMPLETED one, RunNotContinuableError. Members that end meanwhile are left as they ended."""
+        run_id = validation.known_run_id(run_id)
+        record = self.store.get_record(run_id)
+        if record.status == S.COMPLETED:
+            raise RunNotContinuableError(f"run {run_id} is COMPLETED; there is nothing to cancel")
+        if record.status == S.CANCELLED:
+            return self.store.get_output(run_id)
+        if self._cancel_one(run_id) is None:
+            # It ended between the read and the move: another cancel won, or it completed.
+            if self.store.get_record(run_id).status == S.COMPLETED:
+                raise RunNotContinuableError(f"run {run_id} completed before it could be cancelled")
+            return self.store.get_output(run_id)
+        self._cancel_members(run_id)
+        # A member cancelled on its own must not leave its team waiting forever.
+        self._member_cancelled(record)
+        return self.store.get_output(run_id)
+
+    def _cancel_one(self, run_id: str) -> RunRecord | None:
+        """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
+        return self.store.move(
+            run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
+            lease_owner=None, lease_expires_at=None, publish_after=None, next_step=None,
+        )  # fmt: skip
+
+    def _cancel_members(self, run_id: str) -> None:
+        """Cancel a cancelled team's member runs, and theirs. A member that completes or is
+        cancelled meanwhile fails its move and is skipped, so the cascade always finishes; its
+        team is cancelled already, so its fan-in changes nothing."""
+        for child in self.store.children(run_id):
+            if child.status not in (S.COMPLETED, S.CANCELLED) and self._cancel_one(child.run_id) is not None:
+                self._cancel_members(child.run_id)
+
+    def _member_cancelled(self, member: RunRecord) -> None:
+        """A member run was cancelled on its own: its team gets a tool error for it and goes on.
+        A publish that fails is only logged: the cancel happened, and the team's outbox marker
+        lets the sweeper publish the leader's step."""
+        if member.parent_run_id is None:
+            return
+        grace = self.settings.publish_grace_seconds
+        step = wake_step(fan_in_now(self.store, member.parent_run_id, publish_grace=grace))
+        if step is not None:
+            try:
+                self.dispatcher.publish(step)
+            except Exception as exc:
+                log.warning("run %s: publishing the leader's step failed (%s); the sweeper will", step.run_id, exc)
