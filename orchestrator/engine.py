@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 
 from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
-from orchestrator.errors import FencedError, ModelCallError, RatchetError, RunNotFoundError, StepTimeoutError
+from orchestrator.errors import (
+    FencedError,
+    ModelCallError,
+    RunNotFoundError,
+    StepTimeoutError,
+    ToolArgumentsError,
+    ToolBatchLimitError,
+    ToolInterruptedError,
+)
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.models.base import CallContext, ModelReply
@@ -28,7 +36,7 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
-from orchestrator.tools import ToolArgumentsError, ToolContext
+from orchestrator.tools import ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
 
 log = logging.getLogger("ratchet.engine")
@@ -37,19 +45,6 @@ T = TypeVar("T")
 MAX_TOOL_THREADS = 8
 #: Room left in the 128-character call-id column for the suffix that makes an id unique.
 CALL_ID_BASE_MAX = 96
-
-
-class ToolInterruptedError(RatchetError):
-    """An at-most-once tool started and never finished (its worker died). It was not run again,
-    because it may already have taken effect. Check its effect, then continue the run: the model
-    is told the call's outcome is unknown."""
-
-
-class ToolBatchLimitError(RatchetError):
-    """The model kept calling tools past the agent's `max_tool_batches` since the user last
-    spoke. Its last calls are answered as not run, so the run owes nothing: continue it with a new
-    user message (the count starts again at each one), or raise `max_tool_batches` on the agent,
-    restart the workers and continue it."""
 
 
 @dataclass
