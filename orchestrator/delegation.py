@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from orchestrator.agent import Agent, get_agent
-from orchestrator.errors import RatchetError
+from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
@@ -53,16 +53,9 @@ from orchestrator.store import Claim, Store
 from orchestrator.store.schema import runs
 from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
-from orchestrator.tools import ToolArgumentsError
 
 log = logging.getLogger("ratchet.delegation")
 S = RunStatus
-
-
-class MemberRunError(RatchetError):
-    """A member of the team ended in ERROR, so the team stopped. The team's error names the
-    member run; `ratchet show` the team to see both transcripts. Fix the cause and continue the
-    team: the failed member continues in place, then the leader; finished members are kept."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,11 +11,19 @@
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
     ├── FencedError               a step lost its lease; its commit was rolled back
-    └── ModelCallError            one model call failed (retryable or final)
+    ├── ToolArgumentsError        a tool call's arguments do not fit the tool (the model reads why)
+    ├── ModelCallError            one model call failed (retryable or final)
+    ├── StepTimeoutError          a step ran past its soft time limit
+    ├── ToolInterruptedError      an at-most-once tool started and never finished; not run again
+    ├── ToolBatchLimitError       the model called tools past the agent's max_tool_batches
+    ├── PoisonStepError           a step's worker died RATCHET_MAX_STEP_ATTEMPTS times
+    └── MemberRunError            a member of a team ended in ERROR, so the team stopped
 
-Each error's docstring says what happened and what to do. Errors that cross a process boundary
-(stored on a run row, returned to a producer) are rebuilt from `(type, message)` with
-`from_record`, so they survive JSON.
+Each error's docstring says what happened and what to do. The errors above ModelCallError are
+raised in the process that hit them. ModelCallError and those below it end a run in ERROR (a
+retryable ModelCallError once the agent's retries are spent); they cross the process boundary as
+data: the run's row keeps `to_record()`, a JSON-safe `(type, message)`, which a producer reads
+back as `RunOutput.error` (a `RunError`). No exception is rebuilt from it.
 """
 
 from __future__ import annotations
@@ -88,6 +96,14 @@ class FencedError(RatchetError):
     rolled back. Nothing to do: the holder of the newer lease carries the run on."""
 
 
+class ToolArgumentsError(RatchetError):
+    """The model sent a tool call whose arguments do not fit the tool's signature (not JSON, not
+    an object, or failing validation). The message says which argument and why.
+
+    Nothing to do in a run: the message goes back to the model as the call's error result, and
+    the model can correct its call. Raised to you only by `Tool.parse_arguments`."""
+
+
 class ModelCallError(RatchetError):
     """One model call failed.
 
@@ -118,3 +134,27 @@ class ModelCallError(RatchetError):
 class StepTimeoutError(RatchetError):
     """A step ran past its soft time limit. The run is in ERROR with its messages kept;
     raise the limit (RATCHET_SOFT_TIME_LIMIT) or make the tool faster, then continue."""
+
+
+class ToolInterruptedError(RatchetError):
+    """An at-most-once tool started and never finished (its worker died). It was not run again,
+    because it may already have taken effect. Check its effect, then continue the run: the model
+    is told the call's outcome is unknown."""
+
+
+class ToolBatchLimitError(RatchetError):
+    """The model kept calling tools past the agent's `max_tool_batches` since the user last
+    spoke. Its last calls are answered as not run, so the run owes nothing: continue it with a new
+    user message (the count starts again at each one), or raise `max_tool_batches` on the agent,
+    restart the workers and continue it."""
+
+
+class PoisonStepError(RatchetError):
+    """A step was claimed RATCHET_MAX_STEP_ATTEMPTS times and its worker died every time (killed,
+    out of memory, past the hard time limit). Find the cause in the worker logs, fix it, continue."""
+
+
+class MemberRunError(RatchetError):
+    """A member of the team ended in ERROR, so the team stopped. The team's error names the
+    member run; `ratchet show` the team to see both transcripts. Fix the cause and continue the
+    team: the failed member continues in place, then the leader; finished members are kept."""

@@ -10,7 +10,7 @@ Up to the hard time limit only: time limits bound a step, and a pool that enforc
 must not let a stuck step hold its run forever. Past the hard limit a step's lease is no longer
 renewed; it expires and the sweeper takes the run back, fencing the stuck step.
 
-One thread per process, started by the engine's first claim (so in a prefork pool it starts in
+One thread per process, started by the step runner's first claim (so in a prefork pool it starts in
 the child, after the fork) and ended when the process holds no step. A renewal that finds its
 step gone (fenced, cancelled) stops renewing that step; a database error is logged and the next
 beat tries again: it never ends the thread while steps are held.
@@ -32,7 +32,7 @@ log = logging.getLogger("ratchet.heartbeat")
 
 
 class HeldStep(Protocol):
-    """A step this process holds, as the engine's in-flight registry records it."""
+    """A step this process holds, as `orchestrator.steps.inflight` records it."""
 
     run_id: str
     epoch: int

@@ -22,21 +22,16 @@ from dataclasses import dataclass, field
 
 from orchestrator.agent import get_agent
 from orchestrator.delegation import fan_in_now, wake_step
-from orchestrator.engine import Engine
-from orchestrator.errors import RatchetError
+from orchestrator.errors import PoisonStepError
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
+from orchestrator.steps import StepRunner
 from orchestrator.store.teams import teams_to_fan_in
 from orchestrator.untrusted import storable_text
 
 log = logging.getLogger("ratchet.sweeper")
 S = RunStatus
-
-
-class PoisonStepError(RatchetError):
-    """A step was claimed RATCHET_MAX_STEP_ATTEMPTS times and its worker died every time (killed,
-    out of memory, past the hard time limit). Find the cause in the worker logs, fix it, continue."""
 
 
 @dataclass
@@ -58,7 +53,7 @@ class SweepReport:
 class Sweeper:
     """Finds stuck runs and moves them on."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: StepRunner) -> None:
         self.engine = engine
         self.store = engine.store
         self.settings = engine.settings

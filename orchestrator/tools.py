@@ -21,7 +21,7 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from orchestrator.errors import ConfigurationError
+from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
 from orchestrator.untrusted import safe_str
 
@@ -38,10 +38,6 @@ class ToolContext:
     def idempotency_key(self) -> str:
         """`run_id:tool_call_id`: the same on every retry of this call; pass it to side effects."""
         return f"{self.run_id}:{self.tool_call_id}"
-
-
-class ToolArgumentsError(Exception):
-    """The model sent arguments that do not fit the tool's signature (shown to the model)."""
 
 
 class Tool:

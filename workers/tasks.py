@@ -1,4 +1,4 @@
-"""Ratchet's Celery tasks. Each is thin: claim and run one step through the engine.
+"""Ratchet's Celery tasks. Each is thin: claim and run one step through `StepRunner`.
 
 - `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
 - `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
@@ -31,18 +31,18 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
 from orchestrator.control import RunControl, derived_run_id
-from orchestrator.engine import Engine
 from orchestrator.errors import FencedError, RatchetError
+from orchestrator.steps import StepRunner
 from orchestrator.sweeper import Sweeper
 from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
 
 log = logging.getLogger("ratchet.worker")
-_engines: dict[tuple[int, int], Engine] = {}
+_engines: dict[tuple[int, int], StepRunner] = {}
 _engines_lock = threading.Lock()
 
 
-def engine_for(app: Celery) -> Engine:
-    """This process's engine for the app (rebuilt after a fork)."""
+def engine_for(app: Celery) -> StepRunner:
+    """This process's step runner for the app (rebuilt after a fork)."""
     key = (id(app), os.getpid())
     with _engines_lock:
         engine = _engines.get(key)
@@ -50,7 +50,7 @@ def engine_for(app: Celery) -> Engine:
             from workers.dispatch import CeleryDispatcher
 
             settings = app.ratchet_settings
-            engine = _engines[key] = Engine(
+            engine = _engines[key] = StepRunner(
                 settings,
                 dispatcher=CeleryDispatcher(settings, app=app),
                 timeouts=(SoftTimeLimitExceeded,),

@@ -33,11 +33,11 @@ from celery.signals import worker_process_init, worker_ready
 from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, insert
 
 from orchestrator import Agent, RetryPolicy, Settings, ToolContext, tool
-from orchestrator.engine import Engine as StepEngine
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
 from orchestrator.ports import StepRef
+from orchestrator.steps import StepRunner
 from orchestrator.store.database import open_engine
 
 CHAOS_DIR = "CHAOS_DIR"
@@ -191,9 +191,9 @@ def _announce_ready(sender: Any = None, **_: Any) -> None:
 def _fault_hooks(**_: Any) -> None:
     """In each pool process: die between a commit and its publish, or publish twice, on cue.
     A test double of the process dying, not of Celery: the real dispatcher publishes."""
-    publish = StepEngine.publish
+    publish = StepRunner.publish
 
-    def faulty_publish(self: StepEngine, step: StepRef) -> None:
+    def faulty_publish(self: StepRunner, step: StepRef) -> None:
         folder = chaos_dir()
         if _take(folder / f"crash-before-publish-{step.run_id}"):
             os._exit(1)
@@ -201,4 +201,4 @@ def _fault_hooks(**_: Any) -> None:
         if (folder / "publish-twice").exists():
             publish(self, step)
 
-    StepEngine.publish = faulty_publish  # type: ignore[method-assign]
+    StepRunner.publish = faulty_publish  # type: ignore[method-assign]

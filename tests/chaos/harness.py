@@ -32,11 +32,11 @@ from typing import Any
 from sqlalchemy import func, select
 
 from orchestrator.client import Client
-from orchestrator.engine import Engine
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
+from orchestrator.steps import StepRunner
 from orchestrator.store import Store, forget_stores
 from orchestrator.store.schema import messages as messages_table
 from orchestrator.sweeper import Sweeper
@@ -185,7 +185,7 @@ class Cluster:
 
     def start_sweeper(self) -> None:
         """Sweep every RATCHET_SWEEP_SECONDS in a thread of the test (what beat does in production)."""
-        engine = Engine(self.settings, store=self.store, dispatcher=self.dispatcher)
+        engine = StepRunner(self.settings, store=self.store, dispatcher=self.dispatcher)
         sweeper = Sweeper(engine)
 
         def loop() -> None:

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator import Agent, Client, RunStatus, ToolContext
-from orchestrator.engine import InFlight
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
 from orchestrator.models import ScriptedModel
+from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Store, forget_stores
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until

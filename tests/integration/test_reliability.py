@@ -21,12 +21,12 @@ import pytest
 import redis
 
 from orchestrator import Agent, Client, RetryPolicy, RunBusyError, RunStatus, ToolContext, tool
-from orchestrator.engine import Engine
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
+from orchestrator.steps import StepRunner
 from orchestrator.store import Claim, Store
 from orchestrator.sweeper import Sweeper
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -81,7 +81,7 @@ def define(settings: Settings, **kwargs: object) -> Agent:
 
 @pytest.fixture
 def sweeper(settings: Settings, store: Store) -> Iterator[Sweeper]:
-    engine = Engine(settings, store=store, dispatcher=CeleryDispatcher(settings))
+    engine = StepRunner(settings, store=store, dispatcher=CeleryDispatcher(settings))
     yield Sweeper(engine)
     engine.dispatcher.app.close()  # type: ignore[attr-defined]
 
@@ -197,7 +197,7 @@ def test_a_step_is_not_claimed_past_the_attempt_cap_and_the_sweeper_errors_it(
     settings: Settings, store: Store, clock: Clock
 ) -> None:
     capped = settings.model_copy(update={"max_step_attempts": 2})
-    sweeper = Sweeper(Engine(capped, store=store, dispatcher=CeleryDispatcher(capped)))
+    sweeper = Sweeper(StepRunner(capped, store=store, dispatcher=CeleryDispatcher(capped)))
     run_id = new_run(store)
     for owner in ("first", "second"):  # each worker dies holding the step
         assert store.claim(run_id, 0, "model", owner=owner, lease_seconds=30, max_attempts=2) is not None
@@ -285,7 +285,7 @@ def test_a_step_committed_but_never_published_is_published_by_ratchet_sweep(
     run_id = client.start(agent.name, input="hello").run_id
     # The first step runs, commits, and cannot publish the next one (the broker went away).
     down = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    engine = Engine(settings, dispatcher=CeleryDispatcher(down))
+    engine = StepRunner(settings, dispatcher=CeleryDispatcher(down))
     assert engine.model_step(run_id, 0, owner="test") == "tools"
     record = client.store.get_record(run_id)
     assert (record.status, record.seq, record.next_step) == (S.QUEUED, 1, "tools")
@@ -330,7 +330,7 @@ def test_an_interrupted_at_most_once_tool_is_not_run_again_and_the_run_errors_sa
     # reads time from `clock`.
     monkeypatch.setattr(client.store, "clock", clock)
     run_id = client.start(agent.name, input="charge it").run_id
-    assert Engine(settings).model_step(run_id, 0, owner="test") == "tools"
+    assert StepRunner(settings).model_step(run_id, 0, owner="test") == "tools"
     # A worker started the charge and died before it reported back.
     doomed = client.store.claim(run_id, 1, "tools", owner="doomed", lease_seconds=30, max_attempts=5)
     assert doomed is not None

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator import Agent, RunStatus
-from orchestrator.engine import Engine
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
+from orchestrator.steps import StepRunner
 from orchestrator.store import Store, forget_stores
 from orchestrator.sweeper import Sweeper
 from tests.conftest import make_settings
@@ -40,7 +40,7 @@ def clock() -> Clock:
 def sweeper(db_url: str, redis_url: str, clock: Clock) -> Iterator[Sweeper]:
     settings = make_settings(db_url, redis_url, max_step_attempts=2)
     store = Store(Store.open(db_url).engine, clock=clock)
-    engine = Engine(settings, store=store, dispatcher=CeleryDispatcher(settings))
+    engine = StepRunner(settings, store=store, dispatcher=CeleryDispatcher(settings))
     yield Sweeper(engine)
     engine.dispatcher.app.close()  # type: ignore[attr-defined]
     forget_stores()

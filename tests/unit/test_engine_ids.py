@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.engine import _unique_call_ids
 from orchestrator.messages import Message, ToolCall
+from orchestrator.steps.model import _unique_call_ids
 from orchestrator.store.transcripts import Transcript
 
 

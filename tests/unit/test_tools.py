@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ConfigurationError
-from orchestrator.tools import Tool, ToolArgumentsError, ToolContext, tool
+from orchestrator.errors import ConfigurationError, ToolArgumentsError
+from orchestrator.tools import Tool, ToolContext, tool
 
 
 def search(query: str, limit: int = 5) -> str:

@@ -1,0 +1,13 @@
+"""The step engine: what one task does to a run. No Celery here; `workers.tasks` calls it.
+
+- `runner`: `StepRunner`, the step protocol (claim, durable commit, publish, abort, the failure
+  handler's flush) applied to every step a process runs.
+- `model`: `ModelStep`, one model call and the commit of its reply.
+- `tools`: `ToolStep`, a batch of tool calls run concurrently, at most once where a tool asks.
+- `inflight`: what each held step built but has not committed (the failure handler flushes it)
+  and the claims the lease heartbeat renews.
+"""
+
+from orchestrator.steps.runner import StepRunner
+
+__all__ = ["StepRunner"]

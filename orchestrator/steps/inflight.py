@@ -1,0 +1,70 @@
+"""The in-flight registry: the steps this process holds a claim on, and what each built but has
+not committed.
+
+Two readers besides the step itself: the failure handler (`StepRunner.fail_step`) takes a failed
+step's entry and flushes its messages onto the run's ERROR row; the lease heartbeat
+(`orchestrator.heartbeat`) renews the lease of every entry while the step runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from orchestrator.messages import Message
+from orchestrator.store import Claim
+
+
+@dataclass
+class InFlight:
+    """What a step built but has not committed: flushed onto the ERROR row if the step fails.
+    Also the claim the heartbeat renews while the step runs (`orchestrator.heartbeat`)."""
+
+    epoch: int
+    run_id: str = ""
+    #: The claim's owner, as stored in the run's `lease_owner`.
+    owner: str = ""
+    claimed_at: float = 0.0
+    #: False once the heartbeat found the claim lost or the step past its hard time limit.
+    renewing: bool = True
+    system_message: str | None = None
+    messages: list[Message] = field(default_factory=list)
+    #: The step's own exception: Celery hands the failure handler a copy rebuilt from JSON,
+    #: which loses the error's attributes.
+    error: BaseException | None = None
+
+
+class InFlightSteps:
+    """The `InFlight` of every step this process holds. Thread-safe: the heartbeat reads it from
+    its own thread, and an embedded worker may run several steps at once."""
+
+    def __init__(self) -> None:
+        # Keyed by the claim's owner (host, pid, task id), not by (run_id, seq): under the threads
+        # pool one process may hold a stale and a live attempt of the same step at once.
+        self._steps: dict[str, InFlight] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, claim: Claim) -> InFlight:
+        """Register a step that has just taken its claim."""
+        held = claim.record
+        flight = InFlight(
+            epoch=claim.epoch, run_id=claim.run_id, owner=held.lease_owner or "", claimed_at=held.updated_at
+        )
+        with self._lock:
+            self._steps[flight.owner] = flight
+        return flight
+
+    def end(self, claim: Claim) -> None:
+        """Forget a step that committed (or was fenced): nothing of it is left to flush."""
+        with self._lock:
+            self._steps.pop(claim.record.lease_owner or "", None)
+
+    def take(self, owner: str) -> InFlight | None:
+        """Remove and return the step of this claim owner, if it is still held (the failure handler)."""
+        with self._lock:
+            return self._steps.pop(owner, None)
+
+    def held(self) -> list[InFlight]:
+        """The steps this process holds a claim on now (what the heartbeat renews)."""
+        with self._lock:
+            return list(self._steps.values())

@@ -1,0 +1,196 @@
+"""The model step: one model call for a run, and the commit of its reply.
+
+A final answer completes the run (and, for a team's member, reaches its team in the same
+transaction); tool calls queue the tool step. A failed call is parked for a retry as the agent's
+retry policy decides, or fails the step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from orchestrator import delegation
+from orchestrator.agent import Agent, get_agent
+from orchestrator.errors import ModelCallError, ToolBatchLimitError
+from orchestrator.messages import Message, ToolCall
+from orchestrator.models.base import CallContext, ModelReply
+from orchestrator.ports import StepRef
+from orchestrator.run import RunRecord
+from orchestrator.status import RunStatus
+from orchestrator.steps.inflight import InFlight
+from orchestrator.steps.tools import not_run
+from orchestrator.store import Claim
+from orchestrator.untrusted import storable_name, storable_text
+
+if TYPE_CHECKING:
+    from orchestrator.steps.runner import StepRunner
+
+log = logging.getLogger("ratchet.engine")
+S = RunStatus
+#: Room left in the 128-character call-id column for the suffix that makes an id unique.
+CALL_ID_BASE_MAX = 96
+
+
+class ModelStep:
+    """Calls the run's model and commits its reply, through its runner's step protocol."""
+
+    def __init__(self, runner: StepRunner) -> None:
+        self.runner = runner
+
+    def run(self, claim: Claim, flight: InFlight) -> str:
+        """Call the model on the run's transcript and commit the reply: "completed" or "tools",
+        or "retry" for a failed call parked to be tried again."""
+        record = claim.record
+        agent = get_agent(record.agent_name)
+        if record.kind != agent.kind:
+            # Started by a producer that does not import the agents: only the worker knows a team.
+            self.runner.store.set_kind(claim, agent.kind)
+        # Rendered once, on the first step, then stored with the run and reused as-is (as Agno does).
+        new_system = _system_message(agent) if record.system_message is None else None
+        flight.system_message = new_system
+        system = record.system_message if record.system_message is not None else new_system
+        prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
+        batches = claim.transcript.tool_batches
+        context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=self.runner.settings.model_timeout)
+        try:
+            reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+        except ModelCallError as exc:
+            if self._retry(claim, agent, exc):
+                self.runner.end(claim)
+                return "retry"
+            raise
+        message = _assistant_message(reply, claim.transcript.call_ids, record.seq)
+        # Kept for the failure handler until committed: a commit that fails for good must not
+        # lose a paid-for reply (its calls, flushed onto the ERROR row, are what continue runs).
+        flight.messages.append(message)
+        if message.tool_calls and batches >= agent.max_tool_batches:
+            # The calls are answered as not run, so the run owes nothing and a new user message
+            # can continue it (the count starts again at each user message).
+            flight.messages.extend(not_run(c, "the run reached the agent's max_tool_batches") for c in message.calls)
+            raise ToolBatchLimitError(
+                f"{agent.name} asked for tool batch {batches + 1} since the user's last message; max_tool_batches "
+                f"is {agent.max_tool_batches}. Its calls were not run. Continue the run with a new user message, "
+                "or raise max_tool_batches on the agent, restart the workers and continue it"
+            )
+        return self._commit(claim, message, new_system)
+
+    def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
+        """Commit the reply and publish what follows: the tool step, or a member's woken team."""
+        done = not message.tool_calls
+        grace = self.runner.settings.publish_grace_seconds
+        status, next_step = (S.COMPLETED, None) if done else (S.QUEUED, "tools")
+        content = message.content if done else None
+        team = claim.record.parent_run_id if done else None
+        store = self.runner.store
+        woken = None
+        if team is None:
+            committed = self.runner.durably(
+                claim,
+                lambda: store.commit_step(
+                    claim, [message], status=status, next_step=next_step, publish_grace=grace, content=content,
+                    system_message=new_system,
+                ),
+            )  # fmt: skip
+        else:
+
+            def commit_and_fan_in() -> tuple[RunRecord, RunRecord | None]:
+                # A member's final answer reaches its team in the same transaction: no crash between.
+                with store.engine.begin() as conn:
+                    done_record = store.commit_step(
+                        claim, [message], status=status, next_step=next_step, publish_grace=grace,
+                        content=content, system_message=new_system, conn=conn,
+                    )  # fmt: skip
+                    return done_record, delegation.fan_in(store, conn, team, publish_grace=grace)
+
+            # If a retry finds the commit landed, its fan-in landed with it; the team's outbox
+            # marker then has the sweeper publish the leader's step.
+            committed, woken = self.runner.durably(claim, commit_and_fan_in, landed=lambda r: (r, None))
+            store.remember(committed, [message])
+        self.runner.end(claim)
+        if done:
+            # A member's completion already reached its team in the commit (fan_in above).
+            if (step := delegation.wake_step(woken)) is not None:
+                self.runner.publish(step)
+            return "completed"
+        self.runner.publish(StepRef.of(committed))
+        return "tools"
+
+    def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
+        """Park the run for another try of a failed call if the agent's retry policy says so."""
+        settings = self.runner.settings
+        cap = settings.max_retry_after
+        if exc.retryable and exc.retry_after is not None and exc.retry_after > cap:
+            # A provider must not park a run for an hour out of sight: stop, say why, let the user decide.
+            raise ModelCallError(
+                f"{exc}; the provider asked to wait {exc.retry_after:.0f}s before trying again, longer than "
+                f"RATCHET_MAX_RETRY_AFTER ({cap:g}s): continue the run later, or raise that setting",
+                retryable=False, status_code=exc.status_code, retry_after=exc.retry_after, kind=exc.kind,
+            ) from None  # fmt: skip
+        decision = agent.retry_policy.decide(
+            retries_so_far=claim.record.retries,
+            limit=agent.retries,
+            retryable=exc.retryable,
+            retry_after=exc.retry_after,
+        )
+        if not decision.retry:
+            return False
+        short = decision.delay <= settings.max_countdown
+        record = self.runner.durably(
+            claim,
+            lambda: self.runner.store.park_for_retry(
+                claim,
+                delay=decision.delay,
+                published=short,
+                error=exc.to_record(),
+                publish_grace=settings.publish_grace_seconds,
+            ),
+        )
+        log.info(
+            "run %s step %s: %s; retry %d in %.2fs", claim.run_id, record.seq, exc.kind, record.retries, decision.delay
+        )
+        if short:
+            self.runner.publish(
+                StepRef(run_id=claim.run_id, seq=record.seq, kind="model", countdown=decision.delay or None)
+            )
+        return True
+
+
+def _assistant_message(reply: ModelReply, used: Collection[str], seq: int) -> Message:
+    """The reply as the message the store will hold: call ids unique and storable, text storable
+    (what a model says is untrusted: DESIGN.md, "Untrusted data")."""
+    calls = _unique_call_ids(reply.tool_calls, used, seq)
+    content = storable_text(reply.content) if reply.content is not None else None
+    return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message()
+
+
+def _system_message(agent: Agent) -> str | None:
+    text = agent.render_system_message()
+    return storable_text(text) if text is not None else None
+
+
+def _unique_call_ids(calls: list[ToolCall], used: Collection[str], seq: int) -> list[ToolCall]:
+    """The reply's tool calls with ids unique in the run (`used`: the ids of its earlier calls)
+    and storable (escaped, at most 128 characters with the suffix).
+
+    A tool result, an at-most-once start and a member delegation are keyed by (run_id,
+    tool_call_id), and tools get `run_id:tool_call_id` as their idempotency key; a provider that
+    sends an empty id, the same id twice, or reuses an earlier turn's id would make them collide.
+    Such ids get a suffix; the stored assistant message carries the new ids, so the model sees
+    its results under them. (The tool-batch cap counts from the user's last message:
+    `Transcript.tool_batches`.)"""
+    if not calls:
+        return calls
+    taken: set[str] = set()
+    unique: list[ToolCall] = []
+    for i, call in enumerate(calls):
+        base = storable_name(call.id, CALL_ID_BASE_MAX) if call.id else ""
+        cid = base
+        n = 0
+        while not cid or cid in used or cid in taken:
+            n += 1
+            cid = f"{base or 'call'}~{seq}.{i}" + (f".{n}" if n > 1 else "")
+        taken.add(cid)
+        unique.append(call if cid == call.id else call.model_copy(update={"id": cid}))
+    return unique

@@ -1,0 +1,231 @@
+"""The step protocol, and `StepRunner`, which applies it to every step a process runs.
+
+The protocol (DESIGN.md): claim (guarded, bumps the epoch, sets the lease); work outside any
+transaction; commit fenced by the epoch, tried again through transient database errors
+(`durably`); publish the next step after the commit. A step that raises is aborted here (a
+fenced one leaves only a trace); the task's failure handler then calls `fail_step`, which flushes
+the step's in-flight messages onto the run's ERROR row.
+
+What a step does between its claim and its commit is the business of a step object
+(`ModelStep`, `ToolStep`), which the runner owns and which calls back into it for each part of
+the protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from orchestrator import delegation
+from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
+from orchestrator.heartbeat import Heartbeat
+from orchestrator.messages import Message
+from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.run import RunRecord
+from orchestrator.settings import Settings
+from orchestrator.steps.inflight import InFlight, InFlightSteps
+from orchestrator.steps.model import ModelStep
+from orchestrator.steps.tools import ToolStep
+from orchestrator.store import Claim, Store
+from orchestrator.store.transient import is_transient, retry_transient
+from orchestrator.untrusted import error_record
+
+log = logging.getLogger("ratchet.engine")
+T = TypeVar("T")
+
+
+class StepRunner:
+    """Runs steps for one process. Thread-safe: an embedded worker may run several at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None = None,
+        dispatcher: Dispatcher | None = None,
+        *,
+        timeouts: tuple[type[BaseException], ...] = (),
+        stopping: Callable[[BaseException], bool] = lambda exc: False,
+    ) -> None:
+        self.settings = settings
+        self.store = store or Store.open(
+            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
+        )
+        self._dispatcher = dispatcher
+        #: What the task runner raises in a step that ran past its soft time limit (Celery's
+        #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
+        #: a tool, where any other exception is the model's to read, and fails it as StepTimeoutError.
+        self.timeouts = timeouts
+        #: Whether an exception is the worker stopping (Celery's WorkerShutdown, or the SystemExit
+        #: a pool process raises on SIGTERM, as at the hard time limit): never a tool's error.
+        self.stopping = stopping
+        self.inflight = InFlightSteps()
+        #: Renews the leases of the steps in `inflight`; started by the first claim.
+        self.heartbeat = Heartbeat(self.store, settings, self.inflight.held)
+        self._model = ModelStep(self)
+        self._tools = ToolStep(self)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """Where next steps are published (the configured one, built on first use)."""
+        if self._dispatcher is None:
+            self._dispatcher = get_dispatcher(self.settings)
+        return self._dispatcher
+
+    def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
+        """One model call for the run. Returns what happened (for logs and tests)."""
+        return self._run(run_id, seq, "model", owner, self._model.run)
+
+    def tool_step(self, run_id: str, seq: int, *, owner: str) -> str:
+        """Run the tool calls the last assistant message still owes, committing each result."""
+        return self._run(run_id, seq, "tools", owner, self._tools.run)
+
+    def _run(self, run_id: str, seq: int, kind: str, owner: str, body: Callable[[Claim, InFlight], str]) -> str:
+        claim = self._claim(run_id, seq, kind, owner)
+        if claim is None:
+            return "dropped"
+        flight = self.inflight.begin(claim)
+        self.heartbeat.wake()
+        try:
+            return body(claim, flight)
+        except BaseException as exc:
+            self._abort(claim, flight, exc)
+            raise
+
+    # ---------------------------------------------------------------- claim and commit
+
+    def _claim(self, run_id: str, seq: int, kind: str, owner: str) -> Claim | None:
+        claim = self.store.claim(
+            run_id, seq, kind, owner=owner, lease_seconds=self.settings.lease_seconds,
+            max_attempts=self.settings.max_step_attempts,
+        )  # fmt: skip
+        if claim is None:
+            self._dropped(run_id, seq, kind)
+        return claim
+
+    def _dropped(self, run_id: str, seq: int, kind: str) -> None:
+        """A delivery the claim refused. A duplicate or stale one is routine; a run this database
+        has never seen means this worker and the producer disagree on RATCHET_DATABASE_URL (or
+        share a broker across deployments), which must not look healthy while it eats steps."""
+        try:
+            self.store.get_record(run_id)
+        except RunNotFoundError:
+            log.warning(
+                "run %s step %s (%s): no such run in this worker's database %s; the task was dropped. "
+                "Check that producers and workers use the same RATCHET_DATABASE_URL and broker",
+                run_id, seq, kind, self.store.engine.url.render_as_string(hide_password=True),
+            )  # fmt: skip
+            return
+        log.info("run %s step %s (%s): dropped (a duplicate or stale delivery)", run_id, seq, kind)
+
+    def durably(self, claim: Claim, write: Callable[[], T], *, landed: Callable[[RunRecord], T] | None = None) -> T:
+        """A write of the claimed step, tried again through transient database errors (a failover,
+        a dropped connection, SQLite busy) for as long as the lease lasts. `landed` turns the run,
+        found moved on by a write that committed before its connection dropped, into the result."""
+
+        def found() -> T | None:
+            record = self.store.step_landed(claim)
+            if record is None:
+                return None
+            return landed(record) if landed is not None else record  # type: ignore[return-value]
+
+        return retry_transient(write, landed=found, within=self.settings.lease_seconds, what=f"run {claim.run_id}")
+
+    def end(self, claim: Claim) -> None:
+        """The step committed: nothing of it is left in flight for a failure handler to flush."""
+        self.inflight.end(claim)
+
+    def publish(self, step: StepRef) -> None:
+        """Publish a step after its commit. If the broker fails now, the run's outbox marker
+        (publish_after) lets the sweeper publish it later: log, do not fail the committed step."""
+        try:
+            self.dispatcher.publish(step)
+        except Exception as exc:
+            log.warning(
+                "run %s: publishing step %s failed (%s); the sweeper will publish it", step.run_id, step.seq, exc
+            )
+
+    # ---------------------------------------------------------------- failure
+
+    def _abort(self, claim: Claim, flight: InFlight, exc: BaseException) -> None:
+        """Keep why the step failed for `fail_step`; a fenced step only leaves a trace."""
+        if isinstance(exc, FencedError):
+            # Another holder owns the run now: nothing of this step may be written, and no
+            # failure handler runs. The event shows operators a worker that came back too late.
+            self.end(claim)
+            held = claim.record
+            try:
+                with self.store.engine.begin() as conn:
+                    self.store.log_event(
+                        conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner
+                    )
+            except Exception:
+                log.exception("run %s: could not record that epoch %s was fenced", claim.run_id, claim.epoch)
+            return
+        if isinstance(exc, self.timeouts):
+            exc = StepTimeoutError(
+                f"the step ran past its soft time limit ({self.settings.soft_time_limit:g}s); raise "
+                "RATCHET_SOFT_TIME_LIMIT or make the step faster, then continue the run"
+            )
+        flight.error = exc
+
+    def fail_step(self, run_id: str, seq: int, exc: BaseException, *, owner: str) -> bool:
+        """The failure handler: flush the step's in-flight messages and put the run in ERROR.
+
+        `owner` is the failed delivery's claim owner (as passed to `model_step`/`tool_step`).
+        Only a step that holds the claim may fail the run (fenced by its epoch): an error before
+        the claim, or from a worker whose lease was taken over, changes nothing."""
+        flight = self.inflight.take(owner[:255])
+        exc = flight.error if flight is not None and flight.error is not None else exc
+        error = error_record(exc)
+        if flight is None or isinstance(exc, FencedError):
+            log.warning(
+                "run %s step %s: %s not recorded (no claim held): %s", run_id, seq, error["type"], error["message"]
+            )
+            return False
+        record = self._flush(run_id, flight, error)
+        if record is None:
+            return False
+        log.warning("run %s step %s: ERROR %s: %s", run_id, seq, error["type"], error["message"])
+        self.after_final(run_id, record)
+        return True
+
+    def _flush(self, run_id: str, flight: InFlight, error: dict[str, str]) -> RunRecord | None:
+        """Write the ERROR row with the in-flight messages. Their content cannot fail the write
+        (`Message.to_row` makes it storable); if the database refuses them anyway, the run still
+        goes to ERROR, without them, and the error says so: never left RUNNING for the sweeper."""
+
+        def fail(inflight: list[Message], error: dict[str, str]) -> RunRecord | None:
+            return retry_transient(
+                lambda: self.store.fail(
+                    run_id,
+                    epoch=flight.epoch,
+                    owner=flight.owner or None,
+                    error=error,
+                    inflight=inflight,
+                    system_message=flight.system_message,
+                ),
+                landed=lambda: None,  # a failed fail() left the run RUNNING at this epoch; the move is guarded
+                within=self.settings.lease_seconds,
+                what=f"run {run_id} failure handler",
+            )
+
+        try:
+            return fail(flight.messages, error)
+        except Exception as exc:
+            if not flight.messages or is_transient(exc):  # down, not refusing: keep them in flight
+                raise
+            why = error_record(exc)
+            log.error("run %s: the in-flight messages could not be stored (%s); failing without them", run_id, why)
+            lost = f" [{len(flight.messages)} in-flight message(s) could not be stored: {why['message']}]"
+            return fail([], {**error, "message": error["message"] + lost})
+
+    def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
+        """Called when a run reaches ERROR: a member that failed moves its team (a completed
+        member fans in with its final commit instead). `record`, the run as just committed,
+        saves reading it again."""
+        team = delegation.after_member_final(
+            self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
+        )
+        if (step := delegation.wake_step(team)) is not None:
+            self.publish(step)

@@ -1,0 +1,248 @@
+"""The tool step: runs the calls the run's last assistant message still owes, and commits each
+result; a team's delegation calls start member runs instead.
+
+At most once: a tool marked `at_most_once` has its start recorded before it runs, so a call that
+started and never reported (its worker died) is answered as interrupted, never run again
+(`ToolInterruptedError`). Every other call whose result was not committed runs again on a
+continue, so a result is kept (committed, or left in flight for the failure handler) as soon as
+its call finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import delegation
+from orchestrator.agent import Agent, get_agent
+from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
+from orchestrator.messages import Message, ToolCall, unanswered_calls
+from orchestrator.ports import StepRef
+from orchestrator.status import RunStatus
+from orchestrator.steps.inflight import InFlight
+from orchestrator.store import Claim
+from orchestrator.store.transient import retry_transient
+from orchestrator.tools import ToolContext
+from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
+
+if TYPE_CHECKING:
+    from orchestrator.steps.runner import StepRunner
+
+log = logging.getLogger("ratchet.engine")
+S = RunStatus
+MAX_TOOL_THREADS = 8
+
+
+class ToolStep:
+    """Runs a batch of tool calls and commits their results, through its runner's step protocol."""
+
+    def __init__(self, runner: StepRunner) -> None:
+        self.runner = runner
+
+    def run(self, claim: Claim, flight: InFlight) -> str:
+        """Run the calls the run still owes: "model" once their results are committed, or
+        "waiting" for a team whose batch delegated to its members."""
+        run_id = claim.run_id
+        store = self.runner.store
+        agent = get_agent(claim.record.agent_name)
+        pending = unanswered_calls(claim.messages)
+        guarded = [c for c in pending if (t := agent.tool(c.name)) is not None and t.at_most_once]
+        if guarded:
+            started = store.started_tool_calls(run_id)
+            interrupted = [c for c in guarded if c.id in started]
+            if interrupted:
+                flight.messages.extend(_interrupted_message(c) for c in interrupted)
+                names = ", ".join(f"{c.name} ({c.id})" for c in interrupted)
+                raise ToolInterruptedError(
+                    f"at-most-once tool call {names} started and never finished; it was not run again. "
+                    "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
+                )
+        pending, delegations = delegation.split(agent, pending)
+        last = self._run_tools(claim, agent, pending, flight)
+        grace = self.runner.settings.publish_grace_seconds
+        if delegations:
+            # Members start as child runs in the commit that parks the team WAITING.
+            steps = self.runner.durably(
+                claim,
+                lambda: delegation.start_members(store, claim, last, delegations, publish_grace=grace),
+                # Landed with the commit: the members' outbox markers have the sweeper publish them.
+                landed=lambda _: [],
+            )
+            self.runner.end(claim)
+            for step in steps:
+                self.runner.publish(step)
+            return "waiting"
+        committed = self.runner.durably(
+            claim, lambda: store.commit_step(claim, last, status=S.QUEUED, next_step="model", publish_grace=grace)
+        )
+        self.runner.end(claim)
+        self.runner.publish(StepRef.of(committed))
+        return "model"
+
+    def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:
+        """Run the calls concurrently; commit each result as it finishes except the last, which
+        the step's own commit carries (one transaction fewer for the common single-call batch).
+
+        A result waits in `flight.messages` until it is committed, so a step that fails in
+        between still flushes it onto the ERROR row: no finished call is run again by a continue.
+
+        When the soft time limit ends the step (raised in this thread), calls not yet started are
+        dropped (they never ran; a continue runs them) and calls already running are waited for
+        and their results committed: a thread cannot be stopped, and a tool left running would
+        take effect with its result lost, so continue would run it again. The hard time limit
+        bounds that wait: it kills the process, and with it the calls, which then did not finish."""
+        if not calls:
+            return []
+        session = claim.record.session_id
+        if len(calls) == 1:
+            # In this thread: the soft limit is raised inside the tool, which so does not finish.
+            flight.messages.append(self._call_tool(claim, agent, calls[0], session))
+            return list(flight.messages)
+        pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
+        pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session) for c in calls}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                _collect(finished, flight)
+                while len(flight.messages) > (0 if pending else 1):
+                    self._append_result(claim, flight.messages[0])
+                    flight.messages.pop(0)
+            return list(flight.messages)
+        except BaseException:
+            # The step ends here (its soft time limit, a lost claim, a call that failed outside
+            # its tool) while other calls may be running in their threads, which cannot be stopped.
+            running = [f for f in pending if not f.cancel()]
+            if running:
+                log.warning(
+                    "run %s: the step is ending with %d tool call(s) still running; waiting for them so their "
+                    "results are kept (the hard time limit ends the wait)", claim.run_id, len(running),
+                )  # fmt: skip
+            _collect(running, flight, first_error=False)
+            self._keep(claim, flight)
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _keep(self, claim: Claim, flight: InFlight) -> None:
+        """Commit the finished results of a step that is failing, each on its own (one may have
+        been committed already when the failure struck); what cannot be committed stays in
+        flight for the failure handler's flush."""
+        try:
+            while flight.messages:
+                message = flight.messages[0]
+                if not self.runner.store.has_tool_result(claim.run_id, message.tool_call_id or ""):
+                    self._append_result(claim, message)
+                flight.messages.pop(0)
+        except Exception as exc:  # fenced, or the database is gone: the flush (if any) carries the rest
+            log.warning("run %s: %d finished tool result(s) left for the failure handler (%s)",
+                        claim.run_id, len(flight.messages), type(exc).__name__)  # fmt: skip
+
+    def _append_result(self, claim: Claim, message: Message) -> None:
+        store = self.runner.store
+        call_id = message.tool_call_id or ""
+        retry_transient(
+            lambda: store.append_tool_result(claim, message),
+            landed=lambda: True if store.has_tool_result(claim.run_id, call_id) else None,
+            within=self.runner.settings.lease_seconds,
+            what=f"run {claim.run_id} tool result {call_id}",
+        )
+
+    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
+        tool = agent.tool(call.name)
+        store = self.runner.store
+
+        def result(content: str, *, error: bool = False, args: dict[str, Any] | None = None) -> Message:
+            return Message(
+                role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
+                content=storable_text(content), tool_call_error=error, tool_args=args,
+            )  # fmt: skip
+
+        if tool is None:
+            known = ", ".join(t.name for t in agent.all_tools()) or "none"
+            return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", error=True)
+        try:
+            args = tool.parse_arguments(call.arguments)
+        except ToolArgumentsError as exc:
+            return result(str(exc), error=True, args=call.arguments_dict())
+        if tool.at_most_once:
+            retry_transient(
+                lambda: store.record_tool_start(claim, call.id, call.name),
+                landed=lambda: True if call.id in store.started_tool_calls(claim.run_id) else None,
+                within=self.runner.settings.lease_seconds,
+                what=f"run {claim.run_id} start of {call.id}",
+            )
+        try:
+            value = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
+        except self.runner.timeouts:  # the step's time is up: not the tool's error, the step's
+            raise
+        except BaseException as exc:
+            if self.runner.stopping(exc):  # the process is going away: the call did not finish
+                raise
+            # A tool's failure is the model's to read, not the run's; SystemExit included (a tool
+            # wrapping argparse exits 2), which would otherwise end the pool process and have
+            # the tool run again on every re-claim. Nothing below may raise: the tool ran.
+            text = safe_str(exc)
+            if not isinstance(exc, Exception):
+                text = f"the tool raised {type(exc).__name__}({text})"
+            log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
+            return result(text, error=True, args=_jsonable(args, call))
+        return result(_render(value), args=_jsonable(args, call))
+
+
+def not_run(call: ToolCall, why: str) -> Message:
+    """The result of a call that was not run, and why (the model reads it; the run owes nothing)."""
+    return Message(
+        role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
+        tool_args=call.arguments_dict(), tool_call_error=True, content=f"this call was not run: {why}",
+    )  # fmt: skip
+
+
+def _interrupted_message(call: ToolCall) -> Message:
+    return Message(
+        role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
+        tool_args=call.arguments_dict(), tool_call_error=True,
+        content="this call was interrupted before it reported a result and was not run again "
+        "(at-most-once); its outcome is unknown",
+    )  # fmt: skip
+
+
+def _jsonable(args: dict[str, Any], call: ToolCall) -> dict[str, Any]:
+    """Validated arguments as JSON can carry them (they may hold dates, enums or models); the
+    model's own text when they cannot be (a value whose `__str__` raises)."""
+    try:
+        value: dict[str, Any] = json.loads(json.dumps(args, default=str))
+    except Exception:
+        return call.arguments_dict()
+    return value
+
+
+def _collect(futures: Collection[Future[Message]], flight: InFlight, *, first_error: bool = True) -> None:
+    """Every finished call's result into `flight.messages`, waiting for each; then the first
+    call's failure (a lost claim, a database error recording an at-most-once start) is raised
+    (`first_error`) or, on a step already failing, logged."""
+    failure: BaseException | None = None
+    for future in futures:
+        try:
+            flight.messages.append(future.result())
+        except BaseException as exc:
+            if failure is None:
+                failure = exc
+            if not first_error:
+                log.warning("a tool call of a failing step failed too: %s", error_record(exc)["message"])
+    if failure is not None and first_error:
+        raise failure
+
+
+def _render(result: Any) -> str:
+    """A tool's return value as the text the model reads; a value that cannot be shown says so."""
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, default=str)
+    except Exception:
+        return shown(result)
