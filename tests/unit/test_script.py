@@ -11,7 +11,7 @@ import pytest
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ToolSpec
-from orchestrator.models.scripted import ScriptedModel
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import (
     Fault,
     ScriptConfig,
