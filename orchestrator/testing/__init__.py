@@ -2,6 +2,7 @@
 
 - `script`: the pure logic of a scripted model (what to answer, which faults to raise);
 - `model`: `ScriptedModel`, that script in-process, with no HTTP;
-- `server`: `ScriptedServer`, that script as an OpenAI-compatible HTTP server;
+- `server`: `ScriptedServer`, that script as an OpenAI-compatible HTTP server, whose bodies
+  `replies` builds from the openai package's own types;
 - `waiting`: `wait_until`, a deadline instead of a sleep.
 """

@@ -20,7 +20,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -159,7 +159,7 @@ class ScriptedReply:
     delay_s: float = 0.0
 
     @property
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> Literal["tool_calls", "stop"]:
         """Chat Completions' finish_reason for this reply."""
         return "tool_calls" if self.tool_calls else "stop"
 
