@@ -28,16 +28,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
+from orchestrator.testing.conversation import chat_conversation, responses_conversation
 from orchestrator.testing.replies import chat_completion, error_reply, model_list, response_object
 from orchestrator.testing.script import (
     ScriptConfig,
     ScriptedError,
     ScriptState,
-    chat_conversation,
     conversation_key,
     decide,
     error_body,
-    responses_conversation,
 )
 
 RUN_ID_HEADER = "X-Ratchet-Run-Id"
