@@ -23,8 +23,9 @@ import redis
 import bench.ready  # noqa: F401  (announces readiness)
 from orchestrator import Agent, ToolContext
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models import OpenAIChat, ScriptedModel
+from orchestrator.models import OpenAIChat
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
 
 UNLIMITED = 1_000_000

@@ -29,6 +29,8 @@ PREFIX = "RATCHET_"
 DEFAULT_HOME = Path(".ratchet")
 #: A lease lasts at least this many heartbeats.
 LEASE_HEARTBEATS = 3
+#: RATCHET_MODEL_TIMEOUT's default, also the timeout of a model call made outside a worker.
+DEFAULT_MODEL_TIMEOUT = 120.0
 
 
 class Settings(BaseModel):
@@ -62,7 +64,7 @@ class Settings(BaseModel):
     #: Redis visibility timeout: how long an unacked message waits before Redis redelivers it.
     visibility_timeout: float = 3600.0
     #: Timeout of one HTTP call to the model provider.
-    model_timeout: float = 120.0
+    model_timeout: float = DEFAULT_MODEL_TIMEOUT
     #: The longest a provider's Retry-After may park a run. A longer one puts the run in ERROR at
     #: once, saying so, instead of leaving it QUEUED out of sight: continue it later.
     max_retry_after: float = 900.0

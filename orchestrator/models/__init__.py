@@ -1,8 +1,11 @@
-"""Model adapters: the OpenAI APIs through the official client, and a scripted model for tests."""
+"""Model adapters: the OpenAI APIs through the official client.
+
+The scripted model for tests is a test double and lives in `orchestrator.testing.model`, so
+importing Ratchet never loads it.
+"""
 
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
-from orchestrator.models.scripted import ScriptedModel
 
-__all__ = ["CallContext", "Model", "ModelReply", "OpenAIChat", "OpenAIResponses", "ScriptedModel", "ToolSpec"]
+__all__ = ["CallContext", "Model", "ModelReply", "OpenAIChat", "OpenAIResponses", "ToolSpec"]

@@ -6,6 +6,9 @@ Clients are cached per process and per (base URL, key, timeout, retries): buildi
 is slow, and keying by the key means a rotated key gets a fresh client. Each client's timeout
 bounds a whole call, not each read (`orchestrator.models._deadline`).
 
+Ratchet's settings are not read here: a worker reads them once, at start, and passes the model
+timeout of each call in `CallContext.timeout`.
+
 A key that cannot go into an HTTP header is refused before any client is built, and whatever the
 call raises reaches logs and the broker only as a `ModelCallError` whose text holds no key. An
 exception the caller's runtime injects into the call (Celery's soft time limit) is not the call's
@@ -33,7 +36,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._keys import key_problem, redact
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
-from orchestrator.settings import Settings, env_secret, env_value
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 
 if TYPE_CHECKING:
     import openai
@@ -233,7 +236,6 @@ class OpenAIModel(Model):
         self._api_key = api_key
         self.base_url = base_url
         self._timeout = timeout
-        self._env_timeout: float | None = None
         # 0 by default: Ratchet's retry policy retries (and records each attempt); the SDK must not.
         self.max_retries = max_retries
         self.organization = organization
@@ -243,13 +245,9 @@ class OpenAIModel(Model):
     @property
     def timeout(self) -> float:
         """The HTTP timeout of one call when the caller gives none: the argument, else
-        RATCHET_MODEL_TIMEOUT (read once, kept apart from the argument: the worker's own
-        `CallContext.timeout` must still win over it on later calls)."""
-        if self._timeout is not None:
-            return self._timeout
-        if self._env_timeout is None:
-            self._env_timeout = Settings.from_env().model_timeout
-        return self._env_timeout
+        RATCHET_MODEL_TIMEOUT's default. A worker gives its own setting in `CallContext.timeout`;
+        the adapter never reads settings during a call."""
+        return self._timeout if self._timeout is not None else DEFAULT_MODEL_TIMEOUT
 
     def resolved_base_url(self) -> str:
         """The base URL calls go to: the argument, else OPENAI_BASE_URL, else OpenAI's."""

@@ -31,8 +31,8 @@ class CallContext:
 
     run_id: str
     seq: int
-    #: The HTTP timeout the worker's settings give one call (RATCHET_MODEL_TIMEOUT); a model's own
-    #: `timeout=` wins.
+    #: The HTTP timeout the worker's settings give one call (RATCHET_MODEL_TIMEOUT, read once when
+    #: the worker starts); a model's own `timeout=` wins, and None means that setting's default.
     timeout: float | None = None
 
     def headers(self) -> dict[str, str]:

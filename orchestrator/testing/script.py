@@ -1,16 +1,13 @@
 """The pure logic of a scripted OpenAI-compatible model: given a request, decide the answer.
 
 Everything here is a function of the request, so an HTTP server (`orchestrator.testing.server`)
-and an in-process model (`orchestrator.models.scripted`) answer the same way. The turn of a
+and an in-process model (`orchestrator.testing.model`) answer the same way. The turn of a
 request is 1 + the number of assistant turns already in its conversation, which makes the
 script stateless across retries and processes; only fault budgets (`Fault.times`) need
 memory, and that lives in a `ScriptState` the caller owns.
 
-A conversation is a list of chat-style dicts: `{"role", "content", "tool_calls",
-"tool_call_id"}` where role is system/user/assistant/tool, content is text or None, and
-tool_calls is a list of `{"id", "name", "arguments"}`; `chat_conversation` and
-`responses_conversation` build it from request bodies. Tools are `{"name", "description",
-"parameters"}`.
+A conversation is a list of chat-style dicts (`orchestrator.testing.conversation` builds it
+from request bodies and describes it). Tools are `{"name", "description", "parameters"}`.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -159,7 +156,7 @@ class ScriptedReply:
     delay_s: float = 0.0
 
     @property
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> Literal["tool_calls", "stop"]:
         """Chat Completions' finish_reason for this reply."""
         return "tool_calls" if self.tool_calls else "stop"
 
@@ -250,60 +247,6 @@ def decide(
         turn=turn,
         delay_s=cfg.delay_s,
     )
-
-
-def chat_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Normalise Chat Completions `messages` into the script's conversation shape."""
-    conversation: list[dict[str, Any]] = []
-    for m in messages:
-        role = m.get("role")
-        calls = [
-            {
-                "id": c.get("id"),
-                "name": (c.get("function") or {}).get("name"),
-                "arguments": (c.get("function") or {}).get("arguments"),
-            }
-            for c in m.get("tool_calls") or []
-        ]
-        conversation.append(
-            {
-                "role": "system" if role in ("system", "developer") else role,
-                "content": _text(m.get("content")),
-                "tool_calls": calls or None,
-                "tool_call_id": m.get("tool_call_id"),
-            }
-        )
-    return conversation
-
-
-def responses_conversation(items: Any, instructions: Any = None) -> list[dict[str, Any]]:
-    """Normalise a Responses `input` (and `instructions`) into the script's conversation shape.
-
-    Consecutive function_call items are one assistant turn, and so is an assistant message
-    directly followed by function_call items (that is how a reply with text and calls goes back).
-    """
-    conversation: list[dict[str, Any]] = []
-    if instructions:
-        conversation.append(_entry("system", _text(instructions)))
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
-    for item in items or []:
-        kind = item.get("type")
-        if kind == "function_call":
-            call = {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}
-            last = conversation[-1] if conversation else None
-            if last is not None and last["role"] == "assistant":
-                last["tool_calls"] = [*(last["tool_calls"] or []), call]
-            else:
-                conversation.append({**_entry("assistant", None), "tool_calls": [call]})
-        elif kind == "function_call_output":
-            conversation.append({**_entry("tool", _text(item.get("output"))), "tool_call_id": item.get("call_id")})
-        elif kind in (None, "message") and "role" in item:
-            role = item["role"]
-            conversation.append(
-                _entry("system" if role in ("system", "developer") else role, _text(item.get("content")))
-            )
-    return conversation
 
 
 def arguments_from_schema(parameters: Mapping[str, Any] | None, user_text: str) -> dict[str, Any]:
@@ -405,16 +348,3 @@ def _text_of(message: Mapping[str, Any]) -> str:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def _entry(role: str, content: str | None) -> dict[str, Any]:
-    return {"role": role, "content": content, "tool_calls": None, "tool_call_id": None}
-
-
-def _text(content: Any) -> str | None:
-    """Text of a content that is a string or a list of parts (text, input_text, output_text)."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return str(content)

@@ -4,7 +4,8 @@
         client = OpenAI(base_url=server.url, api_key="sk-test")
 
 It serves Chat Completions (`POST /v1/chat/completions`), the Responses API (`POST /v1/responses`)
-and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says. Test hooks:
+and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says, with bodies built
+from the openai package's types (`orchestrator.testing.replies`). Test hooks:
 `GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
 lists the requests served, `POST /_reset` clears that log and the fault budgets.
 
@@ -19,7 +20,6 @@ import json
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,16 +28,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
+from orchestrator.testing.conversation import chat_conversation, responses_conversation
+from orchestrator.testing.replies import chat_completion, error_reply, model_list, response_object
 from orchestrator.testing.script import (
     ScriptConfig,
     ScriptedError,
-    ScriptedReply,
     ScriptState,
-    chat_conversation,
     conversation_key,
     decide,
     error_body,
-    responses_conversation,
 )
 
 RUN_ID_HEADER = "X-Ratchet-Run-Id"
@@ -172,21 +171,18 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         path = self._path()
         if path == "/models":
-            config = owner.config
-            ids = ["scripted", *config.by_model]
-            data = [{"id": i, "object": "model", "created": 0, "owned_by": "ratchet"} for i in ids]
-            self._send_json(200, {"object": "list", "data": data})
+            self._send_json(200, model_list(["scripted", *owner.config.by_model]))
         elif path == "/_script":
             self._send_json(200, owner.config.model_dump(mode="json"))
         elif path == "/_requests":
             self._send_json(200, owner.requests)
         else:
-            self._send_json(404, error_body(404, f"no route GET {self.path}"))
+            self._send_error(404, f"no route GET {self.path}")
 
     def do_PUT(self) -> None:
         """Replace the script: `PUT /_script` with the config as JSON."""
         if self._path() != "/_script":
-            self._send_json(404, error_body(404, f"no route PUT {self.path}"))
+            self._send_error(404, f"no route PUT {self.path}")
             return
         body = self._read_json()
         if body is None:
@@ -194,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             config = ScriptConfig.model_validate(body)
         except ValidationError as exc:
-            self._send_json(400, error_body(400, f"invalid script: {exc}"))
+            self._send_error(400, f"invalid script: {exc}")
             return
         self.server.owner.configure(config)
         self._send_json(200, config.model_dump(mode="json"))
@@ -209,20 +205,20 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path not in ("/chat/completions", "/responses"):
             self._read_body()
-            self._send_json(404, error_body(404, f"no route POST {self.path}"))
+            self._send_error(404, f"no route POST {self.path}")
             return
         body = self._read_json()
         if body is None:
             return
         api = "chat" if path == "/chat/completions" else "responses"
         if body.get("stream"):
-            self._send_json(400, error_body(400, "the scripted model does not stream; send stream=false"))
+            self._send_error(400, "the scripted model does not stream; send stream=false")
             return
         try:
             self._answer(api, body)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             # A body of the wrong shape is the client's error: say so instead of dropping the connection.
-            self._send_json(400, error_body(400, f"malformed {api} request: {type(exc).__name__}: {exc}"))
+            self._send_error(400, f"malformed {api} request: {type(exc).__name__}: {exc}")
 
     def _answer(self, api: str, body: dict[str, Any]) -> None:
         owner = self.server.owner
@@ -271,9 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(decision, ScriptedError):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
             if decision.raw is not None:
+                # Deliberately off-spec (a Fault's `body`): sent as it is, not built from openai's types.
                 self._send(decision.status, decision.raw.encode(), decision.content_type, headers, trickle_s=trickle)
             else:
-                self._send_json(decision.status, decision.body, headers, trickle_s=trickle)
+                self._send_json(decision.status, error_reply(decision.body), headers, trickle_s=trickle)
             return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
         self._send_json(200, payload, trickle_s=trickle)
@@ -293,9 +290,12 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            self._send_json(400, error_body(400, "the request body is not a JSON object"))
+            self._send_error(400, "the request body is not a JSON object")
             return None
         return body
+
+    def _send_error(self, status: int, message: str) -> None:
+        self._send_json(status, error_reply(error_body(status, message)))
 
     def _send_json(
         self, status: int, payload: Any, headers: Mapping[str, str] | None = None, *, trickle_s: float = 0.0
@@ -326,83 +326,6 @@ class _Handler(BaseHTTPRequestHandler):
             # A client that gave up closes the connection; the next write fails and ends this thread.
             self.wfile.write(data[i : i + 1])
             time.sleep(trickle_s)
-
-
-def chat_completion(model: str, decision: ScriptedReply) -> dict[str, Any]:
-    """A `chat.completion` object for a reply."""
-    message: dict[str, Any] = {"role": "assistant", "content": decision.content, "refusal": None}
-    if decision.tool_calls:
-        message["tool_calls"] = [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-            for cid, name, args in decision.tool_calls
-        ]
-    usage = decision.usage
-    return {
-        "id": "chatcmpl-" + uuid.uuid4().hex[:24],
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [{"index": 0, "message": message, "finish_reason": decision.finish_reason, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": usage["input_tokens"],
-            "completion_tokens": usage["output_tokens"],
-            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
-        },
-    }
-
-
-def response_object(model: str, decision: ScriptedReply, request: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses API `response` object for a reply."""
-    output: list[dict[str, Any]] = [
-        {
-            "type": "function_call",
-            "id": "fc_" + cid,
-            "call_id": cid,
-            "name": name,
-            "arguments": args,
-            "status": "completed",
-        }
-        for cid, name, args in decision.tool_calls
-    ]
-    if decision.content is not None:
-        output.append(
-            {
-                "type": "message",
-                "id": "msg_" + uuid.uuid4().hex[:24],
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": decision.content, "annotations": []}],
-            }
-        )
-    usage = decision.usage
-    now = time.time()
-    return {
-        "id": "resp_" + uuid.uuid4().hex[:24],
-        "object": "response",
-        "created_at": now,
-        "completed_at": now,
-        "status": "completed",
-        "model": model,
-        "output": output,
-        "error": None,
-        "incomplete_details": None,
-        "instructions": request.get("instructions"),
-        "metadata": request.get("metadata") or {},
-        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
-        "temperature": request.get("temperature"),
-        "top_p": request.get("top_p"),
-        "tool_choice": request.get("tool_choice") or "auto",
-        "tools": request.get("tools") or [],
-        "previous_response_id": None,
-        "usage": {
-            "input_tokens": usage["input_tokens"],
-            "output_tokens": usage["output_tokens"],
-            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
-    }
 
 
 def _bearer(header: str | None) -> str | None:

@@ -18,9 +18,9 @@ import pytest
 from orchestrator import Agent, Client, RunStatus, ToolContext
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.models import ScriptedModel
 from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Store, forget_stores
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings

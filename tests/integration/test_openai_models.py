@@ -220,6 +220,18 @@ def test_the_workers_timeout_holds_after_a_call_that_had_none(
     assert caught.value.retryable and "timeout" in str(caught.value).lower()
 
 
+def test_a_call_reads_no_ratchet_settings(
+    server: ScriptedServer, adapter: type[OpenAIModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker reads the settings once, at start, and gives each call its timeout in the
+    # CallContext; a call without one takes the default and reads nothing, so settings that
+    # would not even load do not fail it.
+    monkeypatch.setenv("RATCHET_MODEL_TIMEOUT", "not a number")
+    monkeypatch.setenv("RATCHET_NOT_A_SETTING", "1")
+    model = adapter(id="scripted", base_url=server.url)
+    assert ask(model).tool_calls and model.timeout == 120.0
+
+
 def test_describe_never_shows_the_key(adapter: type[OpenAIModel]) -> None:
     model = adapter("gpt-test", api_key=GOOD_KEY, base_url="http://user:pw@example.com/v1?key=x")
     assert model.describe() == f"{adapter.__name__}(id='gpt-test', base_url='http://example.com/v1')"

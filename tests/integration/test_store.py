@@ -17,13 +17,13 @@ from sqlalchemy import event, text
 from orchestrator import Agent, Client, RunStatus
 from orchestrator.errors import FencedError, RunConflictError
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models import ScriptedModel
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import statements as statements_module
 from orchestrator.store.database import migrate, open_engine
 from orchestrator.store.notify import notify_final
 from orchestrator.store.store import Claim
+from orchestrator.testing.model import ScriptedModel
 
 
 @contextmanager

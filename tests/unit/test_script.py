@@ -11,7 +11,8 @@ import pytest
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ToolSpec
-from orchestrator.models.scripted import ScriptedModel
+from orchestrator.testing.conversation import chat_conversation, responses_conversation
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import (
     Fault,
     ScriptConfig,
@@ -19,10 +20,8 @@ from orchestrator.testing.script import (
     ScriptedReply,
     ScriptState,
     arguments_from_schema,
-    chat_conversation,
     conversation_key,
     decide,
-    responses_conversation,
     turn_of,
 )
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext
-from orchestrator.models.scripted import ScriptedModel
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig, ScriptedError, ScriptState, decide
 
 

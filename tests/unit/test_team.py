@@ -9,8 +9,8 @@ import pytest
 from orchestrator import Agent, ConfigurationError, Team
 from orchestrator.delegation import split
 from orchestrator.messages import ToolCall
-from orchestrator.models.scripted import ScriptedModel
 from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
+from orchestrator.testing.model import ScriptedModel
 
 
 def agent(name: str, **kwargs: object) -> Agent:

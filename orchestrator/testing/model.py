@@ -2,7 +2,8 @@
 
 For benchmarks and unit tests of agents: it answers exactly as `ScriptedServer` would (same
 turns, tool calls, faults) and fails with the same `ModelCallError` classification as the
-OpenAI adapters, so a test of retry behaviour means the same thing with either.
+OpenAI adapters, so a test of retry behaviour means the same thing with either. A test double,
+so it lives here and not in `orchestrator.models`: `import orchestrator` never loads it.
 
     agent = Agent(name="t", model=ScriptedModel(script=ScriptConfig(tool_batches=2)), tools=[...])
 """
