@@ -146,11 +146,11 @@ class InMemoryDispatcher:
         self.now = max(self.now, due)
         return step
 
+    # ---------------------------------------------------------------- the engine, in one place
+
     def sweep(self) -> SweepReport:
         """One sweeper pass (as the beat task runs it); what it publishes runs as usual."""
         return Sweeper(self._engine).sweep_once()
-
-    # ---------------------------------------------------------------- the engine, in one place
 
     @cached_property
     def _engine(self) -> Engine:
@@ -178,8 +178,8 @@ class InMemoryDispatcher:
 def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = True) -> Iterator[InMemoryDispatcher]:
     """Run every step inline for the block, on a real store; yields the dispatcher.
 
-    `database`: a SQLite file (made and migrated if new), whole Settings (whatever store they
-    name, used as they are), or None: a SQLite file in a temporary folder removed afterwards.
+    `database`: a SQLite file (made and migrated if new) or a database URL, whole Settings (used
+    as they are), or None: a SQLite file in a temporary folder removed afterwards.
     Within the block, agents built without a client (`agent.run`, `start`, `continue_run`) and
     any `Client` built with the dispatcher's `settings` publish to it; `dispatcher.client` is one.
     The store is the block's own and is closed on exit."""
@@ -203,11 +203,13 @@ def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = 
 
 
 def _settings_for(database: str | Path) -> Settings:
-    """The settings `in_memory` uses for a SQLite file. Every retry a provider's Retry-After allows
-    gets a countdown (which costs nothing on the virtual clock) instead of waiting for a sweep;
-    commits skip SQLite's fsync, since a test's database need not survive a power cut."""
+    """The settings `in_memory` uses for a SQLite file or a URL. Every retry a provider's
+    Retry-After allows gets a countdown (which costs nothing on the virtual clock) instead of
+    waiting for a sweep; commits skip SQLite's fsync, since a test's database need not survive a
+    power cut."""
+    url = str(database)
     return Settings(
-        database_url=f"sqlite:///{database}",
+        database_url=url if "://" in url else f"sqlite:///{url}",
         sqlite_synchronous="NORMAL",
         max_countdown=Settings.model_fields["max_retry_after"].default,
         dispatcher=f"{__name__}:InMemoryDispatcher",
