@@ -197,7 +197,8 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert len(crew.writer_model.calls) == writer_calls
     assert crew.searched == ["otters"]  # the member's finished tool was not re-run
     results = [m for m in resumed.messages if m.role == "tool"]
-    assert sorted(m.content or "" for m in results) == sorted([after["researcher"].content or "", writer_done.content or ""])
+    answers = [after["researcher"].content or "", writer_done.content or ""]
+    assert sorted(m.content or "" for m in results) == sorted(answers)
     assert resumed.error is None
     session = inline.client.get_session(resumed.session_id)
     assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
