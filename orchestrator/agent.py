@@ -93,12 +93,15 @@ class Agent:
 
     @property
     def client(self) -> Client:
-        """The producer client (built from the environment's settings unless one was given)."""
-        if self._client is None:
-            from orchestrator.client import Client
+        """The producer client: the one given, else the one `use_client` installed (as
+        `orchestrator.testing.in_memory` does), else one from the environment's settings."""
+        if self._client is not None:
+            return self._client
+        if _default_client is not None:
+            return _default_client
+        from orchestrator.client import Client
 
-            self._client = Client()
-        return self._client
+        return Client()  # light: the store and the dispatcher behind it are cached per process
 
     def start(self, input: str, *, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
         """Enqueue a run and return at once with its handle."""
@@ -147,6 +150,16 @@ class Agent:
 
 _registry_lock = threading.Lock()
 _registry: dict[str, Agent] = {}
+_default_client: Client | None = None
+
+
+def use_client(client: Client | None) -> Client | None:
+    """Make `client` the producer client of every agent built without one (None: each builds
+    one from the environment again); returns the one it replaces, to restore it afterwards."""
+    global _default_client
+    with _registry_lock:
+        previous, _default_client = _default_client, client
+    return previous
 
 
 def register(agent: Agent) -> None:

@@ -68,7 +68,11 @@ def get_dispatcher(settings: Settings) -> Dispatcher:
         return found
 
 
-def set_dispatcher(settings: Settings, dispatcher: Dispatcher) -> None:
-    """Use this dispatcher for these settings in this process (the embedded worker does)."""
+def set_dispatcher(settings: Settings, dispatcher: Dispatcher | None) -> None:
+    """Use this dispatcher for these settings in this process (the embedded worker does); None
+    forgets it (the next `get_dispatcher` builds one from RATCHET_DISPATCHER again)."""
     with _lock:
-        _dispatchers[settings] = dispatcher
+        if dispatcher is None:
+            _dispatchers.pop(settings, None)
+        else:
+            _dispatchers[settings] = dispatcher

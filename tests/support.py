@@ -1,13 +1,18 @@
-"""Small helpers several test files share: a clock the test moves, and a run written straight
-into the store (no producer, no broker) for tests of the store's own moves."""
+"""Small helpers several test files share: a clock the test moves, a run written straight into
+the store (no producer, no broker) for tests of the store's own moves, and a scripted model that
+counts its calls."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from orchestrator.messages import Message
+from orchestrator.models.base import CallContext, ModelReply, ToolSpec
 from orchestrator.store import Store
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import ScriptConfig
 
 
 class Clock:
@@ -31,3 +36,19 @@ def new_run(store: Store, agent: str = "nobody", kind: str = "agent", text: str 
         input_messages=[Message(role="user", content=text)], publish_grace=60,
     )  # fmt: skip
     return run_id
+
+
+class CountingModel(ScriptedModel):
+    """The scripted model, remembering the (run_id, seq) of every call it answered or failed."""
+
+    def __init__(self, id: str = "scripted", script: ScriptConfig | None = None) -> None:
+        super().__init__(id=id, script=script)
+        self.calls: list[tuple[str, int]] = []
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        self.calls.append((context.run_id, context.seq))
+        return super().invoke(messages, tools, context=context)
+
+    def calls_for(self, run_id: str) -> list[int]:
+        """The seqs of the calls made for one run, in order."""
+        return [seq for rid, seq in self.calls if rid == run_id]

@@ -40,7 +40,13 @@ class EmbeddedWorker:
         app: Celery | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self.app = app or create_app(self.settings)
+        if app is None:
+            app = create_app(self.settings)
+            if self.settings.broker_url.startswith(("redis://", "rediss://")):
+                # The consumer notices `stop()` only when its BRPOP returns: after at most this
+                # long rather than kombu's 1 s, for ten idle BRPOPs a second.
+                app.conf.broker_transport_options = {**app.conf.broker_transport_options, "polling_interval": 0.1}
+        self.app = app
         self.concurrency = concurrency
         self.sweep = sweep
         self.loglevel = loglevel

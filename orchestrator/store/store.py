@@ -109,6 +109,18 @@ class Store(StoreReads):
                 store = _cache[url] = cls(engine)
             return store
 
+    def dispose(self, *, close: bool = True) -> None:
+        """Drop the store's connection pools and stop its listener: for a store its opener owns
+        (`orchestrator.testing.in_memory`); cached ones are `forget_stores`' to drop. `close=False`
+        (after a fork) leaves the pooled connections, which the parent process still uses, open."""
+        if self._watcher is not None:
+            self._watcher.close()
+        self.engine.dispose(close=close)
+        if self.lazy_engine is not self.engine:
+            self.lazy_engine.dispose(close=close)
+        if self.quick_engine.pool is not self.engine.pool:
+            self.quick_engine.dispose(close=close)
+
     # ---------------------------------------------------------------- producer writes
 
     def create_run(
@@ -584,11 +596,5 @@ def forget_stores() -> None:
     """Drop cached stores (after a fork, or between tests that change RATCHET_DATABASE_URL)."""
     with _cache_lock:
         for store in _cache.values():
-            if store._watcher is not None:
-                store._watcher.close()
-            store.engine.dispose(close=False)
-            if store.lazy_engine is not store.engine:
-                store.lazy_engine.dispose(close=False)
-            if store.quick_engine.pool is not store.engine.pool:
-                store.quick_engine.dispose(close=False)
+            store.dispose(close=False)
         _cache.clear()

@@ -1,7 +1,9 @@
 """Crash safety that one process can show, on SQLite and PostgreSQL: claims and fencing,
-concurrent deliveries and continues, the sweeper, at-most-once tools, the poison cap and
-retries. Real Redis, real Celery (an in-process worker), the real openai client against the
-scripted model. Worker processes that are killed, frozen or time-limited: tests/chaos.
+concurrent deliveries and continues, the sweeper, the poison cap and retries. Real Redis, real
+Celery (an in-process worker), the real openai client against the scripted model. Worker
+processes that are killed, frozen or time-limited: tests/chaos. What needs no broker (a retry
+parked for the sweeper, a stale delivery, an interrupted at-most-once tool, a continue after a
+lease expired): tests/unit/test_steps_inline.py, with the in-memory dispatcher.
 
 Lease expiry is shown by moving the store's clock (a lease is a time, and the store reads time
 from its `clock`), never by waiting for a short real lease: on a loaded machine a lease that must
@@ -11,7 +13,6 @@ stay live for a few steps of the test could run out first.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 import uuid
@@ -20,11 +21,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from orchestrator import Agent, Client, RetryPolicy, RunBusyError, RunStatus, ToolContext, tool
+from orchestrator import Agent, Client, RetryPolicy, RunStatus
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
-from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Claim, Store
@@ -64,13 +64,6 @@ def assistant(text: str = "hi") -> Message:
 def queued(redis_url: str, queue: str) -> int:
     """Messages waiting in a queue (kombu's Redis transport keeps one list per queue)."""
     return int(redis.Redis.from_url(redis_url).llen(queue))
-
-
-def broker_holds(redis_url: str, queue: str) -> int:
-    """Messages of a queue in Redis: waiting, or delivered and not acked (a countdown's too)."""
-    client = redis.Redis.from_url(redis_url)
-    unacked = [json.loads(v) for v in client.hvals("unacked")]
-    return queued(redis_url, queue) + sum(1 for _, _, routing_key in unacked if routing_key == queue)
 
 
 def define(settings: Settings, **kwargs: object) -> Agent:
@@ -217,34 +210,6 @@ def test_a_step_is_not_claimed_past_the_attempt_cap_and_the_sweeper_errors_it(
 # ---------------------------------------------------------------- continue
 
 
-def test_continue_of_a_running_run_is_refused_while_its_lease_is_live_and_resumes_it_after(
-    settings: Settings, scripted: ScriptedServer, store: Store, clock: Clock
-) -> None:
-    agent = define(settings)
-    client = Client(settings, store=store)
-    run_id = client.start(agent.name, input="hello").run_id
-    # A worker took the first step and froze (no worker consumes yet: its task stays queued).
-    frozen = client.store.claim(run_id, 0, "model", owner="frozen-worker", lease_seconds=30, max_attempts=5)
-    assert frozen is not None
-
-    with pytest.raises(RunBusyError, match="RUNNING on frozen-worker and its lease is live"):
-        client.continue_run(run_id)
-
-    clock.advance(31)  # the lease expires
-    handle = client.continue_run(run_id)
-    record = client.store.get_record(run_id)
-    assert handle.run_id == run_id and record.status == S.QUEUED and record.epoch == frozen.epoch + 1
-    with EmbeddedWorker(settings, sweep=False):
-        out = handle.wait(timeout=30)
-
-    assert out.status == S.COMPLETED and out.run_id == run_id
-    assert [m.role for m in out.messages] == ["user", "assistant"]
-    # The first task (seq 0) was stale by then and dropped: one model call in all.
-    assert len(scripted.requests_for(run_id)) == 1
-    with pytest.raises(FencedError):
-        client.store.commit_step(frozen, [assistant("late")], status=S.COMPLETED, next_step=None, publish_grace=60)
-
-
 def test_two_concurrent_continues_of_an_error_run_enqueue_one_step(
     settings: Settings, store: Store, redis_url: str
 ) -> None:
@@ -313,50 +278,6 @@ def lookup(query: str) -> str:
 # ---------------------------------------------------------------- at-most-once tools
 
 
-def test_an_interrupted_at_most_once_tool_is_not_run_again_and_the_run_errors_saying_so(
-    settings: Settings, scripted: ScriptedServer, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    charged: list[str] = []
-
-    @tool(at_most_once=True)
-    def charge_card(amount: int, ctx: ToolContext) -> str:
-        """Charge the card (not idempotent)."""
-        charged.append(ctx.idempotency_key)
-        return "charged"
-
-    agent = define(settings, tools=[charge_card])
-    client = Client(settings)
-    # This process's store (the test's, the engine's, the embedded worker's and its sweeper's)
-    # reads time from `clock`.
-    monkeypatch.setattr(client.store, "clock", clock)
-    run_id = client.start(agent.name, input="charge it").run_id
-    assert StepRunner(settings).model_step(run_id, 0, owner="test") == "tools"
-    # A worker started the charge and died before it reported back.
-    doomed = client.store.claim(run_id, 1, "tools", owner="doomed", lease_seconds=30, max_attempts=5)
-    assert doomed is not None
-    call_id = doomed.messages[-1].calls[0].id
-    client.store.record_tool_start(doomed, call_id, "charge_card")
-    clock.advance(31)  # its lease expires: the worker's sweeper takes the step back
-
-    with EmbeddedWorker(settings):
-        out = client.wait(run_id, timeout=30)
-
-        assert out.status == S.ERROR and out.error is not None
-        assert out.error.type == "ToolInterruptedError"
-        assert f"at-most-once tool call charge_card ({call_id}) started and never finished" in out.error.message
-        assert "it was not run again" in out.error.message
-        assert charged == []
-        result = out.messages[-1]
-        assert result.role == "tool" and result.tool_call_id == call_id and result.tool_call_error
-        assert "outcome is unknown" in (result.content or "")
-
-        # Continuing tells the model; the charge is still not run again.
-        resumed = client.continue_run(run_id).wait(timeout=30)
-    assert resumed.status == S.COMPLETED and resumed.run_id == run_id
-    assert charged == []
-    assert [m.role for m in resumed.messages][-3:] == ["assistant", "tool", "assistant"]
-
-
 # ---------------------------------------------------------------- retries
 
 
@@ -379,65 +300,3 @@ def test_a_rate_limited_call_is_retried_after_its_retry_after_and_then_succeeds(
     assert [e["detail"]["error"]["type"] for e in retries] == ["RateLimitError", "RateLimitError"]
     assert [e["detail"]["by"] for e in retries] == ["countdown", "countdown"]
     assert all(e["detail"]["delay"] >= 0.4 for e in retries)
-
-
-def test_a_stray_copy_of_a_failed_attempt_cannot_call_the_model_before_retry_after(
-    settings: Settings, scripted: ScriptedServer
-) -> None:
-    # Given a call that was rate limited and parked for 1.5 s
-    scripted.configure(ScriptConfig(faults=[Fault(status=429, times=1, retry_after=1.5)]))
-    agent = define(settings, retries=3, retry_policy=QUICK_RETRIES)
-    client = Client(settings)
-    with EmbeddedWorker(settings):
-        run_id = agent.start("hello").run_id
-        wait_until(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")
-
-        # When another copy of the failed attempt's task arrives (a sweeper republish, a redelivery)
-        client.dispatcher.publish(StepRef(run_id=run_id, seq=0, kind="model"))
-        out = client.wait(run_id, timeout=30)
-
-    # Then it was stale: the model was not called again before Retry-After
-    assert out.status == S.COMPLETED
-    calls = scripted.requests_for(run_id)
-    assert [r["status"] for r in calls] == [429, 200]
-    assert calls[1]["at"] - calls[0]["at"] >= 1.5
-
-
-def test_a_long_retry_after_parks_the_run_without_holding_a_worker_until_the_sweeper_publishes_it(
-    db_url: str, redis_url: str, scripted: ScriptedServer
-) -> None:
-    settings = make_settings(db_url, redis_url, max_countdown=0.2, sweep_seconds=0.1)
-    scripted.configure(ScriptConfig(faults=[Fault(status=429, times=1, retry_after=4.0)]))
-    agent = define(settings, retries=3, retry_policy=QUICK_RETRIES)
-    client = Client(settings)
-
-    with EmbeddedWorker(settings):
-        run_id = agent.start("hello").run_id
-        retry = wait_until(lambda: client.store.get_events(run_id), timeout=10, what="the retry to be parked")[0]
-        assert retry["kind"] == "retry" and retry["detail"]["by"] == "sweeper"
-        # While it waits, no worker holds the run and the broker holds no message for it.
-        record = client.store.get_record(run_id)
-        assert record.status == S.QUEUED and record.lease_owner is None
-        wait_until(lambda: broker_holds(redis_url, settings.model_queue) == 0, timeout=2.5, what="the broker to let go")
-        assert client.store.get_record(run_id).status == S.QUEUED
-        out = client.wait(run_id, timeout=30)
-
-    assert out.status == S.COMPLETED
-    calls = scripted.requests_for(run_id)
-    assert [r["status"] for r in calls] == [429, 200]
-    assert calls[1]["at"] - calls[0]["at"] >= 4.0
-
-
-def test_a_model_that_fails_forever_ends_in_error_after_the_agents_retries_with_the_conversation_kept(
-    settings: Settings, scripted: ScriptedServer
-) -> None:
-    scripted.configure(ScriptConfig(faults=[Fault(status=500, times=None, message="overloaded")]))
-    agent = define(settings, retries=2, retry_policy=QUICK_RETRIES, instructions="Be brief.")
-
-    with EmbeddedWorker(settings):
-        out = agent.run("hello", timeout=30)
-
-    assert out.status == S.ERROR and out.error is not None
-    assert out.error.type == "InternalServerError" and "HTTP 500" in out.error.message
-    assert len(scripted.requests_for(out.run_id)) == 1 + agent.retries
-    assert [(m.role, m.content) for m in out.messages] == [("system", "Be brief."), ("user", "hello")]

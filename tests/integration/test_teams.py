@@ -3,6 +3,9 @@ Celery worker on real Redis and the real openai client talking to the scripted m
 
 The scripted server answers each model id with its own script (`ScriptConfig.by_model`): the
 leader's script calls the delegation tools, each member's script calls its tools and answers.
+What a worker adds nothing to (the transcripts of a delegation, a member's tool error, an
+unknown member, a failed member and continue, cancels between steps) runs with the in-memory
+dispatcher in tests/unit/test_teams_inline.py.
 """
 
 from __future__ import annotations
@@ -108,45 +111,6 @@ def ledger() -> Ledger:
 
 
 @pytest.mark.usefixtures("worker")
-def test_a_leader_delegates_to_two_members_whose_answers_come_back_as_its_tool_results(
-    settings: Settings, scripted: ScriptedServer, ledger: Ledger
-) -> None:
-    team, researcher, writer = research_team(settings, ledger)
-    script(scripted, [to_member(researcher, "find facts on otters"), to_member(writer, "write about otters")])
-
-    out = team.run("otters", session_id=f"s-{tag()}", timeout=30)
-
-    assert out.status == S.COMPLETED, out.error
-    assert [m.role for m in out.messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
-    members = member_runs(out)
-    assert set(members) == {"researcher", "writer"}
-    research, draft = members["researcher"], members["writer"]
-    for member in (research, draft):
-        assert member.status == S.COMPLETED and member.parent_run_id == out.run_id
-        assert member.session_id == out.session_id
-    # Each member ran its own loop: the researcher called its tool, the writer answered at once.
-    assert [m.role for m in research.messages] == ["user", "assistant", "tool", "assistant"]
-    assert research.messages[0].content == "find facts on otters"
-    assert research.content == "Research: facts about otters"
-    assert [m.role for m in draft.messages] == ["user", "assistant"]
-    assert ledger.calls == [("researcher", "otters")]
-    # The leader got each member's answer exactly once, as the result of the call that asked for it.
-    calls = {c["id"]: c["function"]["arguments"] for c in out.messages[2].tool_calls or []}
-    results = {m.tool_call_id: m for m in out.messages if m.role == "tool"}
-    assert set(results) == set(calls)
-    by_member = {m.tool_args["member_id"]: m for m in results.values() if m.tool_args}  # type: ignore[index]
-    assert by_member[member_id(researcher)].content == research.content
-    assert by_member[member_id(writer)].content == draft.content
-    assert not any(m.tool_call_error for m in results.values())
-    # Results come back in the order the leader asked, whoever finished first.
-    assert out.content == f"Team answer: {research.content}; {draft.content}"
-    # The leader's system message lists the members with their ids and roles.
-    system = out.messages[0].content or ""
-    assert f"ID: {member_id(researcher)}" in system and "Role: Finds facts on the web." in system
-    assert "delegate_task_to_member(member_id, task)" in system and "Research, then write." in system
-
-
-@pytest.mark.usefixtures("worker")
 def test_delegating_to_all_members_runs_them_in_parallel_and_returns_one_combined_result(
     settings: Settings, scripted: ScriptedServer, ledger: Ledger
 ) -> None:
@@ -236,96 +200,7 @@ def test_member_runs_are_stored_and_visible_while_they_run(
     assert handle.wait(30).status == S.COMPLETED
 
 
-@pytest.mark.usefixtures("worker")
-def test_a_member_tool_error_stays_inside_the_member(
-    settings: Settings, scripted: ScriptedServer, ledger: Ledger
-) -> None:
-    t = tag()
-
-    def broken(query: str) -> str:
-        """Always fails."""
-        raise ValueError(f"broken on {query}")
-
-    member = Agent(name=f"fixer-{t}", model=OpenAIChat(id="researcher"), tools=[broken])
-    team = Team(name=f"team-{t}", model=OpenAIResponses(id="leader"), members=[member], client=Client(settings))
-    script(scripted, [to_member(member, "fix it")], researcher=ScriptConfig(final_text="I could not: {tool_results}"))
-
-    out = team.run("go", timeout=30)
-
-    assert out.status == S.COMPLETED, out.error
-    (run,) = out.member_runs
-    assert run.status == S.COMPLETED
-    errors = [m for m in run.messages if m.tool_call_error]
-    assert len(errors) == 1 and errors[0].content == "broken on fix it"
-    assert not any(m.tool_call_error for m in out.messages)
-    assert [m.content for m in out.messages if m.role == "tool"] == ["I could not: broken on fix it"]
-
-
-@pytest.mark.usefixtures("worker")
-def test_an_unknown_member_id_is_a_tool_error_the_leader_reads(
-    settings: Settings, scripted: ScriptedServer, ledger: Ledger
-) -> None:
-    team, researcher, _ = research_team(settings, ledger)
-    script(scripted, [{"tool": TO_MEMBER, "arguments": {"member_id": "nobody", "task": "x"}}])
-
-    out = team.run("otters", timeout=30)
-
-    assert out.status == S.COMPLETED and out.member_runs == []
-    (result,) = [m for m in out.messages if m.role == "tool"]
-    assert result.tool_call_error and "no member with id 'nobody'" in (result.content or "")
-    assert member_id(researcher) in (result.content or "")
-
-
 # ---------------------------------------------------------------- failure and continue
-
-
-@pytest.mark.usefixtures("worker")
-def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_place_then_the_leader(
-    settings: Settings, scripted: ScriptedServer, ledger: Ledger
-) -> None:
-    # Given a researcher whose second model call fails for good (400), after its tool ran
-    team, researcher, writer = research_team(settings, ledger)
-    script(
-        scripted,
-        [to_member(researcher, "facts"), to_member(writer, "draft")],
-        researcher=ScriptConfig(
-            batches=[[{"tool": "search", "arguments": {"query": "otters"}}]],
-            final_text="Research: {tool_results}",
-            faults=[Fault(turn=2, status=400, times=1, message="scripted bad request")],
-        ),
-    )
-    client = Client(settings)
-
-    failed = team.run("otters", timeout=30)
-
-    # Then the team is in ERROR naming the member run and its error, with every message kept
-    assert failed.status == S.ERROR
-    members = member_runs(failed)
-    bad = members["researcher"]
-    assert bad.status == S.ERROR and bad.error is not None and bad.error.type == "BadRequestError"
-    assert failed.error is not None and failed.error.type == "MemberRunError"
-    assert bad.run_id in failed.error.message and "scripted bad request" in failed.error.message
-    assert [m.role for m in bad.messages] == ["user", "assistant", "tool"]
-    assert [m.role for m in failed.messages][:3] == ["system", "user", "assistant"]
-    writer_done = wait_until(lambda: (w := client.get_run(members["writer"].run_id)).status == S.COMPLETED and w)
-    writer_calls = len(scripted.requests_for(writer_done.run_id))
-
-    # When the team is continued
-    resumed = team.continue_run(failed.run_id, timeout=30)
-
-    # Then the failed member continued in place, the writer did not run again, and the leader finished
-    assert resumed.run_id == failed.run_id and resumed.status == S.COMPLETED, resumed.error
-    after = member_runs(resumed)
-    assert after["researcher"].run_id == bad.run_id and after["researcher"].status == S.COMPLETED
-    assert after["researcher"].messages[: len(bad.messages)] == bad.messages
-    assert after["writer"].seq == writer_done.seq
-    assert len(scripted.requests_for(writer_done.run_id)) == writer_calls
-    assert ledger.calls == [("researcher", "otters")]  # the member's finished tool was not re-run
-    results = [m for m in resumed.messages if m.role == "tool"]
-    assert sorted(m.content or "" for m in results) == sorted([after["researcher"].content, writer_done.content])
-    assert resumed.error is None
-    session = client.get_session(resumed.session_id)
-    assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
 
 
 @pytest.mark.usefixtures("worker")

@@ -1,7 +1,9 @@
 """What models and tools return is untrusted, and a run never wedges on it: text the store cannot
 hold (NUL, lone surrogates), names and ids longer than their columns, tools that raise SystemExit
 or exceptions that cannot be printed, arguments nested too deeply, a model that never stops
-calling tools. On SQLite and PostgreSQL, with a real Celery worker on real Redis.
+calling tools. On SQLite and PostgreSQL. What is under test is the engine and the store, so the
+steps run inline (`orchestrator.testing.in_memory`); a tool that raises SystemExit or
+KeyboardInterrupt runs on a real Celery worker, whose pool must not take it for its own shutdown.
 
 The model here is an adapter of the test's own (`Replies`, a `Model` like OpenAIChat), so a test
 can hand the engine exactly the reply a misbehaving provider would.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any
 
 import pytest
@@ -21,6 +23,7 @@ from orchestrator import Agent, Client, RunOutput, RunStatus
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.settings import Settings
+from orchestrator.testing import InMemoryDispatcher, in_memory
 
 S = RunStatus
 NOTE = "the run store cannot hold (NUL or lone surrogates) were escaped"
@@ -65,11 +68,18 @@ def run(settings: Settings, a: Agent, text: str = "hello") -> RunOutput:
     return Client(settings).start(a.name, input=text).wait(timeout=30)
 
 
+@pytest.fixture
+def inline(settings: Settings) -> Iterator[InMemoryDispatcher]:
+    """Steps of runs started with these settings run inline, on this test's database."""
+    with in_memory(settings) as dispatcher:
+        yield dispatcher
+
+
 def tool_messages(out: RunOutput) -> list[Message]:
     return [m for m in out.messages if m.role == "tool"]
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_a_tool_result_the_store_cannot_hold_is_stored_escaped_and_the_tool_runs_once(settings: Settings) -> None:
     # Given a tool that returns a NUL and a file name as os.listdir gives it for bytes not UTF-8
     ran = Counter()
@@ -89,7 +99,7 @@ def test_a_tool_result_the_store_cannot_hold_is_stored_escaped_and_the_tool_runs
     assert ran.n == 1
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_a_tool_error_text_the_store_cannot_hold_is_stored_escaped(settings: Settings) -> None:
     def fail() -> str:
         """Fail."""
@@ -103,7 +113,7 @@ def test_a_tool_error_text_the_store_cannot_hold_is_stored_escaped(settings: Set
     assert result.content.startswith("bad \\x00 byte and \\ud800 half") and NOTE in result.content
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_a_reply_the_store_cannot_hold_is_stored_escaped(settings: Settings) -> None:
     out = run(settings, agent(Replies(answer("hi \x00 there \udcff"))))
 
@@ -112,7 +122,7 @@ def test_a_reply_the_store_cannot_hold_is_stored_escaped(settings: Settings) -> 
     assert out.messages[-1].content == out.content
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_tool_names_and_call_ids_longer_than_their_columns_or_with_nul_are_fitted_and_answered(
     settings: Settings,
 ) -> None:
@@ -176,7 +186,7 @@ def test_a_tool_that_exits_or_cannot_say_why_it_failed_is_a_tool_error_the_model
     assert ran.n == 1
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_tools_of_a_batch_that_exit_or_cannot_say_why_are_tool_errors_and_the_others_results_are_kept(
     settings: Settings,
 ) -> None:
@@ -204,7 +214,7 @@ def test_tools_of_a_batch_that_exit_or_cannot_say_why_are_tool_errors_and_the_ot
     assert results["unprintable"][0] and "could not be read" in (results["unprintable"][1] or "")
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_arguments_nested_too_deeply_are_a_tool_error_not_a_failed_run(settings: Settings) -> None:
     ran = Counter()
 
@@ -222,7 +232,7 @@ def test_arguments_nested_too_deeply_are_a_tool_error_not_a_failed_run(settings:
     assert result.tool_args == {"_raw": deep} and ran.n == 0
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_a_run_stopped_by_max_tool_batches_owes_nothing_and_continues_with_a_new_user_message(
     settings: Settings,
 ) -> None:
@@ -263,7 +273,7 @@ class ExitWithUnprintable:
         raise RuntimeError("no text")
 
 
-@pytest.mark.usefixtures("worker")
+@pytest.mark.usefixtures("inline")
 def test_one_call_of_a_batch_that_fails_outside_its_tool_loses_no_other_calls_result(settings: Settings) -> None:
     # Given a batch where one call's arguments fail a validator with TypeError (which pydantic
     # does not wrap), one exits with an unprintable code, one is slow and one is fast

@@ -1,0 +1,216 @@
+"""`InMemoryDispatcher`: steps run inline in the calling process, for unit tests of agents.
+
+Procrastinate's `InMemoryConnector` is the model: only the broker is replaced. Steps go through
+the engine a Celery worker runs, against a real store (a SQLite file), so a test sees the rows,
+retries, fan-ins and errors a worker would leave; the broker, the worker process and the waits
+are gone.
+
+    from orchestrator.testing import in_memory
+
+    def test_my_agent_answers() -> None:
+        with in_memory():
+            out = my_agent.run("hi")  # every step has run when start() returns
+        assert out.status == RunStatus.COMPLETED
+
+- **A queue and a drain loop.** `publish` queues the step and, unless a drain is under way,
+  drains the queue in the publishing thread until it is empty. A step published by a step (the
+  next model call, a member's first step, a retry) joins the queue and runs after that step
+  returns, never inside it, so the stack stays flat however long the run. `Client.start`
+  therefore returns with the run (and its members) final and `wait()` reads it at once. With
+  `autorun=False` publish only queues: the test runs steps one by one (`run_next`) or all
+  (`run_until_idle`), to look at a run between steps or cancel it there.
+- **Countdowns on a virtual clock.** A step published with a countdown (a retry's backoff, a
+  provider's Retry-After) is due at `now + countdown` on the dispatcher's own clock, which jumps
+  to the next due step when none is ready: nothing sleeps, and a delayed step still runs after
+  every step that was ready before it was due, as on a broker. The store keeps wall time.
+- **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
+  owner, as `StepTask.on_failure` does; a fenced step (cancelled while it ran) is dropped, as
+  the Celery task drops it.
+
+Limits: a step that waits for another run (a tool calling `agent.run()`) waits forever, since
+the other run's steps queue behind it. A retry parked longer than RATCHET_MAX_COUNTDOWN is the
+sweeper's to publish: `in_memory()` raises that setting to RATCHET_MAX_RETRY_AFTER, so every
+retry gets a countdown, and `sweep()` runs a pass by hand. Crashes, leases and time limits need
+real workers (`workers.embedded`, the chaos tests).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from functools import cached_property
+from pathlib import Path
+
+from orchestrator.agent import use_client
+from orchestrator.client import Client
+from orchestrator.errors import FencedError
+from orchestrator.ports import StepRef, set_dispatcher
+from orchestrator.settings import Settings
+from orchestrator.steps import StepRunner
+from orchestrator.store import Store
+from orchestrator.store.database import migrate, open_engine
+from orchestrator.sweeper import Sweeper, SweepReport
+
+log = logging.getLogger("ratchet.inmemory")
+
+
+class InMemoryDispatcher:
+    """A Dispatcher that runs each published step in this process, on `store`.
+
+    Also usable by name: RATCHET_DISPATCHER=orchestrator.testing:InMemoryDispatcher makes every
+    producer of the process run its runs inline, on the store RATCHET_DATABASE_URL names."""
+
+    def __init__(self, settings: Settings, *, store: Store | None = None, autorun: bool = True) -> None:
+        self.settings = settings
+        self.store = store or Store.open(
+            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
+        )
+        #: Drain the queue on publish (False: the test calls `run_next` / `run_until_idle`).
+        self.autorun = autorun
+        #: Every step published, in order, with its countdown (what a test asserts a backoff on).
+        self.published: list[StepRef] = []
+        #: The virtual clock: the seconds of countdown the steps so far would have waited.
+        self.now = 0.0
+        self._queue: list[tuple[float, int, StepRef]] = []
+        self._order = itertools.count()
+        self._draining = False
+        self._lock = threading.Lock()
+
+    @cached_property
+    def client(self) -> Client:
+        """A producer client on this dispatcher and its store."""
+        return Client(self.settings, store=self.store, dispatcher=self)
+
+    @property
+    def pending(self) -> list[StepRef]:
+        """The steps queued and not run yet, in the order they will run."""
+        with self._lock:
+            return [step for _, _, step in sorted(self._queue)]
+
+    def publish(self, step: StepRef) -> None:
+        """Queue the step; with `autorun`, run the queue now unless a drain is under way."""
+        with self._lock:
+            self.published.append(step)
+            heapq.heappush(self._queue, (self.now + (step.countdown or 0.0), next(self._order), step))
+        if self.autorun:
+            self.run_until_idle()
+
+    def run_until_idle(self) -> int:
+        """Run queued steps, and the steps they publish, until none is left; returns how many
+        ran. Returns 0 at once inside a step or another drain: the steps are that drain's to run."""
+        with self._lock:
+            if self._draining:
+                return 0
+            self._draining = True
+        ran = 0
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        # Under the lock: a step published from now on finds no drain and runs itself.
+                        self._draining = False
+                        return ran
+                    step = self._pop()
+                self._run(step)
+                ran += 1
+        except BaseException:  # a KeyboardInterrupt in a step: the next publish drains again
+            with self._lock:
+                self._draining = False
+            raise
+
+    def run_next(self) -> StepRef | None:
+        """Run the next step due (the virtual clock moves to it) and return it; None if none is
+        queued, or inside a step or a drain. The steps it publishes are queued, not run."""
+        with self._lock:
+            if self._draining or not self._queue:
+                return None
+            step = self._pop()
+            self._draining = True
+        try:
+            self._run(step)
+        finally:
+            with self._lock:
+                self._draining = False
+        return step
+
+    def _pop(self) -> StepRef:
+        """The next step due, off the queue (the caller holds the lock)."""
+        due, _, step = heapq.heappop(self._queue)
+        self.now = max(self.now, due)
+        return step
+
+    # ---------------------------------------------------------------- the engine, in one place
+
+    def sweep(self) -> SweepReport:
+        """One sweeper pass (as the beat task runs it); what it publishes runs as usual."""
+        return Sweeper(self._engine).sweep_once()
+
+    @cached_property
+    def _engine(self) -> StepRunner:
+        return StepRunner(self.settings, store=self.store, dispatcher=self)
+
+    def _run(self, step: StepRef) -> None:
+        """Run one delivery as `workers.tasks` does: the step, then the failure handler if it raised."""
+        owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
+        run = self._engine.model_step if step.kind == "model" else self._engine.tool_step
+        try:
+            outcome = run(step.run_id, step.seq, owner=owner)
+        except FencedError as exc:
+            log.info("%s", exc)
+            return
+        except Exception as exc:
+            try:
+                self._engine.fail_step(step.run_id, step.seq, exc, owner=owner)
+            except Exception:  # as on a worker: logged, and the run is left to the sweeper
+                log.exception("run %s step %s: the failure handler could not record the error", step.run_id, step.seq)
+            return
+        log.debug("run %s step %s (%s): %s", step.run_id, step.seq, step.kind, outcome)
+
+
+@contextmanager
+def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = True) -> Iterator[InMemoryDispatcher]:
+    """Run every step inline for the block, on a real store; yields the dispatcher.
+
+    `database`: a SQLite file (made and migrated if new) or a database URL, whole Settings (used
+    as they are), or None: a SQLite file in a temporary folder removed afterwards.
+    Within the block, agents built without a client (`agent.run`, `start`, `continue_run`) and
+    any `Client` built with the dispatcher's `settings` publish to it; `dispatcher.client` is one.
+    The store is the block's own and is closed on exit."""
+    with ExitStack() as stack:
+        if isinstance(database, Settings):
+            settings = database
+        else:
+            if database is None:
+                database = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ratchet-test-"))) / "runs.db"
+            settings = _settings_for(database)
+        engine = open_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
+        if settings.auto_migrate:
+            migrate(engine)
+        store = Store(engine)
+        stack.callback(store.dispose)
+        dispatcher = InMemoryDispatcher(settings, store=store, autorun=autorun)
+        set_dispatcher(settings, dispatcher)
+        stack.callback(set_dispatcher, settings, None)
+        stack.callback(use_client, use_client(dispatcher.client))
+        yield dispatcher
+
+
+def _settings_for(database: str | Path) -> Settings:
+    """The settings `in_memory` uses for a SQLite file or a URL. Every retry a provider's
+    Retry-After allows gets a countdown (which costs nothing on the virtual clock) instead of
+    waiting for a sweep; commits skip SQLite's fsync, since a test's database need not survive a
+    power cut."""
+    url = str(database)
+    return Settings(
+        database_url=url if "://" in url else f"sqlite:///{url}",
+        sqlite_synchronous="NORMAL",
+        max_countdown=Settings.model_fields["max_retry_after"].default,
+        dispatcher=f"{__name__}:InMemoryDispatcher",
+    )
