@@ -142,8 +142,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
+    """Import the modules that define the agents. The working directory comes first on the path,
+    as with `celery -A`: `ratchet worker --app agents` finds the `agents.py` beside you, whereas
+    an installed `ratchet` script would otherwise look only where it is installed."""
     if not modules and Settings.from_env().app:
         modules = [m.strip() for m in (Settings.from_env().app or "").split(",") if m.strip()]
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for name in modules:
         try:
             importlib.import_module(name)
