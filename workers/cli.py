@@ -271,6 +271,7 @@ def _celery(app: Celery, argv: list[str]) -> int:
 
 @contextmanager
 def _stdout_reader_gone_exits() -> Iterator[None]:
+    """Inside Celery's own catch-all: end the command quietly, with 141, if stdout's reader left."""
     try:
         yield
     except BrokenPipeError:
