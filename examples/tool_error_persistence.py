@@ -41,6 +41,17 @@ def broken_tool(query: str) -> str:
     raise ValueError(f"this tool always fails on query={query}")
 
 
+def b_team() -> Team:
+    """The team of scenarios B and C. Ratchet finds agents by name, so a name has one definition;
+    scenario C builds the same team again from here (in Agno's seed it repeats the definition)."""
+    return Team(
+        name="b-team",
+        model=OpenAIResponses(id="gpt-5.4"),
+        members=[],
+        instructions="You are a helpful assistant. Answer concisely.",
+    )
+
+
 async def scenario_a_tool_error() -> None:
     """Team-level tool raises ValueError -> handled gracefully in the tool batch."""
     print("=" * 70)
@@ -84,12 +95,7 @@ async def scenario_b_model_call_fails() -> str:
     real_key = os.environ.get("OPENAI_API_KEY", "")
     os.environ["OPENAI_API_KEY"] = "sk-invalid-key-deliberately-broken-to-force-auth-error"
     try:
-        team = Team(
-            name="b-team",
-            model=OpenAIResponses(id="gpt-5.4"),
-            members=[],
-            instructions="You are a helpful assistant. Answer concisely.",
-        )
+        team = b_team()
         failed_run_id = ""
         try:
             response = await team.arun(input="say hi", session_id=SESSION_B)
@@ -138,12 +144,7 @@ async def scenario_c_continue_failed_run(failed_run_id: str) -> None:
         print("No failed run_id from scenario B — skipping.")
         return
 
-    team = Team(
-        name="b-team",
-        model=OpenAIResponses(id="gpt-5.4"),
-        members=[],
-        instructions="You are a helpful assistant. Answer concisely.",
-    )
+    team = b_team()
     try:
         resumed = await team.acontinue_run(run_id=failed_run_id, session_id=SESSION_B)
         print(f"acontinue_run returned. status={resumed.status}")

@@ -8,8 +8,12 @@ id cross the broker; code, models and credentials stay in each process.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
@@ -151,6 +155,18 @@ class Agent:
 _registry_lock = threading.Lock()
 _registry: dict[str, Agent] = {}
 _default_client: Client | None = None
+#: Where each registered name was defined (see `_definition_site`).
+_sites: dict[str, _Site] = {}
+
+
+@dataclass(frozen=True)
+class _Site:
+    """The line of user code that built an agent: the file (resolved) and line number are its
+    identity; `where` says it for people."""
+
+    file: str
+    line: int
+    where: str
 
 
 def use_client(client: Client | None) -> Client | None:
@@ -163,9 +179,54 @@ def use_client(client: Client | None) -> Client | None:
 
 
 def register(agent: Agent) -> None:
-    """Register an agent under its name; a later definition with the same name replaces it."""
+    """Register an agent under its name.
+
+    A name belongs to one definition: workers find agents by name, so two different definitions
+    of one name (two modules, two lines) would let import order pick which one runs. That is a
+    ConfigurationError naming both. The same line defining it again is the same definition and
+    replaces it: a module imported again or reloaded, a file run as `__main__` and imported under
+    its own name too, a parametrized test, a notebook cell run again unchanged.
+    """
+    site = _definition_site(agent)
     with _registry_lock:
+        earlier = _sites.get(agent.name)
+        if earlier is not None and (earlier.file, earlier.line) != (site.file, site.line):
+            raise ConfigurationError(
+                f"two different agents are named {agent.name!r}: one defined at {earlier.where}, another at "
+                f"{site.where}. Workers find agents by name, so a name needs a single definition: rename one, "
+                "or define it once in a module and import it where it is needed"
+            )
         _registry[agent.name] = agent
+        _sites[agent.name] = site
+
+
+def _definition_site(agent: Agent) -> _Site:
+    """The frame that called the agent's constructor: past `Agent.__init__`, and past the
+    `__init__` of Team or of any subclass that builds the same object."""
+    here = inspect.currentframe()
+    register_frame = here.f_back if here is not None else None
+    del here  # a frame kept in its own locals would be a reference cycle
+    frame = register_frame
+    while frame is not None and not _constructs(frame, agent):
+        frame = frame.f_back
+    while frame is not None and _constructs(frame, agent):
+        frame = frame.f_back
+    if frame is None and register_frame is not None:  # register() called outside a constructor
+        frame = register_frame.f_back
+    if frame is None:  # an interpreter that shows no frames: every definition is one place
+        return _Site(file="?", line=0, where="an unknown place")
+    code = frame.f_code
+    module = frame.f_globals.get("__name__", "?")
+    scope = f"module {module}" if code.co_qualname == "<module>" else f"{module}.{code.co_qualname}"
+    return _Site(
+        file=os.path.realpath(code.co_filename),
+        line=frame.f_lineno,
+        where=f"{code.co_filename}:{frame.f_lineno} ({scope})",
+    )
+
+
+def _constructs(frame: FrameType, agent: Agent) -> bool:
+    return frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is agent
 
 
 def get_agent(name: str) -> Agent:

@@ -5,6 +5,11 @@ task event), which copies the client's ~200 response callbacks each time: about 
 publish in our measurements. This channel keeps one client per connection pool; redis-py
 clients are thread-safe (each command takes a connection from the pool). Used for `redis://`
 brokers (see `workers.app.celery_config`).
+
+`conn_or_acquire` is private to kombu: pyproject.toml holds kombu to the minor series that
+tests/integration/test_broker_transport.py passed on. Called after its connection was closed,
+it fails with kombu's own AttributeError ('NoneType' object has no attribute 'hostname', from
+`_connparams` building a new pool), exactly as kombu's method does.
 """
 
 from __future__ import annotations

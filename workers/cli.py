@@ -31,35 +31,61 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.run import RunOutput
 from orchestrator.settings import Settings
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+    from celery import Celery
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
+SIGPIPE_EXIT = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ratchet` command."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error argparse has printed
+        raise SystemExit(_flushed(done.code if isinstance(done.code, int) else 2)) from None
+    except BrokenPipeError:  # --help into a reader that went away
+        _discard_stdout()
+        return SIGPIPE_EXIT
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         code = int(args.func(args) or 0)
-        sys.stdout.flush()  # here, so a closed pipe is caught below rather than at exit
-        return code
     except RatchetError as exc:
         print(f"ratchet: error: {_printable(str(exc))}", file=sys.stderr)
-        return 2
+        code = 2
     except BrokenPipeError:
-        # The reader went away (`ratchet show RUN_ID | head -1`): nothing to report. Point stdout
-        # at /dev/null so the interpreter's own flush at exit does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # what a shell reports for a command ended by SIGPIPE
+        _discard_stdout()
+        code = SIGPIPE_EXIT
     except KeyboardInterrupt:
         return 130
+    return _flushed(code)
+
+
+def _flushed(code: int) -> int:
+    """Flush stdout here rather than in the interpreter's flush at exit, which reports a reader
+    that went away with a traceback. An error's status says more than the pipe's."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return code or SIGPIPE_EXIT
+    return code
+
+
+def _discard_stdout() -> None:
+    """The reader of stdout went away (`ratchet show RUN_ID | head -1`): nothing to report.
+    Point stdout at /dev/null, so that what is still buffered, and any later print, goes
+    nowhere instead of failing again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _printable(text: str) -> str:
@@ -70,8 +96,16 @@ def _printable(text: str) -> str:
     return line.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that help written into a closed pipe raises BrokenPipeError
+    like any other output here (argparse drops the error and exits 0)."""
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (file or sys.stdout).write(self.format_help())
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
+    parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="run the seed scenarios on the embedded default")
@@ -142,8 +176,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
+    """Import the modules that define the agents. The working directory comes first on the path,
+    as with `celery -A`: `ratchet worker --app agents` finds the `agents.py` beside you, whereas
+    an installed `ratchet` script would otherwise look only where it is installed."""
     if not modules and Settings.from_env().app:
         modules = [m.strip() for m in (Settings.from_env().app or "").split(",") if m.strip()]
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for name in modules:
         try:
             importlib.import_module(name)
@@ -189,11 +228,55 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # control commands then see one worker. The pid keeps names unique; containers differ by host.
     argv += ["-n", args.hostname or f"ratchet-{os.getpid()}@%h"]
     if not args.beat:
-        app.worker_main(argv)
-        return 0
+        return _celery(app, argv)
     with _schedule_file() as schedule:
-        app.worker_main([*argv, "-B", "-s", schedule])
-    return 0
+        return _celery(app, [*argv, "-B", "-s", schedule])
+
+
+def _celery(app: Celery, argv: list[str]) -> int:
+    """Run a Celery command (worker, beat) in this process and return its exit status.
+
+    As `app.start` does, except that `app.start` drops the status, so a worker that stopped on an
+    unrecoverable error exited 0. A reader of stdout that is gone when Celery prints its banner
+    (`ratchet worker | head -1`) ends the command as it ends every other one: quietly, with 141,
+    not with an 'Unrecoverable error' traceback. Celery's later output goes to its log (stderr).
+    """
+    from celery.apps.beat import Beat
+    from celery.apps.worker import Worker
+    from celery.bin.celery import celery
+
+    class RatchetWorker(Worker):  # type: ignore[misc]  # Celery is untyped
+        def emit_banner(self) -> None:
+            with _stdout_reader_gone_exits():
+                super().emit_banner()
+
+    class RatchetBeat(Beat):  # type: ignore[misc]
+        def run(self) -> None:  # prints its banner first, then runs the schedule
+            with _stdout_reader_gone_exits():
+                super().run()
+
+        def setup_logging(self, colorize: bool | None = None) -> None:
+            with _stdout_reader_gone_exits():  # the banner now, as the worker's, not at exit
+                sys.stdout.flush()
+            super().setup_logging(colorize)
+
+    app.Worker = app.subclass_with_self(RatchetWorker)
+    app.Beat = app.subclass_with_self(RatchetBeat)
+    celery.params[0].default = app  # the command's --app, as app.start sets it
+    try:
+        return int(celery.main(args=argv, standalone_mode=False) or 0)
+    finally:
+        celery.params[0].default = None
+
+
+@contextmanager
+def _stdout_reader_gone_exits() -> Iterator[None]:
+    """Inside Celery's own catch-all: end the command quietly, with 141, if stdout's reader left."""
+    try:
+        yield
+    except BrokenPipeError:
+        _discard_stdout()
+        raise SystemExit(SIGPIPE_EXIT) from None
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
@@ -202,8 +285,7 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
     app = create_app(Settings.from_env())
     with _schedule_file() as schedule:
-        app.start(["beat", "-l", args.loglevel, "-s", schedule])
-    return 0
+        return _celery(app, ["beat", "-l", args.loglevel, "-s", schedule])
 
 
 @contextmanager

@@ -239,11 +239,11 @@ def test_postgres_commits_a_step_in_one_statement_and_wakes_waiters_only_on_a_fi
 
 
 def test_starting_a_run_id_that_exists_is_refused_and_leaves_the_first_run_alone(settings: Settings) -> None:
-    Agent(name="lonely", model=ScriptedModel(), client=Client(settings))
+    Agent(name="first-come", model=ScriptedModel(), client=Client(settings))
     client = Client(settings)
-    first = client.start("lonely", input="first", run_id="run-taken", session_id="s-1")
-    with pytest.raises(RunConflictError, match="'run-taken' is already a run of agent 'lonely' in session 's-1'"):
-        client.start("lonely", input="second", run_id="run-taken", session_id="s-2")
+    first = client.start("first-come", input="first", run_id="run-taken", session_id="s-1")
+    with pytest.raises(RunConflictError, match="'run-taken' is already a run of agent 'first-come' in session 's-1'"):
+        client.start("first-come", input="second", run_id="run-taken", session_id="s-2")
     run = client.get_run(first.run_id)
     assert (run.session_id, [m.content for m in run.messages]) == ("s-1", ["first"])
     assert client.get_session("s-2") is None  # nothing of the refused start was written
