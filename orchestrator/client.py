@@ -225,7 +225,7 @@ class Client:
             run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
             new_messages=new, seq=record.seq + 1, next_step="tools" if owed else "model", attempts=0, retries=0,
             lease_owner=None, lease_expires_at=None, error_type=None, error_message=None,
-            publish_after=now + self.settings.publish_grace_seconds,
+            publish_grace=self.settings.publish_grace_seconds,
         )  # fmt: skip
         if moved is not None:
             self.publish(moved)
@@ -285,7 +285,7 @@ class Client:
         """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
         return self.store.move(
             run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
-            lease_owner=None, lease_expires_at=None, publish_after=None, next_step=None,
+            lease_owner=None, lease_expires_at=None, next_step=None,
         )  # fmt: skip
 
     def _cancel_members(self, run_id: str) -> None:

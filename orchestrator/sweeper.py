@@ -114,7 +114,7 @@ class Sweeper:
         moved = self.store.move(
             record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
             event="lease_expired", lease_owner=None, lease_expires_at=None,
-            publish_after=now + self.settings.publish_grace_seconds,
+            publish_grace=self.settings.publish_grace_seconds,
         )  # fmt: skip
         if moved is not None:
             report.requeued.append(moved.run_id)
@@ -122,7 +122,7 @@ class Sweeper:
 
     def _due(self, report: SweepReport, record: RunRecord, now: float) -> None:
         """A QUEUED step nobody claimed in time: publish it again."""
-        if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
+        if self.store.mark_due(record.run_id, epoch=record.epoch, publish_grace=self.settings.publish_grace_seconds):
             report.republished.append(record.run_id)
             self.engine.publish(StepRef.of(record))
 
