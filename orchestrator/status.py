@@ -2,7 +2,7 @@
 
 A run is written QUEUED; every later write of its status takes its value from `transition`, which
 refuses a move the table lacks. The store applies the move as a guarded `UPDATE ... WHERE status
-IN (...) AND epoch = ...` (`Store._move`, and the prebuilt claim and commit in
+IN (...) AND epoch = ...` (`store.writes.move`, and the prebuilt claim and commit in
 `store/statements.py`), so a duplicate delivery, a double-clicked continue or a stale worker
 changes nothing.
 """

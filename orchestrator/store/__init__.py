@@ -1,7 +1,7 @@
 """The run store: tables, migrations and the guarded reads and writes of runs and messages.
 
-`Store` is the interface; `Store(engine)` and `Store.open(url)` return its implementation for the
-database (`SqliteStore` or `PostgresStore`).
+`Store` is the one interface the rest of Ratchet uses, on SQLite and PostgreSQL alike; what it
+does its own way on each database is its backend's (`backend.py`, `sqlite.py`, `postgres.py`).
 """
 
 from orchestrator.store.claims import Claim

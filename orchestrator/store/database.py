@@ -68,13 +68,13 @@ def autocommit_is_read_committed(engine: Engine) -> bool:
     Such a statement runs at the database's `default_transaction_isolation`, which only a
     session setting could change (and a transaction-pooling PgBouncer does not keep those). On a
     database set to a stricter default, the store sends its single statements in transactions
-    pinned to READ COMMITTED instead: one round trip more each (`PostgresStore`)."""
+    pinned to READ COMMITTED instead: one round trip more each (`PostgresBackend`)."""
     with engine.connect() as conn:
         level = conn.exec_driver_sql("SHOW default_transaction_isolation").scalar()
     return str(level).lower() == PG_ISOLATION.lower()
 
 
-#: Execution option of the SQLite engine's read-only view (`SqliteStore.quick_engine`): its
+#: Execution option of the SQLite engine's read-only view (`SqliteBackend.quick_engine`): its
 #: transactions begin with a plain BEGIN.
 SQLITE_READS = "ratchet_reads"
 

@@ -1,8 +1,8 @@
 """The run store's reads: functions of a connection, the same on SQLite and PostgreSQL.
 
-`Store` runs them on its quick pool (see `Store._quick`), or on the caller's connection where it
-passes one (the fan-in reads inside its transaction); `PostgresStore.get_output` reads a run with
-its transcript in one round trip and builds the output with `output_of`.
+`Store` runs them on its backend's quick pool (`Backend.quick`), or on the caller's connection
+where it passes one (the fan-in reads inside its transaction); on PostgreSQL `get_output` reads the
+run with its transcript in one round trip instead (`PostgresBackend.output`), then `output_of`.
 """
 
 from __future__ import annotations

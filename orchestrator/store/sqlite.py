@@ -17,75 +17,72 @@ from sqlalchemy.dialects import sqlite
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store import claims, statements
+from orchestrator.store import claims, statements, writes
+from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.schema import runs, sessions
-from orchestrator.store.store import Store
+from orchestrator.store.transcripts import TranscriptCache
 
 T = TypeVar("T")
 
 
-class SqliteStore(Store):
-    """`Store` on a SQLite file shared by the processes of one host."""
+class SqliteBackend(Backend):
+    """The store on a SQLite file shared by the processes of one host."""
 
-    def _open_quick_engine(self) -> Engine:
-        """The same pool as `engine`, its transactions begun with a plain BEGIN."""
-        return self.engine.execution_options(**{SQLITE_READS: True})
+    def __init__(self, engine: Engine) -> None:
+        # Reads: the same pool, their transactions begun with a plain BEGIN. Lazy writes: a pool
+        # of its own at synchronous=NORMAL, so the claim and lease renewals do not wait for an
+        # fsync (as the claim on PostgreSQL does not wait for its WAL flush); the next synced
+        # commit flushes the WAL in order, these first.
+        lazy = open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
+        super().__init__(engine, quick_engine=engine.execution_options(**{SQLITE_READS: True}), lazy_engine=lazy)
 
-    def _open_lazy_engine(self) -> Engine:
-        """A pool of its own at `synchronous=NORMAL`, so the claim and lease renewals do not wait
-        for an fsync (as the claim on PostgreSQL does not wait for its WAL flush). The next synced
-        commit flushes the WAL in order, these first."""
-        return open_engine(self.engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
-
-    def _quick(self, work: Callable[[Connection], T]) -> T:
+    def quick(self, work: Callable[[Connection], T]) -> T:
         with self.quick_engine.connect() as conn:
             return work(conn)
 
-    def _lazy(self, work: Callable[[Connection], T]) -> T:
+    def lazy(self, work: Callable[[Connection], T]) -> T:
         with self.lazy_engine.begin() as conn:  # BEGIN IMMEDIATE, committed without its fsync
             return work(conn)
 
-    def _one_statement(self) -> AbstractContextManager[Connection]:
+    def single_statement(self) -> AbstractContextManager[Connection]:
         return self.engine.begin()
 
-    def _create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
+    def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         now = values["created_at"]
         conn.execute(
             sqlite.insert(sessions).values(session_id=values["session_id"], created_at=now).on_conflict_do_nothing()
         )
         record = RunRecord.from_row(conn.execute(insert(runs).values(**values).returning(*runs.c)).one())
-        self._insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
+        writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
         return record
 
-    def _claim_on(self, conn: Connection, params: dict[str, Any]) -> Claim | None:
+    def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         row = conn.execute(statements.CLAIM, params).first()
         if row is None:
             return None
         record = RunRecord.from_row(row)
-        return Claim(record=record, transcript=claims.transcript(conn, self.transcripts, record))
+        return Claim(record=record, transcript=claims.transcript(conn, cache, record))
 
-    def _commit(
-        self, conn: Connection, claim: Claim, params: dict[str, Any], new_messages: Sequence[Message], *, final: bool
+    def commit(
+        self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
     ) -> RunRecord | None:
         row = conn.execute(statements.COMMIT, params).first()
         if row is None:
             return None
         record = RunRecord.from_row(row)
         start = record.n_messages - len(new_messages)
-        self._insert_messages(
-            conn, claim.run_id, start, new_messages, params["b_now"], seq=claim.record.seq, epoch=claim.epoch
-        )
+        writes.insert_messages(conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch)
         return record
 
-    def _on_final(self, conn: Connection, run_id: str) -> None:
+    def on_final(self, conn: Connection, run_id: str) -> None:
         """Nothing to send: waiters poll."""
 
     def final_watcher(self) -> FinalWatcher | None:
         return None
 
-    def _dispose(self) -> None:
+    def dispose(self) -> None:
         self.engine.dispose(close=False)  # the quick engine shares its pool
         self.lazy_engine.dispose(close=False)

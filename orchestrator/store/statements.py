@@ -2,7 +2,7 @@
 
 Building a SQLAlchemy statement costs more than running it on SQLite (a fifth of a worker's
 CPU per step in our profiles), so the per-step hot path uses these prebuilt statements with
-bound parameters. They encode exactly the guarded moves `Store._move` would build, and take the
+bound parameters. They encode exactly the guarded moves `writes.move` would build, and take the
 status they write from `status.transition` like every other write: the claim's move is checked
 here, once, at import (even under `python -O`); the commit's status is a bound value, checked by
 `Store.commit_step` on each call.
@@ -209,7 +209,7 @@ def _claim_pg() -> Select[Any]:
 
 
 #: PostgreSQL, autocommitted: CLAIM, returning the claimed row with the messages from `b_since`
-#: on; the claim does not wait for its WAL flush (see `Store.claim`).
+#: on; the claim does not wait for its WAL flush (see `PostgresBackend.lazy`).
 CLAIM_PG = _claim_pg()
 #: PostgreSQL: the run `b_run_id` with its messages from `b_since` on.
 RUN_PG = with_messages(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))

@@ -1,15 +1,15 @@
 """The run store: every read and write of runs, messages and events, behind one interface.
 
 `Store` holds what both databases share: the guarded moves, the fenced writes of a claimed step,
-the outbox marker (`outbox.due_at`) and the reads (functions of a connection in `reads.py`).
-Its implementations, `SqliteStore` (`sqlite.py`) and `PostgresStore` (`postgres.py`), hold what
-differs: the pools reads and lazy writes run on, how a new run, the claim and a step's commit
-reach the database, and how a producer waiting for a run hears that it stopped. `Store(engine)`
-and `Store.open(url)` return the one for the engine's database.
+the outbox marker (`outbox.due_at`), and the reads and writes that are functions of a connection
+(`reads.py`, `writes.py`). What differs between the two (the pools, how a new run, the claim and
+a step's commit reach the database, how a waiting producer hears that a run stopped) is its
+backend's: `SqliteBackend` (`sqlite.py`) or `PostgresBackend` (`postgres.py`), behind the
+interface in `backend.py`, chosen from the engine.
 
-Writes that change a run go through `_move`, which takes the status it writes from
-`status.transition` and applies the move as one guarded UPDATE (status, and the epoch when the
-caller holds one). Zero rows updated means somebody else moved the run first: the caller's write
+Writes that change a run go through `move` (`writes.move`), which takes the status it writes
+from `status.transition` and applies the move as one guarded UPDATE (status, and the epoch when
+the caller holds one). Zero rows updated means somebody else moved the run first: the caller's write
 is a no-op or a `FencedError`, never a clobber. Messages are appended, never rewritten, each row
 stamped with the step and epoch that wrote it.
 """
@@ -19,50 +19,41 @@ from __future__ import annotations
 import json
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, insert
 
 from orchestrator.errors import ConfigurationError, FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import reads, statements
+from orchestrator.store import reads, statements, writes
+from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import is_migrated, migrate, open_engine
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
-from orchestrator.store.schema import events, messages, runs, tool_starts
+from orchestrator.store.postgres import PostgresBackend
+from orchestrator.store.schema import events, runs
+from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.transcripts import TranscriptCache
-from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
 
 S = RunStatus
 T = TypeVar("T")
 
 
-class Store(ABC):
+class Store:
     """Reads and guarded writes of the run store. Thread-safe; one per process and URL."""
-
-    def __new__(cls, engine: Engine, *, clock: Callable[[], float] = time.time) -> Store:
-        """`Store(engine)` is the implementation for the engine's database (as `pathlib.Path()`
-        is a `PosixPath` or a `WindowsPath`)."""
-        if cls is not Store:
-            return super().__new__(cls)
-        from orchestrator.store.postgres import PostgresStore  # they import this module
-        from orchestrator.store.sqlite import SqliteStore
-
-        return super().__new__(PostgresStore if engine.dialect.name == "postgresql" else SqliteStore)
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.clock = clock
+        self._backend = _backend_for(engine)
         #: Reads, and the claim on PostgreSQL.
-        self.quick_engine = self._open_quick_engine()
-        #: Writes that need not survive an OS crash: the claim and lease renewals.
-        self.lazy_engine = self._open_lazy_engine()
+        self.quick_engine = self._backend.quick_engine
+        #: Writes that need not survive an OS crash: the claim and lease renewals (SQLite).
+        self.lazy_engine = self._backend.lazy_engine
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
 
@@ -80,63 +71,17 @@ class Store(ABC):
                     raise ConfigurationError(
                         f"the database has no Ratchet tables; run `ratchet migrate` first ({engine.url!r})"
                     )
-                store = _cache[url] = cls(engine)  # the implementation for the database: see __new__
+                store = _cache[url] = cls(engine)
             return store
 
-    # ---------------------------------------------------------------- what each database does its own way
-
-    @abstractmethod
-    def _open_quick_engine(self) -> Engine:
-        """The engine reads run on (see `_quick`)."""
-
-    @abstractmethod
-    def _open_lazy_engine(self) -> Engine:
-        """The engine of writes that need not survive an OS crash (see `_lazy`)."""
-
-    @abstractmethod
-    def _quick(self, work: Callable[[Connection], T]) -> T:
-        """Run the read `work` on a connection of the quick pool, committed if it must be."""
-
-    @abstractmethod
-    def _lazy(self, work: Callable[[Connection], T]) -> T:
-        """Run the write `work` committed without waiting for the disk: lost in an OS crash, it
-        leaves the run as it was, and every write it fences (by epoch and owner) fails."""
-
-    @abstractmethod
-    def _one_statement(self) -> AbstractContextManager[Connection]:
-        """A connection in a transaction for a write the database does in one statement."""
-
-    @abstractmethod
-    def _create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
-        """Insert the run `values`, its session if new, and its input (stamped seq 0, epoch 0)."""
-
-    @abstractmethod
-    def _claim_on(self, conn: Connection, params: dict[str, Any]) -> Claim | None:
-        """Run `statements.CLAIM` with `params` and read the claimed run's transcript."""
-
-    @abstractmethod
-    def _commit(
-        self, conn: Connection, claim: Claim, params: dict[str, Any], new_messages: Sequence[Message], *, final: bool
-    ) -> RunRecord | None:
-        """Run `statements.COMMIT` with `params` and append `new_messages` (stamped with the
-        claimed step); None, and nothing written, when the guard did not match."""
-
-    @abstractmethod
-    def _on_final(self, conn: Connection, run_id: str) -> None:
-        """The run reaches a final status when the caller's transaction commits."""
-
-    @abstractmethod
     def final_watcher(self) -> FinalWatcher | None:
-        """The process's listener for runs reaching a final status (None: waiters poll)."""
-
-    @abstractmethod
-    def _dispose(self) -> None:
-        """Let go of the pools and connections (after a fork, or when the store is forgotten)."""
+        """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
+        return self._backend.final_watcher()
 
     # ---------------------------------------------------------------- reads
 
     def _read(self, conn: Connection | None, read: Callable[[Connection], T]) -> T:
-        return read(conn) if conn is not None else self._quick(read)
+        return read(conn) if conn is not None else self._backend.quick(read)
 
     def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
         """The run's row, or RunNotFoundError."""
@@ -152,27 +97,27 @@ class Store(ABC):
 
     def get_output(self, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs (recursively)."""
-        return self._quick(lambda c: reads.get_output(c, run_id))
+        return self._backend.quick(lambda c: self._backend.output(c, run_id))
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""
-        return self._quick(lambda c: reads.get_session(c, session_id))
+        return self._backend.quick(lambda c: reads.get_session(c, session_id))
 
     def get_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
-        return self._quick(lambda c: reads.get_events(c, run_id))
+        return self._backend.quick(lambda c: reads.get_events(c, run_id))
 
     def started_tool_calls(self, run_id: str) -> set[str]:
         """Ids of at-most-once calls that were started (finished or not)."""
-        return self._quick(lambda c: reads.started_tool_calls(c, run_id))
+        return self._backend.quick(lambda c: reads.started_tool_calls(c, run_id))
 
     def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
         """Whether a result of this tool call is stored (a retried append looks before writing)."""
-        return self._quick(lambda c: reads.has_tool_result(c, run_id, tool_call_id))
+        return self._backend.quick(lambda c: reads.has_tool_result(c, run_id, tool_call_id))
 
     def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
         """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
-        return self._quick(lambda c: reads.due_runs(c, now=now, limit=limit))
+        return self._backend.quick(lambda c: reads.due_runs(c, now=now, limit=limit))
 
     # ---------------------------------------------------------------- producer writes
 
@@ -194,14 +139,6 @@ class Store(ABC):
         """Write the run (QUEUED, first step a model call, published by the caller) and its
         input, atomically: on PostgreSQL in one statement (autocommitted unless `conn`, the
         caller's transaction, is given), on SQLite in one transaction."""
-        if conn is None:
-            with self._one_statement() as c:
-                return self.create_run(
-                    run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-                    input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
-                    forked_from=forked_from, system_message=system_message,
-                    parent_tool_call_id=parent_tool_call_id, conn=c,
-                )  # fmt: skip
         now = self.clock()
         values: dict[str, Any] = dict(
             run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
@@ -212,79 +149,25 @@ class Store(ABC):
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None,
             error_type=None, error_message=None, created_at=now, updated_at=now,
         )  # fmt: skip
-        return self._create(conn, values, input_messages)
+        if conn is not None:
+            return self._backend.create(conn, values, input_messages)
+        with self._backend.single_statement() as c:
+            return self._backend.create(c, values, input_messages)
 
     def _insert_messages(
-        self,
-        conn: Connection,
-        run_id: str,
-        start: int,
-        items: Sequence[Message],
-        now: float,
-        *,
-        seq: int | None = None,
-        epoch: int | None = None,
-    ) -> None:
-        """Append `items` at index `start` on, written by step `seq` at `epoch` (see the schema)."""
-        if items:
-            conn.execute(
-                insert(messages),
-                [
-                    {**m.to_row(), "run_id": run_id, "idx": start + i, "created_at": now, "seq": seq, "epoch": epoch}
-                    for i, m in enumerate(items)
-                ],
-            )
+        self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float,
+        seq: int | None = None, epoch: int | None = None,
+    ) -> None:  # fmt: skip
+        """Append `items` at index `start` on, written by step `seq` at `epoch` (`writes.insert_messages`;
+        left NULL, as on rows older than the columns, when not given)."""
+        writes.insert_messages(conn, run_id, start, items, now, seq=seq, epoch=epoch)
 
     def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
         """Record something that happened to a run (in the caller's transaction)."""
-        conn.execute(
-            insert(events).values(
-                run_id=run_id,
-                at=self.clock(),
-                kind=kind,
-                seq=seq,
-                detail=json.dumps(detail, default=str) if detail else None,
-            )
-        )
+        text = json.dumps(detail, default=str) if detail else None
+        conn.execute(insert(events).values(run_id=run_id, at=self.clock(), kind=kind, seq=seq, detail=text))
 
     # ---------------------------------------------------------------- the guarded move
-
-    def _move(
-        self,
-        conn: Connection,
-        run_id: str,
-        *,
-        src: Iterable[RunStatus],
-        dst: RunStatus,
-        epoch: int | None = None,
-        bump_epoch: bool = False,
-        extra_where: Any = None,
-        publish_grace: float | None = None,
-        delay: float = 0.0,
-        **values: Any,
-    ) -> RunRecord | None:
-        """Apply `src -> dst` if the run is in one of `src` (and at `epoch`); the new row or None.
-        The outbox marker follows `dst` (`publish_grace`, `delay`: see `outbox`)."""
-        if "publish_after" in values:
-            raise TypeError("the outbox marker is set from publish_grace (store/outbox.py), not written directly")
-        src = tuple(src)
-        now = self.clock()
-        values["status"] = transition(src, dst)
-        values["updated_at"] = now
-        values["publish_after"] = due_at(dst, now, publish_grace=publish_grace, delay=delay)
-        if bump_epoch:
-            values["epoch"] = runs.c.epoch + 1
-        where = [runs.c.run_id == run_id, runs.c.status.in_([s.value for s in src])]
-        if epoch is not None:
-            where.append(runs.c.epoch == epoch)
-        if extra_where is not None:
-            where.append(extra_where)
-        row = conn.execute(update(runs).where(*where).values(**values).returning(*runs.c)).first()
-        if row is None:
-            return None
-        if dst.is_final:
-            self._on_final(conn, run_id)
-        return RunRecord.from_row(row)
 
     def move(
         self,
@@ -297,47 +180,45 @@ class Store(ABC):
         event: str | None = None,
         new_messages: Sequence[Message] = (),
         publish_grace: float | None = None,
+        delay: float = 0.0,
         conn: Connection | None = None,
         extra_where: Any = None,
         **values: Any,
     ) -> RunRecord | None:
-        """A guarded move, appending `new_messages` when it succeeds (stamped with the seq and
-        epoch it leaves the run at); in its own transaction unless `conn` (the caller's) is given.
-
-        A move to QUEUED sets the outbox marker: `publish_grace` when the caller publishes the
-        step after the move, None when it leaves that to the sweeper (see `outbox`)."""
+        """Apply `src -> dst` if the run is in one of `src` (and at `epoch`), setting `values`;
+        the new row, or None if the guard did not match. In its own transaction unless `conn`
+        (the caller's) is given. When it moves, it appends `new_messages` (stamped with the seq
+        and epoch it leaves the run at) and logs `event`. A move to QUEUED sets the outbox
+        marker: `publish_grace` when the caller publishes the step after the move, None when the
+        sweeper is to; `delay`: not before then (see `outbox`)."""
         if conn is None:
             with self.engine.begin() as c:
                 return self.move(
                     run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
-                    new_messages=new_messages, publish_grace=publish_grace, conn=c, extra_where=extra_where,
-                    **values,
+                    new_messages=new_messages, publish_grace=publish_grace, delay=delay, conn=c,
+                    extra_where=extra_where, **values,
                 )  # fmt: skip
         if new_messages:
             values["n_messages"] = runs.c.n_messages + len(new_messages)
-        record = self._move(
-            conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, extra_where=extra_where,
-            publish_grace=publish_grace, **values,
+        record = writes.move(
+            conn, run_id, src=src, dst=dst, now=self.clock(), epoch=epoch, bump_epoch=bump_epoch,
+            extra_where=extra_where, publish_grace=publish_grace, delay=delay, values=values,
         )  # fmt: skip
-        if record is not None:
-            start = record.n_messages - len(new_messages)
-            self._insert_messages(
-                conn, run_id, start, new_messages, record.updated_at, seq=record.seq, epoch=record.epoch
-            )
-            if event:
-                self.log_event(conn, run_id, event, record.seq, to=dst.value)
+        if record is None:
+            return None
+        start = record.n_messages - len(new_messages)
+        self._insert_messages(conn, run_id, start, new_messages, record.updated_at, record.seq, record.epoch)
+        if event:
+            self.log_event(conn, run_id, event, record.seq, to=dst.value)
+        if dst.is_final:
+            self._backend.on_final(conn, run_id)
         return record
 
     def mark_due(self, run_id: str, *, epoch: int, publish_grace: float | None = None) -> bool:
         """Set a QUEUED run's outbox marker again (not a move): `publish_grace` when the caller
         publishes its step now, None when it could not (the next sweep publishes it)."""
         with self.engine.begin() as conn:
-            result = conn.execute(
-                update(runs)
-                .where(runs.c.run_id == run_id, runs.c.epoch == epoch, runs.c.status == S.QUEUED.value)
-                .values(publish_after=due_at(S.QUEUED, self.clock(), publish_grace=publish_grace))
-            )
-            return bool(result.rowcount)
+            return writes.mark_due(conn, run_id, epoch=epoch, now=self.clock(), publish_grace=publish_grace)
 
     # ---------------------------------------------------------------- worker writes
 
@@ -355,7 +236,7 @@ class Store(ABC):
             b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
             b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
         )  # fmt: skip
-        return self._lazy(lambda conn: self._claim_on(conn, params))
+        return self._backend.lazy(lambda conn: self._backend.claim(conn, params, self.transcripts))
 
     def commit_step(
         self,
@@ -376,7 +257,7 @@ class Store(ABC):
         messages go into this process's transcript cache. With `conn`, the caller's transaction
         carries it and the caller calls `remember` once that committed."""
         if conn is None:
-            with self._one_statement() as c:
+            with self._backend.single_statement() as c:
                 committed = self.commit_step(
                     claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
                     content=content, system_message=system_message, conn=c,
@@ -390,7 +271,7 @@ class Store(ABC):
             b_publish_after=due_at(status, now, publish_grace=publish_grace),
             b_content=content, b_system=system_message,
         )  # fmt: skip
-        record = self._commit(conn, claim, params, new_messages, final=status.is_final)
+        record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
@@ -401,20 +282,11 @@ class Store(ABC):
         """Commit one finished tool call's result now, so a crash later never re-runs it."""
         now = self.clock()
         with self.engine.begin() as conn:
-            row = conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value,
-                    held(claim, now),
-                )
-                .values(n_messages=runs.c.n_messages + 1, updated_at=now)
-                .returning(runs.c.n_messages)
-            ).first()  # fmt: skip
-            if row is None:
+            count = writes.count_tool_result(conn, claim, now)
+            if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
-            start = row.n_messages - 1
-            self._insert_messages(conn, claim.run_id, start, [message], now, seq=claim.record.seq, epoch=claim.epoch)
-        self.transcripts.extend(claim.run_id, start, [message])
+            self._insert_messages(conn, claim.run_id, count - 1, [message], now, claim.record.seq, claim.epoch)
+        self.transcripts.extend(claim.run_id, count - 1, [message])
 
     def step_landed(self, claim: Claim) -> RunRecord | None:
         """After a write of the claimed step failed on a transient error: the run if that write
@@ -439,37 +311,16 @@ class Store(ABC):
         A producer that does not import the agents (`Client().start`, `ratchet run` without
         `--app`) cannot tell a team from an agent; reads look for member runs only under teams."""
         with self.engine.begin() as conn:
-            conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == claim.run_id,
-                    runs.c.epoch == claim.epoch,
-                    runs.c.lease_owner == claim.record.lease_owner,
-                )
-                .values(kind=kind)
-            )
+            writes.set_kind(conn, claim, kind)
 
     def renew_leases(self, held: Sequence[tuple[str, int, str]], *, lease_seconds: float) -> set[str]:
         """The heartbeat: extend the leases of the steps `held` as (run_id, epoch, owner), in one
         lazy UPDATE, to now + `lease_seconds`. Returns the owners renewed; a step not among them
-        is lost to its holder (fenced, cancelled, finished, or its lease already expired).
-
-        Guarded as every write of a step is (`claims.held`): an expired lease is not revived,
-        because the sweeper may be taking the run back at this very moment."""
+        is lost to its holder (fenced, cancelled, finished, or its lease already expired)."""
         if not held:
             return set()
         now = self.clock()
-        statement = (
-            update(runs)
-            .where(
-                runs.c.status == S.RUNNING.value,
-                runs.c.lease_expires_at > now,
-                tuple_(runs.c.run_id, runs.c.epoch, runs.c.lease_owner).in_(list(held)),
-            )
-            .values(lease_expires_at=now + lease_seconds)
-            .returning(runs.c.lease_owner)
-        )
-        return self._lazy(lambda conn: {r.lease_owner for r in conn.execute(statement)})
+        return self._backend.lazy(lambda conn: writes.renew_leases(conn, held, now=now, lease_seconds=lease_seconds))
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (a final run is
@@ -481,26 +332,9 @@ class Store(ABC):
 
     def record_tool_start(self, claim: Claim, tool_call_id: str, tool_name: str) -> None:
         """Mark an at-most-once call as started, before it runs (fenced by the epoch and the lease)."""
-        now = self.clock()
         with self.engine.begin() as conn:
-            found = conn.execute(
-                select(runs.c.run_id)
-                .where(
-                    runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value,
-                    held(claim, now),
-                )
-                # Locked until the start row commits, so no claim can take the run in between and
-                # miss the start (SQLite: BEGIN IMMEDIATE already serialises the two).
-                .with_for_update()
-            ).first()  # fmt: skip
-            if found is None:
+            if not writes.record_tool_start(conn, claim, tool_call_id, tool_name, self.clock()):
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before {tool_name} started")
-            conn.execute(
-                insert(tool_starts).values(
-                    run_id=claim.run_id, tool_call_id=tool_call_id, tool_name=tool_name,
-                    epoch=claim.epoch, started_at=self.clock(),
-                )
-            )  # fmt: skip
 
     def park_for_retry(
         self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
@@ -514,9 +348,9 @@ class Store(ABC):
         call the model again before the backoff (Retry-After) is over."""
         now = self.clock()
         with self.engine.begin() as conn:
-            record = self._move(
-                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=held(claim, now),
-                publish_grace=publish_grace if published else None, delay=delay,
+            record = self.move(
+                claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=held(claim, now),
+                publish_grace=publish_grace if published else None, delay=delay, conn=conn,
                 seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
             )  # fmt: skip
             if record is None:
@@ -544,13 +378,7 @@ class Store(ABC):
         the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
         a crash can have its epoch number reused by the next claim; see `claims.held`): a stale
         failure handler changes nothing (returns None)."""
-        values: dict[str, Any] = dict(
-            error_type=clip(error.get("type", "Error"), ERROR_TYPE_MAX),
-            error_message=clip(error.get("message", ""), ERROR_MESSAGE_MAX),
-            lease_owner=None, lease_expires_at=None,
-        )  # fmt: skip
-        if system_message is not None:
-            values["system_message"] = func.coalesce(runs.c.system_message, system_message)
+        values = writes.error_values(error, system_message)
         with self.engine.begin() as conn:
             record = self.move(
                 run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn,
@@ -571,5 +399,11 @@ def forget_stores() -> None:
     """Drop cached stores (after a fork, or between tests that change RATCHET_DATABASE_URL)."""
     with _cache_lock:
         for store in _cache.values():
-            store._dispose()
+            store._backend.dispose()
         _cache.clear()
+
+
+def _backend_for(engine: Engine) -> Backend:
+    if engine.dialect.name == "postgresql":
+        return PostgresBackend(engine)
+    return SqliteBackend(engine)
