@@ -81,5 +81,6 @@ class Backend(ABC):
         """The process's listener for runs reaching a final status (None: waiters poll)."""
 
     @abstractmethod
-    def dispose(self) -> None:
-        """Let go of the pools and connections (after a fork, or when the store is forgotten)."""
+    def dispose(self, *, close: bool) -> None:
+        """Drop the pools and stop listening; `close=False` leaves pooled connections open (see
+        `Store.dispose`)."""

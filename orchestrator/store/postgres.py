@@ -130,8 +130,8 @@ class PostgresBackend(Backend):
                 self._watcher = FinalWatcher(dsn)
             return self._watcher
 
-    def dispose(self) -> None:
+    def dispose(self, *, close: bool) -> None:
         if self._watcher is not None:
             self._watcher.close()
-        self.engine.dispose(close=False)  # the lazy engine too: it is the same
-        self.quick_engine.dispose(close=False)
+        self.engine.dispose(close=close)  # the lazy engine too: it is the same
+        self.quick_engine.dispose(close=close)

@@ -83,6 +83,6 @@ class SqliteBackend(Backend):
     def final_watcher(self) -> FinalWatcher | None:
         return None
 
-    def dispose(self) -> None:
-        self.engine.dispose(close=False)  # the quick engine shares its pool
-        self.lazy_engine.dispose(close=False)
+    def dispose(self, *, close: bool) -> None:
+        self.engine.dispose(close=close)  # the quick engine shares its pool
+        self.lazy_engine.dispose(close=close)

@@ -78,6 +78,12 @@ class Store:
         """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
         return self._backend.final_watcher()
 
+    def dispose(self, *, close: bool = True) -> None:
+        """Drop the store's connection pools and stop its listener: for a store its opener owns;
+        cached ones are `forget_stores`' to drop. `close=False` (after a fork) leaves the pooled
+        connections, which the parent process still uses, open."""
+        self._backend.dispose(close=close)
+
     # ---------------------------------------------------------------- reads
 
     def _read(self, conn: Connection | None, read: Callable[[Connection], T]) -> T:
@@ -399,7 +405,7 @@ def forget_stores() -> None:
     """Drop cached stores (after a fork, or between tests that change RATCHET_DATABASE_URL)."""
     with _cache_lock:
         for store in _cache.values():
-            store._backend.dispose()
+            store.dispose(close=False)
         _cache.clear()
 
 
