@@ -177,7 +177,7 @@ class RunControl:
             run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
             new_messages=new, seq=record.seq + 1, next_step="tools" if owed else "model", attempts=0, retries=0,
             lease_owner=None, lease_expires_at=None, error_type=None, error_message=None,
-            publish_after=now + self.settings.publish_grace_seconds,
+            publish_grace=self.settings.publish_grace_seconds,
         )  # fmt: skip
         if moved is not None:
             self.publish(moved)
@@ -235,7 +235,7 @@ class RunControl:
                     broker_down = exc
         moved = self.store.move(
             team.run_id, src=(S.ERROR,), dst=S.WAITING, epoch=team.epoch, bump_epoch=True, event="continue",
-            next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None, publish_after=None,
+            next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None,
             error_type=None, error_message=None,
         )  # fmt: skip
         if moved is not None:
@@ -275,7 +275,7 @@ class RunControl:
         """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
         return self.store.move(
             run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
-            lease_owner=None, lease_expires_at=None, publish_after=None, next_step=None,
+            lease_owner=None, lease_expires_at=None, next_step=None,
         )  # fmt: skip
 
     def _cancel_members(self, run_id: str) -> None:

@@ -161,8 +161,7 @@ def fan_in(store: Store, conn: Connection, team_run_id: str, *, publish_grace: f
         return None
     return store.move(
         team_run_id, src=(S.WAITING,), dst=S.QUEUED, event="fan_in", new_messages=results, conn=conn,
-        seq=runs.c.seq + 1, next_step="model", attempts=0, retries=0,
-        publish_after=store.clock() + publish_grace,
+        seq=runs.c.seq + 1, next_step="model", attempts=0, retries=0, publish_grace=publish_grace,
     )  # fmt: skip
 
 
@@ -184,7 +183,7 @@ def _fail_team(
     # The answers of members that did finish are kept, so a continue re-runs none of them.
     moved = store.move(
         team.run_id, src=(S.WAITING,), dst=S.ERROR, new_messages=results, conn=conn,
-        error_type=error["type"], error_message=error["message"], next_step=None, publish_after=None,
+        error_type=error["type"], error_message=error["message"], next_step=None,
     )  # fmt: skip
     if moved is not None:
         store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error)

@@ -1,13 +1,15 @@
-"""Run states and the one table of legal moves between them.
+"""Run states, the one table of legal moves between them, and the one function that applies it.
 
-Nothing writes a run's status except the store's guarded moves (`Store._move` and the prebuilt
-statements in `store/statements.py`), which check every move against
-`TRANSITIONS` and apply it as a guarded `UPDATE ... WHERE status IN (...) AND epoch = ...`,
-so a duplicate delivery, a double-clicked continue or a stale worker changes nothing.
+A run is written QUEUED; every later write of its status takes its value from `transition`, which
+refuses a move the table lacks. The store applies the move as a guarded `UPDATE ... WHERE status
+IN (...) AND epoch = ...` (`store.writes.move`, and the prebuilt claim and commit in
+`store/statements.py`), so a duplicate delivery, a double-clicked continue or a stale worker
+changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -60,3 +62,14 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 def can_move(src: RunStatus, dst: RunStatus) -> bool:
     """Whether `src -> dst` is a legal move."""
     return dst in TRANSITIONS[src]
+
+
+def transition(src: Iterable[RunStatus], dst: RunStatus) -> str:
+    """The status value a write stores for a move from any of `src` to `dst`.
+
+    ValueError if the table lacks one of those moves: a bug in Ratchet, never in its input. A
+    plain check, not an `assert`, so `python -O` keeps it."""
+    for s in src:
+        if not can_move(s, dst):
+            raise ValueError(f"illegal run transition {s} -> {dst}")
+    return dst.value

@@ -67,10 +67,10 @@ class Sweeper:
         now = self.store.clock()
         expired, due = self.store.due_runs(now=now)
         for record in expired:
-            self._each(report, record.run_id, self._expired, record, now)
+            self._each(report, record.run_id, self._expired, record)
         for record in due:
             if record.next_step is not None:
-                self._each(report, record.run_id, self._due, record, now)
+                self._each(report, record.run_id, self._due, record)
         # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
         with self.store.quick_engine.connect() as conn:
             waiting = teams_to_fan_in(conn)
@@ -91,7 +91,7 @@ class Sweeper:
             report.failed.append(run_id)
             log.exception("sweep: run %s could not be handled; the next pass tries again", run_id)
 
-    def _expired(self, report: SweepReport, record: RunRecord, now: float) -> None:
+    def _expired(self, report: SweepReport, record: RunRecord) -> None:
         """A RUNNING run whose lease expired: back to QUEUED with a new epoch, or a poison step."""
         if record.attempts >= self.settings.max_step_attempts:
             error = PoisonStepError(
@@ -109,15 +109,15 @@ class Sweeper:
         moved = self.store.move(
             record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
             event="lease_expired", lease_owner=None, lease_expires_at=None,
-            publish_after=now + self.settings.publish_grace_seconds,
+            publish_grace=self.settings.publish_grace_seconds,
         )  # fmt: skip
         if moved is not None:
             report.requeued.append(moved.run_id)
             self.engine.publish(StepRef.of(moved))
 
-    def _due(self, report: SweepReport, record: RunRecord, now: float) -> None:
+    def _due(self, report: SweepReport, record: RunRecord) -> None:
         """A QUEUED step nobody claimed in time: publish it again."""
-        if self.store.mark_due(record.run_id, epoch=record.epoch, when=now + self.settings.publish_grace_seconds):
+        if self.store.mark_due(record.run_id, epoch=record.epoch, publish_grace=self.settings.publish_grace_seconds):
             report.republished.append(record.run_id)
             self.engine.publish(StepRef.of(record))
 

@@ -2,9 +2,10 @@
 
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts with
 `BEGIN IMMEDIATE`, so two writers queue on the lock instead of deadlocking on an upgrade from a
-read lock (SQLite has no SELECT ... FOR UPDATE). Reads (the store's quick engine) start with a
-plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. `PRAGMA synchronous` is
-RATCHET_SQLITE_SYNCHRONOUS (FULL by default: a commit survives an OS crash or a power loss).
+read lock (SQLite has no SELECT ... FOR UPDATE). Reads (on an engine with `SQLITE_READS` set)
+start with a plain BEGIN: in WAL mode they neither wait for a writer nor hold one up. `PRAGMA
+synchronous` is RATCHET_SQLITE_SYNCHRONOUS (FULL by default: a commit survives an OS crash or a
+power loss).
 
 PostgreSQL uses psycopg 3, and every transaction runs READ COMMITTED whatever the database's
 `default_transaction_isolation`: the fan-in reads its members' rows after it waited for the team's
@@ -67,49 +68,15 @@ def autocommit_is_read_committed(engine: Engine) -> bool:
     Such a statement runs at the database's `default_transaction_isolation`, which only a
     session setting could change (and a transaction-pooling PgBouncer does not keep those). On a
     database set to a stricter default, the store sends its single statements in transactions
-    pinned to READ COMMITTED instead: one round trip more each (`Store`)."""
+    pinned to READ COMMITTED instead: one round trip more each (`PostgresBackend`)."""
     with engine.connect() as conn:
         level = conn.exec_driver_sql("SHOW default_transaction_isolation").scalar()
     return str(level).lower() == PG_ISOLATION.lower()
 
 
-#: Execution option of the SQLite engine's read-only view: its transactions begin with a plain BEGIN.
-_READS = "ratchet_reads"
-
-
-def open_quick_engine(engine: Engine, *, autocommit: bool = True) -> Engine:
-    """The engine for reads and for the claim.
-
-    SQLite: the same pool, its transactions started with a plain BEGIN (the claim, a write, does
-    not use it there). PostgreSQL: a second pool, autocommit, so a read or the claim's
-    single statement costs one round trip (no BEGIN, COMMIT or ROLLBACK). It is built from the
-    engine's URL (so PGOPTIONS, a service file or `?options=` apply to both pools alike) and sets
-    nothing on its sessions, so it is safe behind a transaction-pooling PgBouncer: the claim
-    turns off synchronous commit for its own transaction only (`statements.CLAIM_PG`). Every
-    durable write goes through `engine`.
-
-    No pre-ping: the store retries a read or a claim once when the server dropped its connection,
-    so a database restart costs one failed round trip, not a ping before every statement.
-
-    `autocommit=False` (a database whose default isolation is stricter than READ COMMITTED, see
-    `autocommit_is_read_committed`): the pool's transactions run READ COMMITTED instead, and the
-    store commits each one."""
-    if engine.dialect.name == "sqlite":
-        return engine.execution_options(**{_READS: True})
-    level = "AUTOCOMMIT" if autocommit else PG_ISOLATION
-    return create_engine(engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20)
-
-
-def open_lazy_engine(engine: Engine) -> Engine:
-    """The engine for writes that need not survive an OS crash: the claim and lease renewals.
-
-    SQLite: a pool of its own at `synchronous=NORMAL`, so these commits do not wait for an fsync
-    (as the claim on PostgreSQL does not wait for its WAL flush). Lost in an OS crash, a claim
-    leaves the run as it was and the step's own commit, fenced by it, fails; the next synced
-    commit flushes the WAL in order, claim first. PostgreSQL: `engine` itself."""
-    if engine.dialect.name != "sqlite":
-        return engine
-    return open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
+#: Execution option of the SQLite engine's read-only view (`SqliteBackend.quick_engine`): its
+#: transactions begin with a plain BEGIN.
+SQLITE_READS = "ratchet_reads"
 
 
 def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: Any) -> Engine:
@@ -136,7 +103,7 @@ def _sqlite_engine(url: str, database: str | None, synchronous: str, **kwargs: A
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READS) else "BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(SQLITE_READS) else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -163,10 +130,11 @@ def is_migrated(engine: Engine) -> bool:
 
 
 __all__ = [
+    "PG_ISOLATION",
+    "SQLITE_READS",
     "autocommit_is_read_committed",
+    "is_migrated",
     "migrate",
     "normalise_url",
     "open_engine",
-    "open_quick_engine",
-    "is_migrated",
 ]

@@ -83,6 +83,13 @@ messages = Table(
     Column("tool_args", Text, nullable=True),
     Column("tool_call_error", Boolean, nullable=False, default=False),
     Column("created_at", Float, nullable=False),
+    # The run's step counter and fencing token under which the row was written (migration 0003;
+    # NULL on older rows), so an audit can tell which attempt produced it. A step's messages (its
+    # commit, each tool result, the in-flight messages its failure flushes) carry its claim's
+    # seq and epoch; a write outside a step (a new run's input, a continue's message, a fan-in's
+    # results) carries the seq and epoch that write left the run at.
+    Column("seq", Integer, nullable=True),
+    Column("epoch", Integer, nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # A tool call has at most one result: a second append of the same result fails loudly.

@@ -2,8 +2,10 @@
 
 Building a SQLAlchemy statement costs more than running it on SQLite (a fifth of a worker's
 CPU per step in our profiles), so the per-step hot path uses these prebuilt statements with
-bound parameters. They encode exactly the guarded moves `Store._move` would build; the moves
-they make are checked against `status.TRANSITIONS` here, once, at import.
+bound parameters. They encode exactly the guarded moves `writes.move` would build, and take the
+status they write from `status.transition` like every other write: the claim's move is checked
+here, once, at import (even under `python -O`); the commit's status is a bound value, checked by
+`Store.commit_step` on each call.
 
 On PostgreSQL the commit is one statement (`COMMIT_PG`): the guarded move, the append of the
 step's messages and, for a final move, the NOTIFY that wakes waiting producers, so it needs
@@ -38,15 +40,12 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 
 from orchestrator.messages import Message
-from orchestrator.status import RunStatus, can_move
+from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
 from orchestrator.store.schema import messages, runs, sessions
 
 S = RunStatus
 NO_CAP = 2**31 - 1
-
-for _src, _dst in ((S.QUEUED, S.RUNNING), (S.RUNNING, S.RUNNING)):
-    assert can_move(_src, _dst), f"the claim's move {_src} -> {_dst} is not in the transition table"
 
 #: Take the run for step (seq, kind): QUEUED, or RUNNING with an expired lease; bump the epoch.
 CLAIM = (
@@ -62,7 +61,7 @@ CLAIM = (
         runs.c.attempts < bindparam("b_cap", type_=Integer),
     )
     .values(
-        status=S.RUNNING.value,
+        status=transition((S.QUEUED, S.RUNNING), S.RUNNING),
         updated_at=bindparam("b_now", type_=Float),
         epoch=runs.c.epoch + 1,
         lease_owner=bindparam("b_owner", type_=String),
@@ -107,19 +106,20 @@ _APPENDED = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool
 _ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean)
 
 
-def _append_messages(source: CTE, first_idx: Any) -> CTE:
+def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any) -> CTE:
     """PostgreSQL: INSERT the bound `message_arrays` as messages of the run `source` returns, at
-    `first_idx` onwards; nothing when `source` returns no row (a guard that did not match)."""
+    `first_idx` onwards, written by step `seq` at `epoch`; nothing when `source` returns no row (a
+    guard that did not match)."""
     rows = (
         func.unnest(*(bindparam(f"b_m_{c}", type_=ARRAY(t)) for c, t in zip(_APPENDED, _ARRAY_TYPES, strict=True)))
         .table_valued(*_APPENDED, with_ordinality="ord")
         .render_derived(name="m")
     )
     return insert(messages).from_select(
-        ["run_id", "idx", *_APPENDED, "created_at"],
+        ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch"],
         select(
             source.c.run_id, first_idx + rows.c.ord - 1, *(rows.c[c] for c in _APPENDED),
-            bindparam("b_now", type_=Float),
+            bindparam("b_now", type_=Float), seq, epoch,
         ).select_from(source).join(rows, true()),
     ).cte(f"{source.name}_messages")  # fmt: skip
 
@@ -130,11 +130,16 @@ def _commit_pg(notify: bool) -> Select[Any]:
     if notify:
         columns.append(func.pg_notify(CHANNEL, moved.c.run_id).label("notified"))
     first = moved.c.n_messages - bindparam("b_count", type_=Integer)
-    return select(*columns).add_cte(_append_messages(moved, first))
+    # Written by the claimed step: its seq (the move advances the run's) at the claim's epoch.
+    appended = _append_messages(
+        moved, first, seq=bindparam("b_step", type_=Integer), epoch=bindparam("b_epoch", type_=Integer)
+    )
+    return select(*columns).add_cte(appended)
 
 
 #: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
-#: parameters and `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
+#: parameters, `b_step` (the claimed step's seq) and `message_arrays(new_messages)`. Zero rows:
+#: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
 #: The same for a move to a final status, which also wakes the run's waiters when it commits.
 COMMIT_PG_FINAL = _commit_pg(notify=True)
@@ -153,7 +158,7 @@ def _create_pg() -> Select[Any]:
         .returning(*runs.c)
         .cte("new_run")
     )
-    return select(run).add_cte(session, _append_messages(run, 0))
+    return select(run).add_cte(session, _append_messages(run, 0, seq=run.c.seq, epoch=run.c.epoch))
 
 
 #: PostgreSQL: a new run, its session if new, and its input messages in one statement; bind
@@ -204,7 +209,7 @@ def _claim_pg() -> Select[Any]:
 
 
 #: PostgreSQL, autocommitted: CLAIM, returning the claimed row with the messages from `b_since`
-#: on; the claim does not wait for its WAL flush (see `Store.claim`).
+#: on; the claim does not wait for its WAL flush (see `PostgresBackend.lazy`).
 CLAIM_PG = _claim_pg()
 #: PostgreSQL: the run `b_run_id` with its messages from `b_since` on.
 RUN_PG = with_messages(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))

@@ -1,10 +1,17 @@
-"""The run store: every read and write of runs, messages and events.
+"""The run store: every read and write of runs, messages and events, behind one interface.
 
-Writes that change a run go through `_move`, which checks the move against
-`status.TRANSITIONS` and applies it as one guarded UPDATE (status, and the epoch when the caller
-holds one). Zero rows updated means somebody else moved the run first: the caller's write is a
-no-op or a `FencedError`, never a clobber. Messages are appended, never rewritten.
-The reads are in `reads.py` (`StoreReads`, a base of `Store`).
+`Store` holds what both databases share: the guarded moves, the fenced writes of a claimed step,
+the outbox marker (`outbox.due_at`), and the reads and writes that are functions of a connection
+(`reads.py`, `writes.py`). What differs between the two (the pools, how a new run, the claim and
+a step's commit reach the database, how a waiting producer hears that a run stopped) is its
+backend's: `SqliteBackend` (`sqlite.py`) or `PostgresBackend` (`postgres.py`), behind the
+interface in `backend.py`, chosen from the engine.
+
+Writes that change a run go through `move` (`writes.move`), which takes the status it writes
+from `status.transition` and applies the move as one guarded UPDATE (status, and the epoch when
+the caller holds one). Zero rows updated means somebody else moved the run first: the caller's write
+is a no-op or a `FencedError`, never a clobber. Messages are appended, never rewritten, each row
+stamped with the step and epoch that wrote it.
 """
 
 from __future__ import annotations
@@ -13,84 +20,42 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, tuple_, update
-from sqlalchemy.dialects import sqlite
+from sqlalchemy import Connection, Engine, insert
 
 from orchestrator.errors import ConfigurationError, FencedError
 from orchestrator.messages import Message
-from orchestrator.run import RunRecord
-from orchestrator.status import RunStatus, can_move
-from orchestrator.store import statements
-from orchestrator.store.database import (
-    autocommit_is_read_committed,
-    is_migrated,
-    migrate,
-    open_engine,
-    open_lazy_engine,
-    open_quick_engine,
-)
-from orchestrator.store.notify import FinalWatcher, notify_final
-from orchestrator.store.reads import StoreReads
-from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
-from orchestrator.store.transcripts import Transcript, TranscriptCache
-from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
+from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.status import RunStatus, transition
+from orchestrator.store import reads, statements, writes
+from orchestrator.store.backend import Backend
+from orchestrator.store.claims import Claim, held
+from orchestrator.store.database import is_migrated, migrate, open_engine
+from orchestrator.store.notify import FinalWatcher
+from orchestrator.store.outbox import due_at
+from orchestrator.store.postgres import PostgresBackend
+from orchestrator.store.schema import events, runs
+from orchestrator.store.sqlite import SqliteBackend
+from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A claimed step: the run as the claim left it, and its stored messages."""
-
-    record: RunRecord
-    transcript: Transcript
-
-    @property
-    def messages(self) -> list[Message]:
-        return self.transcript.messages
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
-
-    @property
-    def epoch(self) -> int:
-        return self.record.epoch
-
-
-class Store(StoreReads):
+class Store:
     """Reads and guarded writes of the run store. Thread-safe; one per process and URL."""
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.clock = clock
-        self._is_pg = engine.dialect.name == "postgresql"
-        #: PostgreSQL: single statements (the claim, a step's commit, a new run, reads) are sent
-        #: autocommitted, unless the database's default isolation is stricter than READ COMMITTED.
-        self._autocommit = self._is_pg and autocommit_is_read_committed(engine)
-        #: Reads, and the claim on PostgreSQL (see `open_quick_engine`).
-        self.quick_engine = open_quick_engine(engine, autocommit=self._autocommit)
+        self._backend = _backend_for(engine)
+        #: Reads, and the claim on PostgreSQL.
+        self.quick_engine = self._backend.quick_engine
         #: Writes that need not survive an OS crash: the claim and lease renewals (SQLite).
-        self.lazy_engine = open_lazy_engine(engine)
+        self.lazy_engine = self._backend.lazy_engine
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
-        self._watcher: FinalWatcher | None = None
-        self._watcher_lock = threading.Lock()
-
-    def final_watcher(self) -> FinalWatcher | None:
-        """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
-        if not self._is_pg:
-            return None
-        with self._watcher_lock:
-            if self._watcher is None:
-                dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-                self._watcher = FinalWatcher(dsn)
-            return self._watcher
-
-    # ---------------------------------------------------------------- opening
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -109,17 +74,56 @@ class Store(StoreReads):
                 store = _cache[url] = cls(engine)
             return store
 
+    def final_watcher(self) -> FinalWatcher | None:
+        """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
+        return self._backend.final_watcher()
+
     def dispose(self, *, close: bool = True) -> None:
-        """Drop the store's connection pools and stop its listener: for a store its opener owns
-        (`orchestrator.testing.in_memory`); cached ones are `forget_stores`' to drop. `close=False`
-        (after a fork) leaves the pooled connections, which the parent process still uses, open."""
-        if self._watcher is not None:
-            self._watcher.close()
-        self.engine.dispose(close=close)
-        if self.lazy_engine is not self.engine:
-            self.lazy_engine.dispose(close=close)
-        if self.quick_engine.pool is not self.engine.pool:
-            self.quick_engine.dispose(close=close)
+        """Drop the store's connection pools and stop its listener: for a store its opener owns;
+        cached ones are `forget_stores`' to drop. `close=False` (after a fork) leaves the pooled
+        connections, which the parent process still uses, open."""
+        self._backend.dispose(close=close)
+
+    # ---------------------------------------------------------------- reads
+
+    def _read(self, conn: Connection | None, read: Callable[[Connection], T]) -> T:
+        return read(conn) if conn is not None else self._backend.quick(read)
+
+    def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
+        """The run's row, or RunNotFoundError."""
+        return self._read(conn, lambda c: reads.get_record(c, run_id))
+
+    def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
+        """The run's stored messages in order (the system message lives on the run row)."""
+        return self._read(conn, lambda c: reads.get_messages(c, run_id))
+
+    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
+        """The run's direct child runs, oldest first."""
+        return self._read(conn, lambda c: reads.children(c, run_id))
+
+    def get_output(self, run_id: str) -> RunOutput:
+        """The run with its transcript and its member runs (recursively)."""
+        return self._backend.quick(lambda c: self._backend.output(c, run_id))
+
+    def get_session(self, session_id: str) -> Session | None:
+        """The session's top-level runs, oldest first; None if the session does not exist."""
+        return self._backend.quick(lambda c: reads.get_session(c, session_id))
+
+    def get_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events (errors, retries, continues, sweeps), oldest first."""
+        return self._backend.quick(lambda c: reads.get_events(c, run_id))
+
+    def started_tool_calls(self, run_id: str) -> set[str]:
+        """Ids of at-most-once calls that were started (finished or not)."""
+        return self._backend.quick(lambda c: reads.started_tool_calls(c, run_id))
+
+    def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
+        """Whether a result of this tool call is stored (a retried append looks before writing)."""
+        return self._backend.quick(lambda c: reads.has_tool_result(c, run_id, tool_call_id))
+
+    def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
+        return self._backend.quick(lambda c: reads.due_runs(c, now=now, limit=limit))
 
     # ---------------------------------------------------------------- producer writes
 
@@ -138,95 +142,89 @@ class Store(StoreReads):
         parent_tool_call_id: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
-        """Write the run (QUEUED, first step a model call) and its input, atomically: on
-        PostgreSQL in one statement (autocommitted unless `conn`, the caller's transaction, is
-        given), on SQLite in one transaction."""
-        if conn is None:
-            with self.engine.connect() as c:
-                if self._autocommit:
-                    c = c.execution_options(isolation_level="AUTOCOMMIT")
-                with c.begin():
-                    return self.create_run(
-                        run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-                        input_messages=input_messages, publish_grace=publish_grace, parent_run_id=parent_run_id,
-                        forked_from=forked_from, system_message=system_message,
-                        parent_tool_call_id=parent_tool_call_id, conn=c,
-                    )  # fmt: skip
+        """Write the run (QUEUED, first step a model call, published by the caller) and its
+        input, atomically: on PostgreSQL in one statement (autocommitted unless `conn`, the
+        caller's transaction, is given), on SQLite in one transaction."""
         now = self.clock()
         values: dict[str, Any] = dict(
             run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
             parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
             status=S.QUEUED.value, epoch=0, seq=0,
             next_step="model", n_messages=len(input_messages), system_message=system_message, lease_owner=None,
-            lease_expires_at=None, attempts=0, retries=0, publish_after=now + publish_grace, content=None,
+            lease_expires_at=None, attempts=0, retries=0,
+            publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None,
             error_type=None, error_message=None, created_at=now, updated_at=now,
         )  # fmt: skip
-        if self._is_pg:
-            params = {f"b_r_{k}": v for k, v in values.items()}
-            params.update(b_session_id=session_id, b_now=now, **statements.message_arrays(input_messages))
-            return RunRecord.from_row(conn.execute(statements.CREATE_PG, params).one())
-        self._ensure_session(conn, session_id, now)
-        row = conn.execute(insert(runs).values(**values).returning(*runs.c)).one()
-        self._insert_messages(conn, run_id, 0, input_messages, now)
-        return RunRecord.from_row(row)
+        if conn is not None:
+            return self._backend.create(conn, values, input_messages)
+        with self._backend.single_statement() as c:
+            return self._backend.create(c, values, input_messages)
 
-    def _ensure_session(self, conn: Connection, session_id: str, now: float) -> None:
-        """SQLite (PostgreSQL does this inside `statements.CREATE_PG`)."""
-        conn.execute(sqlite.insert(sessions).values(session_id=session_id, created_at=now).on_conflict_do_nothing())
-
-    def _insert_messages(self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float) -> None:
-        if items:
-            conn.execute(
-                insert(messages),
-                [{**m.to_row(), "run_id": run_id, "idx": start + i, "created_at": now} for i, m in enumerate(items)],
-            )
+    def _insert_messages(
+        self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float,
+        seq: int | None = None, epoch: int | None = None,
+    ) -> None:  # fmt: skip
+        """Append `items` at index `start` on, written by step `seq` at `epoch` (`writes.insert_messages`;
+        left NULL, as on rows older than the columns, when not given)."""
+        writes.insert_messages(conn, run_id, start, items, now, seq=seq, epoch=epoch)
 
     def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
         """Record something that happened to a run (in the caller's transaction)."""
-        conn.execute(
-            insert(events).values(
-                run_id=run_id,
-                at=self.clock(),
-                kind=kind,
-                seq=seq,
-                detail=json.dumps(detail, default=str) if detail else None,
-            )
-        )
+        text = json.dumps(detail, default=str) if detail else None
+        conn.execute(insert(events).values(run_id=run_id, at=self.clock(), kind=kind, seq=seq, detail=text))
 
     # ---------------------------------------------------------------- the guarded move
 
-    def _move(
+    def move(
         self,
-        conn: Connection,
         run_id: str,
         *,
         src: Iterable[RunStatus],
         dst: RunStatus,
         epoch: int | None = None,
         bump_epoch: bool = False,
+        event: str | None = None,
+        new_messages: Sequence[Message] = (),
+        publish_grace: float | None = None,
+        delay: float = 0.0,
+        conn: Connection | None = None,
         extra_where: Any = None,
         **values: Any,
     ) -> RunRecord | None:
-        """Apply `src -> dst` if the run is in one of `src` (and at `epoch`); the new row or None."""
-        src = tuple(src)
-        for s in src:
-            if not can_move(s, dst):
-                raise ValueError(f"illegal run transition {s} -> {dst}")  # a bug in Ratchet, not in input
-        where = [runs.c.run_id == run_id, runs.c.status.in_([s.value for s in src])]
-        if epoch is not None:
-            where.append(runs.c.epoch == epoch)
-        if extra_where is not None:
-            where.append(extra_where)
-        values["status"] = dst.value
-        values["updated_at"] = self.clock()
-        if bump_epoch:
-            values["epoch"] = runs.c.epoch + 1
-        row = conn.execute(update(runs).where(*where).values(**values).returning(*runs.c)).first()
-        if row is None:
+        """Apply `src -> dst` if the run is in one of `src` (and at `epoch`), setting `values`;
+        the new row, or None if the guard did not match. In its own transaction unless `conn`
+        (the caller's) is given. When it moves, it appends `new_messages` (stamped with the seq
+        and epoch it leaves the run at) and logs `event`. A move to QUEUED sets the outbox
+        marker: `publish_grace` when the caller publishes the step after the move, None when the
+        sweeper is to; `delay`: not before then (see `outbox`)."""
+        if conn is None:
+            with self.engine.begin() as c:
+                return self.move(
+                    run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
+                    new_messages=new_messages, publish_grace=publish_grace, delay=delay, conn=c,
+                    extra_where=extra_where, **values,
+                )  # fmt: skip
+        if new_messages:
+            values["n_messages"] = runs.c.n_messages + len(new_messages)
+        record = writes.move(
+            conn, run_id, src=src, dst=dst, now=self.clock(), epoch=epoch, bump_epoch=bump_epoch,
+            extra_where=extra_where, publish_grace=publish_grace, delay=delay, values=values,
+        )  # fmt: skip
+        if record is None:
             return None
-        if self._is_pg and dst.is_final:
-            notify_final(conn, run_id)
-        return RunRecord.from_row(row)
+        start = record.n_messages - len(new_messages)
+        self._insert_messages(conn, run_id, start, new_messages, record.updated_at, record.seq, record.epoch)
+        if event:
+            self.log_event(conn, run_id, event, record.seq, to=dst.value)
+        if dst.is_final:
+            self._backend.on_final(conn, run_id)
+        return record
+
+    def mark_due(self, run_id: str, *, epoch: int, publish_grace: float | None = None) -> bool:
+        """Set a QUEUED run's outbox marker again (not a move): `publish_grace` when the caller
+        publishes its step now, None when it could not (the next sweep publishes it)."""
+        with self.engine.begin() as conn:
+            return writes.mark_due(conn, run_id, epoch=epoch, now=self.clock(), publish_grace=publish_grace)
 
     # ---------------------------------------------------------------- worker writes
 
@@ -236,72 +234,15 @@ class Store(StoreReads):
         """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy.
 
         A step already claimed `max_attempts` times is not claimed again, even once its lease
-        expired: a redelivered message must not bypass the sweeper's poison check."""
+        expired: a redelivered message must not bypass the sweeper's poison check. The claim is
+        a lazy write: lost in a crash, the run is back as it was and the step's commit, fenced by
+        this claim's epoch and owner, fails; the sweeper republishes the step."""
         now = self.clock()
         params = dict(
             b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
             b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
         )  # fmt: skip
-
-        def claim(conn: Connection) -> Claim | None:
-            row = conn.execute(statements.CLAIM, params).first()
-            if row is None:
-                return None
-            record = RunRecord.from_row(row)
-            return Claim(record=record, transcript=self._transcript(conn, record))
-
-        def claim_pg(conn: Connection) -> Claim | None:
-            # The claim and the messages this process has not cached yet, in one round trip.
-            known = self.transcripts.known(run_id)
-            row = conn.execute(statements.CLAIM_PG, {**params, "b_since": len(known)}).first()
-            if row is None:
-                return None
-            record = RunRecord.from_row(row)
-            tail = statements.messages_from_json(row.messages_json)
-            return Claim(record=record, transcript=self._transcript(conn, record, known=known, tail=tail))
-
-        if self._is_pg:
-            # One autocommitted UPDATE that does not wait for its WAL flush: if the database
-            # crashes and loses it, the run is back as it was, the step's commit (fenced by this
-            # claim's epoch and owner) fails, and the sweeper republishes. A synchronous commit
-            # that follows (the step's, or an at-most-once tool's start) flushes the WAL in order,
-            # claim first. If a dropped connection hid a claim that did commit, the retry finds the
-            # run RUNNING and drops the delivery; the sweeper takes the run back when the lease ends.
-            return self._quick(claim_pg)
-        with self.lazy_engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
-            return claim(conn)
-
-    def _transcript(
-        self,
-        conn: Connection,
-        record: RunRecord,
-        *,
-        known: Transcript | None = None,
-        tail: list[Message] | None = None,
-    ) -> Transcript:
-        """The run's committed messages: the cached prefix plus the rows after it.
-
-        `known` and `tail`: a cached prefix and the rows after it, already read with the record
-        (used when they add up to the record's count; else read again). Committed messages are
-        never rewritten and the row counts them, so a prefix read earlier stays valid."""
-        if known is not None and tail is not None and len(known) + len(tail) == record.n_messages:
-            self.transcripts.extend(record.run_id, len(known), tail)
-            known.append(tail)
-            return known
-        known = self.transcripts.known(record.run_id)
-        if len(known) > record.n_messages:  # cannot happen to committed rows; trust the store
-            self.transcripts.forget(record.run_id)
-            known = Transcript()
-        if len(known) < record.n_messages:
-            rows = conn.execute(
-                select(messages)
-                .where(messages.c.run_id == record.run_id, messages.c.idx >= len(known))
-                .order_by(messages.c.idx)
-            )  # fmt: skip
-            tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
-            self.transcripts.extend(record.run_id, len(known), tail)
-            known.append(tail)
-        return known
+        return self._backend.lazy(lambda conn: self._backend.claim(conn, params, self.transcripts))
 
     def commit_step(
         self,
@@ -315,64 +256,43 @@ class Store(StoreReads):
         system_message: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
-        """Append the step's messages and move the run on, fenced by the epoch, atomically.
+        """Append the step's messages and move the run on, fenced by the epoch, atomically. A
+        step left QUEUED is published by the caller (`publish_grace`: see `outbox`).
 
         Without `conn` it is its own write (on PostgreSQL one autocommitted statement) and the
         messages go into this process's transcript cache. With `conn`, the caller's transaction
         carries it and the caller calls `remember` once that committed."""
-        if not can_move(S.RUNNING, status):
-            raise ValueError(f"illegal run transition {S.RUNNING} -> {status}")  # a bug in Ratchet, not in input
         if conn is None:
-            with self.engine.connect() as c:
-                if self._autocommit:  # one statement: no BEGIN and COMMIT round trips around it
-                    c = c.execution_options(isolation_level="AUTOCOMMIT")
-                with c.begin():
-                    committed = self.commit_step(
-                        claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
-                        content=content, system_message=system_message, conn=c,
-                    )  # fmt: skip
+            with self._backend.single_statement() as c:
+                committed = self.commit_step(
+                    claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
+                    content=content, system_message=system_message, conn=c,
+                )  # fmt: skip
             self.remember(committed, new_messages)
             return committed
         now = self.clock()
         params: dict[str, Any] = dict(
             b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
-            b_status=status.value, b_next=next_step,
-            b_count=len(new_messages), b_publish_after=now + publish_grace if status == S.QUEUED else None,
+            b_status=transition((S.RUNNING,), status), b_next=next_step, b_count=len(new_messages),
+            b_publish_after=due_at(status, now, publish_grace=publish_grace),
             b_content=content, b_system=system_message,
         )  # fmt: skip
-        if self._is_pg:
-            statement = statements.COMMIT_PG_FINAL if status.is_final else statements.COMMIT_PG
-            row = conn.execute(statement, {**params, **statements.message_arrays(new_messages)}).first()
-        else:
-            row = conn.execute(statements.COMMIT, params).first()
-        if row is None:
+        record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
+        if record is None:
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
-        record = RunRecord.from_row(row)
-        if not self._is_pg:
-            self._insert_messages(conn, claim.run_id, record.n_messages - len(new_messages), new_messages, now)
         return record
 
     def append_tool_result(self, claim: Claim, message: Message) -> None:
         """Commit one finished tool call's result now, so a crash later never re-runs it."""
         now = self.clock()
         with self.engine.begin() as conn:
-            row = conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == claim.run_id,
-                    runs.c.epoch == claim.epoch,
-                    runs.c.status == S.RUNNING.value,
-                    _held(claim, now),
-                )
-                .values(n_messages=runs.c.n_messages + 1, updated_at=now)
-                .returning(runs.c.n_messages)
-            ).first()
-            if row is None:
+            count = writes.count_tool_result(conn, claim, now)
+            if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
-            self._insert_messages(conn, claim.run_id, row.n_messages - 1, [message], now)
-        self.transcripts.extend(claim.run_id, row.n_messages - 1, [message])
+            self._insert_messages(conn, claim.run_id, count - 1, [message], now, claim.record.seq, claim.epoch)
+        self.transcripts.extend(claim.run_id, count - 1, [message])
 
     def step_landed(self, claim: Claim) -> RunRecord | None:
         """After a write of the claimed step failed on a transient error: the run if that write
@@ -391,51 +311,22 @@ class Store(StoreReads):
             return None
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
 
-    def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
-        """Whether a result of this tool call is stored (a retried append looks before writing)."""
-        query = select(messages.c.idx).where(messages.c.run_id == run_id, messages.c.tool_call_id == tool_call_id)
-        return self._quick(lambda conn: conn.execute(query).first() is not None)
-
     def set_kind(self, claim: Claim, kind: str) -> None:
         """Record what the run is (agent or team) as the worker, which imports it, knows it.
 
         A producer that does not import the agents (`Client().start`, `ratchet run` without
         `--app`) cannot tell a team from an agent; reads look for member runs only under teams."""
         with self.engine.begin() as conn:
-            conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == claim.run_id,
-                    runs.c.epoch == claim.epoch,
-                    runs.c.lease_owner == claim.record.lease_owner,
-                )
-                .values(kind=kind)
-            )
+            writes.set_kind(conn, claim, kind)
 
     def renew_leases(self, held: Sequence[tuple[str, int, str]], *, lease_seconds: float) -> set[str]:
         """The heartbeat: extend the leases of the steps `held` as (run_id, epoch, owner), in one
-        UPDATE, to now + `lease_seconds`. Returns the owners renewed; a step not among them is
-        lost to its holder (fenced, cancelled, finished, or its lease already expired).
-
-        Guarded as every write of a step is (`_held`): an expired lease is not revived, because
-        the sweeper may be taking the run back at this very moment."""
+        lazy UPDATE, to now + `lease_seconds`. Returns the owners renewed; a step not among them
+        is lost to its holder (fenced, cancelled, finished, or its lease already expired)."""
         if not held:
             return set()
         now = self.clock()
-        statement = (
-            update(runs)
-            .where(
-                runs.c.status == S.RUNNING.value,
-                runs.c.lease_expires_at > now,
-                tuple_(runs.c.run_id, runs.c.epoch, runs.c.lease_owner).in_(list(held)),
-            )
-            .values(lease_expires_at=now + lease_seconds)
-            .returning(runs.c.lease_owner)
-        )
-        if self._is_pg:
-            return self._quick(lambda conn: {r.lease_owner for r in conn.execute(statement)})
-        with self.lazy_engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, committed without its fsync
-            return {r.lease_owner for r in conn.execute(statement)}
+        return self._backend.lazy(lambda conn: writes.renew_leases(conn, held, now=now, lease_seconds=lease_seconds))
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (a final run is
@@ -447,28 +338,9 @@ class Store(StoreReads):
 
     def record_tool_start(self, claim: Claim, tool_call_id: str, tool_name: str) -> None:
         """Mark an at-most-once call as started, before it runs (fenced by the epoch and the lease)."""
-        now = self.clock()
         with self.engine.begin() as conn:
-            held = conn.execute(
-                select(runs.c.run_id)
-                .where(
-                    runs.c.run_id == claim.run_id,
-                    runs.c.epoch == claim.epoch,
-                    runs.c.status == S.RUNNING.value,
-                    _held(claim, now),
-                )
-                # Locked until the start row commits, so no claim can take the run in between and
-                # miss the start (SQLite: BEGIN IMMEDIATE already serialises the two).
-                .with_for_update()
-            ).first()
-            if held is None:
+            if not writes.record_tool_start(conn, claim, tool_call_id, tool_name, self.clock()):
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before {tool_name} started")
-            conn.execute(
-                insert(tool_starts).values(
-                    run_id=claim.run_id, tool_call_id=tool_call_id, tool_name=tool_name,
-                    epoch=claim.epoch, started_at=self.clock(),
-                )
-            )  # fmt: skip
 
     def park_for_retry(
         self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
@@ -482,10 +354,10 @@ class Store(StoreReads):
         call the model again before the backoff (Retry-After) is over."""
         now = self.clock()
         with self.engine.begin() as conn:
-            record = self._move(
-                conn, claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=_held(claim, now),
+            record = self.move(
+                claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=held(claim, now),
+                publish_grace=publish_grace if published else None, delay=delay, conn=conn,
                 seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
-                publish_after=now + delay + (publish_grace if published else 0.0),
             )  # fmt: skip
             if record is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the retry was parked")
@@ -505,19 +377,14 @@ class Store(StoreReads):
         system_message: str | None = None,
         owner: str | None = None,
     ) -> RunRecord | None:
-        """Put the run in ERROR, flushing the in-flight messages after the committed ones.
+        """Put the run in ERROR, flushing the in-flight messages after the committed ones (the
+        move keeps the step's seq and epoch, so they are stamped with the failed step's).
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
-        a crash can have its epoch number reused by the next claim; see `_held`): a stale failure
-        handler changes nothing (returns None)."""
-        values: dict[str, Any] = dict(
-            error_type=clip(error.get("type", "Error"), ERROR_TYPE_MAX),
-            error_message=clip(error.get("message", ""), ERROR_MESSAGE_MAX),
-            lease_owner=None, lease_expires_at=None, publish_after=None,
-        )  # fmt: skip
-        if system_message is not None:
-            values["system_message"] = func.coalesce(runs.c.system_message, system_message)
+        a crash can have its epoch number reused by the next claim; see `claims.held`): a stale
+        failure handler changes nothing (returns None)."""
+        values = writes.error_values(error, system_message)
         with self.engine.begin() as conn:
             record = self.move(
                 run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn,
@@ -528,64 +395,6 @@ class Store(StoreReads):
                     conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"]
                 )
             return record
-
-    # ---------------------------------------------------------------- control
-
-    def move(
-        self,
-        run_id: str,
-        *,
-        src: Iterable[RunStatus],
-        dst: RunStatus,
-        epoch: int | None = None,
-        bump_epoch: bool = False,
-        event: str | None = None,
-        new_messages: Sequence[Message] = (),
-        conn: Connection | None = None,
-        extra_where: Any = None,
-        **values: Any,
-    ) -> RunRecord | None:
-        """A guarded move, appending `new_messages` when it succeeds; in its own transaction
-        unless `conn` (the caller's transaction) is given."""
-        if conn is None:
-            with self.engine.begin() as c:
-                return self.move(
-                    run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
-                    new_messages=new_messages, conn=c, extra_where=extra_where, **values,
-                )  # fmt: skip
-        now = self.clock()
-        if new_messages:
-            values["n_messages"] = runs.c.n_messages + len(new_messages)
-        record = self._move(
-            conn, run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, extra_where=extra_where, **values
-        )
-        if record is not None:
-            self._insert_messages(conn, run_id, record.n_messages - len(new_messages), new_messages, now)
-            if event:
-                self.log_event(conn, run_id, event, record.seq, to=dst.value)
-        return record
-
-    def mark_due(self, run_id: str, *, epoch: int, when: float | None = None) -> bool:
-        """Set when the sweeper should (re)publish a QUEUED run's step (default: now). Not a move."""
-        with self.engine.begin() as conn:
-            result = conn.execute(
-                update(runs)
-                .where(runs.c.run_id == run_id, runs.c.epoch == epoch, runs.c.status == S.QUEUED.value)
-                .values(publish_after=self.clock() if when is None else when)
-            )
-            return bool(result.rowcount)
-
-
-def _held(claim: Claim, now: float) -> Any:
-    """A worker's write needs its lease live and its own, not only its epoch.
-
-    Live: once the lease expired the sweeper may be re-queueing the run at this very moment, so
-    the worker is no longer its holder even before anyone took over (a live worker's heartbeat
-    renews the lease, so a healthy step never gets here before its hard time limit). Its own: on
-    PostgreSQL the claim commits without waiting for its WAL flush, so a database crash can lose
-    a claim and a later claim can reuse its epoch number; the owner (host, pid, task id) still
-    tells the two holders apart."""
-    return and_(runs.c.lease_expires_at > now, runs.c.lease_owner == claim.record.lease_owner)
 
 
 _cache_lock = threading.Lock()
@@ -598,3 +407,9 @@ def forget_stores() -> None:
         for store in _cache.values():
             store.dispose(close=False)
         _cache.clear()
+
+
+def _backend_for(engine: Engine) -> Backend:
+    if engine.dialect.name == "postgresql":
+        return PostgresBackend(engine)
+    return SqliteBackend(engine)

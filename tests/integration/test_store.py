@@ -20,9 +20,9 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import statements as statements_module
+from orchestrator.store.claims import Claim
 from orchestrator.store.database import migrate, open_engine
 from orchestrator.store.notify import notify_final
-from orchestrator.store.store import Claim
 from orchestrator.testing.model import ScriptedModel
 
 
@@ -308,3 +308,27 @@ def test_on_sqlite_a_read_neither_waits_for_a_writer_nor_takes_the_write_lock(tm
     with statements(store) as seen, store.engine.begin() as conn:
         conn.execute(text("select 1"))
     assert seen[0] == "BEGIN IMMEDIATE"
+
+
+def test_every_write_of_the_outbox_marker_follows_where_it_leaves_the_run(settings: Settings) -> None:
+    now = 1_000.0
+    store = Store(Store.open(settings.database_url).engine, clock=lambda: now)
+    # A new run, published by its writer: due for the sweeper once the grace is over
+    run_id = new_run(store)
+    assert store.get_record(run_id).publish_after == now + 60
+    # A publish that failed: due at the next sweep
+    assert store.mark_due(run_id, epoch=0)
+    assert store.get_record(run_id).publish_after == now
+    # A move to QUEUED whose writer publishes the step, and one that leaves it to the sweeper
+    for grace, due in ((30.0, now + 30), (None, now)):
+        assert store.claim(run_id, 0, "model", owner="t", lease_seconds=30) is not None
+        moved = store.move(run_id, src=(RunStatus.RUNNING,), dst=RunStatus.QUEUED, bump_epoch=True, publish_grace=grace)
+        assert moved is not None and moved.publish_after == due
+    # Any other status has nothing to publish, and nobody writes the marker by hand
+    with pytest.raises(TypeError, match="outbox marker"):
+        store.move(run_id, src=(RunStatus.QUEUED,), dst=RunStatus.CANCELLED, publish_after=None)
+    moved = store.move(run_id, src=(RunStatus.QUEUED,), dst=RunStatus.CANCELLED)
+    assert moved is not None and moved.publish_after is None
+    assert not store.mark_due(run_id, epoch=moved.epoch)  # only a QUEUED run has a marker to set
+    if store.quick_engine.pool is not store.engine.pool:
+        store.quick_engine.dispose()

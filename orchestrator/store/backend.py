@@ -1,0 +1,86 @@
+"""What the run store does its own way on each database: the interface of `SqliteBackend`
+(`sqlite.py`) and `PostgresBackend` (`postgres.py`).
+
+`Store` holds everything the two share and calls its backend for the rest: the pools reads and
+lazy writes run on, how a new run, the claim and a step's commit reach the database (prebuilt
+statements, one round trip each where the database allows), and how a producer waiting for a run
+hears that it stopped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+
+from orchestrator.messages import Message
+from orchestrator.run import RunOutput, RunRecord
+from orchestrator.store import reads
+from orchestrator.store.claims import Claim
+from orchestrator.store.notify import FinalWatcher
+from orchestrator.store.transcripts import TranscriptCache
+
+T = TypeVar("T")
+
+
+class Backend(ABC):
+    """The database-specific part of a `Store`. Thread-safe."""
+
+    def __init__(self, engine: Engine, *, quick_engine: Engine, lazy_engine: Engine) -> None:
+        #: Durable writes.
+        self.engine = engine
+        #: Reads (see `quick`).
+        self.quick_engine = quick_engine
+        #: Writes that need not survive an OS crash (see `lazy`).
+        self.lazy_engine = lazy_engine
+
+    @abstractmethod
+    def quick(self, work: Callable[[Connection], T]) -> T:
+        """Run the read `work` on a connection of the quick pool."""
+
+    @abstractmethod
+    def lazy(self, work: Callable[[Connection], T]) -> T:
+        """Run the write `work` committed without waiting for the disk: lost in an OS crash, it
+        leaves the run as it was, and every write it fences (by epoch and owner) fails."""
+
+    @abstractmethod
+    def single_statement(self) -> AbstractContextManager[Connection]:
+        """A connection in a transaction for a write the backend sends as one statement."""
+
+    @abstractmethod
+    def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
+        """Insert the run row `values`, its session if new, and its input messages (stamped with
+        the new run's seq and epoch)."""
+
+    @abstractmethod
+    def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
+        """Run `statements.CLAIM` with `params`; the claim with the run's transcript (the part
+        `cache` lacks read from the database), or None when the guard did not match."""
+
+    @abstractmethod
+    def commit(
+        self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
+    ) -> RunRecord | None:
+        """Run `statements.COMMIT` with `params` and append `new_messages` (stamped with step
+        `seq` at the bound epoch); None, and nothing written, when the guard did not match.
+        `final`: the move ends the run (see `on_final`)."""
+
+    def output(self, conn: Connection, run_id: str) -> RunOutput:
+        """The run with its transcript and its member runs."""
+        return reads.get_output(conn, run_id)
+
+    @abstractmethod
+    def on_final(self, conn: Connection, run_id: str) -> None:
+        """The run reaches a final status when the caller's transaction commits."""
+
+    @abstractmethod
+    def final_watcher(self) -> FinalWatcher | None:
+        """The process's listener for runs reaching a final status (None: waiters poll)."""
+
+    @abstractmethod
+    def dispose(self, *, close: bool) -> None:
+        """Drop the pools and stop listening; `close=False` leaves pooled connections open (see
+        `Store.dispose`)."""

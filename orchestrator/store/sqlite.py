@@ -1,0 +1,88 @@
+"""The run store on a SQLite file (WAL mode; see `database.py` for how its engine is tuned).
+
+Every write transaction begins with `BEGIN IMMEDIATE`, so writers queue on the database lock;
+reads begin with a plain BEGIN and neither wait for a writer nor hold one up. The claim and lease
+renewals commit without their fsync. SQLite has no notifications: producers waiting for a run
+poll it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, insert
+from sqlalchemy.dialects import sqlite
+
+from orchestrator.messages import Message
+from orchestrator.run import RunRecord
+from orchestrator.store import claims, statements, writes
+from orchestrator.store.backend import Backend
+from orchestrator.store.claims import Claim
+from orchestrator.store.database import SQLITE_READS, open_engine
+from orchestrator.store.notify import FinalWatcher
+from orchestrator.store.schema import runs, sessions
+from orchestrator.store.transcripts import TranscriptCache
+
+T = TypeVar("T")
+
+
+class SqliteBackend(Backend):
+    """The store on a SQLite file shared by the processes of one host."""
+
+    def __init__(self, engine: Engine) -> None:
+        # Reads: the same pool, their transactions begun with a plain BEGIN. Lazy writes: a pool
+        # of its own at synchronous=NORMAL, so the claim and lease renewals do not wait for an
+        # fsync (as the claim on PostgreSQL does not wait for its WAL flush); the next synced
+        # commit flushes the WAL in order, these first.
+        lazy = open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
+        super().__init__(engine, quick_engine=engine.execution_options(**{SQLITE_READS: True}), lazy_engine=lazy)
+
+    def quick(self, work: Callable[[Connection], T]) -> T:
+        with self.quick_engine.connect() as conn:
+            return work(conn)
+
+    def lazy(self, work: Callable[[Connection], T]) -> T:
+        with self.lazy_engine.begin() as conn:  # BEGIN IMMEDIATE, committed without its fsync
+            return work(conn)
+
+    def single_statement(self) -> AbstractContextManager[Connection]:
+        return self.engine.begin()
+
+    def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
+        now = values["created_at"]
+        conn.execute(
+            sqlite.insert(sessions).values(session_id=values["session_id"], created_at=now).on_conflict_do_nothing()
+        )
+        record = RunRecord.from_row(conn.execute(insert(runs).values(**values).returning(*runs.c)).one())
+        writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
+        return record
+
+    def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
+        row = conn.execute(statements.CLAIM, params).first()
+        if row is None:
+            return None
+        record = RunRecord.from_row(row)
+        return Claim(record=record, transcript=claims.transcript(conn, cache, record))
+
+    def commit(
+        self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
+    ) -> RunRecord | None:
+        row = conn.execute(statements.COMMIT, params).first()
+        if row is None:
+            return None
+        record = RunRecord.from_row(row)
+        start = record.n_messages - len(new_messages)
+        writes.insert_messages(conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch)
+        return record
+
+    def on_final(self, conn: Connection, run_id: str) -> None:
+        """Nothing to send: waiters poll."""
+
+    def final_watcher(self) -> FinalWatcher | None:
+        return None
+
+    def dispose(self, *, close: bool) -> None:
+        self.engine.dispose(close=close)  # the quick engine shares its pool
+        self.lazy_engine.dispose(close=close)
