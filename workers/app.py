@@ -43,34 +43,7 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings Ratchet runs with."""
-    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
-    if settings.broker_url.startswith("filesystem://"):
-        folder = Path(settings.broker_folder)
-        for sub in ("queue", "processed", "control"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
-        transport = {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "processed_folder": str(folder / "processed"),
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-            "polling_interval": 0.05,
-        }
-    elif settings.broker_url.startswith(("redis://", "rediss://")):
-        transport.update(
-            {
-                "socket_keepalive": True,
-                "health_check_interval": 25,
-                # Without timeouts a broker that accepts connections and never answers blocks a
-                # publish (and `Client.start`) forever. Consuming is unaffected: kombu sends BRPOP
-                # with a 1 s server-side timeout and reads its reply only once the socket is
-                # readable. A timed-out command is not retried by redis-py (that would double
-                # the wait); the publisher's retry policy and the run's outbox marker cover it.
-                "socket_timeout": BROKER_SOCKET_TIMEOUT,
-                "socket_connect_timeout": BROKER_CONNECT_TIMEOUT,
-                "retry_on_timeout": False,
-            }
-        )
+    transport = _transport_options(settings)
     queues = {
         MODEL_TASK: {"queue": settings.model_queue},
         TOOLS_TASK: {"queue": settings.tools_queue},
@@ -110,6 +83,39 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
     }
+
+
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    """The broker transport's options: the filesystem broker's folders, Redis's timeouts."""
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
+    if settings.broker_url.startswith("filesystem://"):
+        folder = Path(settings.broker_folder)
+        for sub in ("queue", "processed", "control"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        transport = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+            "polling_interval": 0.05,
+        }
+    elif settings.broker_url.startswith(("redis://", "rediss://")):
+        transport.update(
+            {
+                "socket_keepalive": True,
+                "health_check_interval": 25,
+                # Without timeouts a broker that accepts connections and never answers blocks a
+                # publish (and `Client.start`) forever. Consuming is unaffected: kombu sends BRPOP
+                # with a 1 s server-side timeout and reads its reply only once the socket is
+                # readable. A timed-out command is not retried by redis-py (that would double
+                # the wait); the publisher's retry policy and the run's outbox marker cover it.
+                "socket_timeout": BROKER_SOCKET_TIMEOUT,
+                "socket_connect_timeout": BROKER_CONNECT_TIMEOUT,
+                "retry_on_timeout": False,
+            }
+        )
+    return transport
 
 
 @worker_process_init.connect

@@ -107,7 +107,13 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_process_commands(sub)
+    _add_run_commands(sub)
+    return parser
 
+
+def _add_process_commands(sub: Any) -> None:
+    """The commands that start something: the demo, migrations, a worker, beat, a sweep, the scripted model."""
     p = sub.add_parser("demo", help="run the seed scenarios on the embedded default")
     p.add_argument("example", nargs="?", default="tool_error_persistence", help="an example in examples/")
     p.set_defaults(func=cmd_demo)
@@ -132,6 +138,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--loglevel", default="INFO")
     p.set_defaults(func=cmd_beat)
 
+    p = sub.add_parser("sweep", help="one sweeper pass: recover expired leases, publish due steps")
+    p.add_argument("--app", action="append", default=[], metavar="MODULE")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("scripted-model", help="serve the scripted OpenAI-compatible model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
+    p.set_defaults(func=cmd_scripted_model)
+
+
+def _add_run_commands(sub: Any) -> None:
+    """The commands on runs: start, continue, cancel, show."""
     p = sub.add_parser("run", help="start a run of an agent or team by name")
     p.add_argument("agent")
     p.add_argument("input")
@@ -162,17 +181,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
-
-    p = sub.add_parser("sweep", help="one sweeper pass: recover expired leases, publish due steps")
-    p.add_argument("--app", action="append", default=[], metavar="MODULE")
-    p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("scripted-model", help="serve the scripted OpenAI-compatible model")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
-    p.set_defaults(func=cmd_scripted_model)
-    return parser
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:

@@ -129,6 +129,17 @@ def is_migrated(engine: Engine) -> bool:
     return inspect(engine).has_table("ratchet_runs")
 
 
+def open_migrated(url: str, *, auto_migrate: bool, sqlite_synchronous: str = "FULL") -> Engine:
+    """An engine for `url` whose tables are at the latest migration: migrated here when
+    `auto_migrate`, else a ConfigurationError if they do not exist."""
+    engine = open_engine(url, sqlite_synchronous=sqlite_synchronous)
+    if auto_migrate:
+        migrate(engine)
+    elif not is_migrated(engine):
+        raise ConfigurationError(f"the database has no Ratchet tables; run `ratchet migrate` first ({engine.url!r})")
+    return engine
+
+
 __all__ = [
     "PG_ISOLATION",
     "SQLITE_READS",
@@ -137,4 +148,5 @@ __all__ = [
     "migrate",
     "normalise_url",
     "open_engine",
+    "open_migrated",
 ]

@@ -24,14 +24,14 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, insert
 
-from orchestrator.errors import ConfigurationError, FencedError
+from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, transition
 from orchestrator.store import reads, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
-from orchestrator.store.database import is_migrated, migrate, open_engine
+from orchestrator.store.database import open_migrated
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
@@ -49,7 +49,9 @@ class Store:
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.clock = clock
-        self._backend = _backend_for(engine)
+        self._backend: Backend = (
+            PostgresBackend(engine) if engine.dialect.name == "postgresql" else SqliteBackend(engine)
+        )
         #: Reads, and the claim on PostgreSQL.
         self.quick_engine = self._backend.quick_engine
         #: Writes that need not survive an OS crash: the claim and lease renewals (SQLite).
@@ -64,13 +66,7 @@ class Store:
         with _cache_lock:
             store = _cache.get(url)
             if store is None:
-                engine = open_engine(url, sqlite_synchronous=sqlite_synchronous)
-                if auto_migrate:
-                    migrate(engine)
-                elif not is_migrated(engine):
-                    raise ConfigurationError(
-                        f"the database has no Ratchet tables; run `ratchet migrate` first ({engine.url!r})"
-                    )
+                engine = open_migrated(url, auto_migrate=auto_migrate, sqlite_synchronous=sqlite_synchronous)
                 store = _cache[url] = cls(engine)
             return store
 
@@ -303,11 +299,7 @@ class Store:
             # What this process cached for the run may now be short or long by the step: re-read.
             self.transcripts.forget(claim.run_id)
             return record
-        if (
-            record.status == S.RUNNING
-            and record.epoch == claim.epoch
-            and record.lease_owner == claim.record.lease_owner
-        ):
+        if record.status == S.RUNNING and (record.epoch, record.lease_owner) == (claim.epoch, claim.record.lease_owner):
             return None
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
 
@@ -329,8 +321,7 @@ class Store:
         return self._backend.lazy(lambda conn: writes.renew_leases(conn, held, now=now, lease_seconds=lease_seconds))
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
-        """After a commit: keep its messages in this process's transcript cache (a final run is
-        dropped from it)."""
+        """After a commit: keep its messages in this process's transcript cache (not a final run's)."""
         if record.status.is_final:
             self.transcripts.forget(record.run_id)
         else:
@@ -407,9 +398,3 @@ def forget_stores() -> None:
         for store in _cache.values():
             store.dispose(close=False)
         _cache.clear()
-
-
-def _backend_for(engine: Engine) -> Backend:
-    if engine.dialect.name == "postgresql":
-        return PostgresBackend(engine)
-    return SqliteBackend(engine)
