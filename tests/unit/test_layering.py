@@ -57,3 +57,49 @@ def test_importing_ratchet_loads_no_test_double() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: Which rooms each room may not import (ARCHITECTURE.md, "Which way imports point"). Imports
+#: under `if TYPE_CHECKING:` and inside functions are not counted: `Agent.run`, Agno's
+#: convenience, builds a `Client` when called, and only then.
+FORBIDDEN = {
+    "store": {"agent", "team", "tools", "models", "steps", "delegation", "control", "client", "sweeper", "heartbeat"},
+    "models": {"store", "steps", "delegation", "control", "client", "sweeper", "agent", "team"},
+    "delegation": {"steps", "control", "client", "sweeper"},
+    "steps": {"control", "client", "sweeper"},
+    "sweeper": {"control", "client"},
+    "control": {"client", "steps", "sweeper"},
+}
+PRODUCTION = {"testing"}  # nothing outside `orchestrator.testing` imports the test doubles
+
+
+def _room(path: Path) -> str:
+    parts = path.relative_to(ORCHESTRATOR).with_suffix("").parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules imported when the module is imported: its top-level statements, not
+    `if TYPE_CHECKING:` blocks or function bodies."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            if node.module == "orchestrator":  # `from orchestrator import delegation`
+                names.update(f"orchestrator.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_imports_point_the_way_the_architecture_says() -> None:
+    wrong: dict[str, list[str]] = {}
+    for path in ORCHESTRATOR.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        room = _room(path)
+        banned = FORBIDDEN.get(room, set()) | (PRODUCTION if room != "testing" else set())
+        rooms = {m.split(".")[1] for m in _top_level_imports(path) if m.startswith("orchestrator.")}
+        if hits := sorted(rooms & banned):
+            wrong[str(path.relative_to(ORCHESTRATOR.parent))] = hits
+    assert wrong == {}
