@@ -113,3 +113,14 @@ def test_a_script_runs_its_agents_on_the_worker_it_starts_in_its_own_process(
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "COMPLETED Summary: this tool always fails on query=hello\n"
+
+
+def test_the_readme_unit_test_of_the_agents_passes_in_the_users_folder(project: Path) -> None:
+    # `pytest test_agents.py` beside agents.py, as the README says: no worker, no broker, no key.
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_agents.py", "-q", "-p", "no:cacheprovider"],
+        cwd=project, env=shell(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 passed" in done.stdout
+    assert not (project / ".ratchet").exists()  # the in-memory store lived in a temporary folder
