@@ -53,10 +53,10 @@ class SweepReport:
 class Sweeper:
     """Finds stuck runs and moves them on."""
 
-    def __init__(self, engine: StepRunner) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.settings = engine.settings
+    def __init__(self, runner: StepRunner) -> None:
+        self.runner = runner
+        self.store = runner.store
+        self.settings = runner.settings
 
     def sweep_once(self) -> SweepReport:
         """One pass over expired leases, due QUEUED runs and teams whose fan-in a crash left undone.
@@ -104,7 +104,7 @@ class Sweeper:
             )
             if failed is not None:
                 report.poisoned.append(failed.run_id)
-                self.engine.after_final(failed.run_id, failed)
+                self.runner.after_final(failed.run_id, failed)
             return
         moved = self.store.move(
             record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
@@ -113,13 +113,13 @@ class Sweeper:
         )  # fmt: skip
         if moved is not None:
             report.requeued.append(moved.run_id)
-            self.engine.publish(StepRef.of(moved))
+            self.runner.publish(StepRef.of(moved))
 
     def _due(self, report: SweepReport, record: RunRecord) -> None:
         """A QUEUED step nobody claimed in time: publish it again."""
         if self.store.mark_due(record.run_id, epoch=record.epoch, publish_grace=self.settings.publish_grace_seconds):
             report.republished.append(record.run_id)
-            self.engine.publish(StepRef.of(record))
+            self.runner.publish(StepRef.of(record))
 
     def _fan_in(self, report: SweepReport, team_id: str) -> None:
         """A WAITING team whose members all ended: the fan-in a crash left undone."""
@@ -129,7 +129,7 @@ class Sweeper:
         log.warning("run %s: finished a fan-in a crash left undone (now %s)", team.run_id, team.status)
         report.fanned_in.append(team.run_id)
         if (step := wake_step(team)) is not None:
-            self.engine.publish(step)
+            self.runner.publish(step)
 
     @staticmethod
     def _system(record: RunRecord) -> str | None:

@@ -340,9 +340,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     from orchestrator.sweeper import Sweeper
     from workers.app import create_app
-    from workers.tasks import engine_for
+    from workers.tasks import runner_for
 
-    report = Sweeper(engine_for(create_app(Settings.from_env()))).sweep_once()
+    report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()
     print(
         f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
         f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}"

@@ -22,7 +22,7 @@ from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from workers.app import create_app
 from workers.dispatch import CeleryDispatcher
-from workers.tasks import engine_for
+from workers.tasks import runner_for
 
 log = logging.getLogger("ratchet.embedded")
 
@@ -76,7 +76,7 @@ class EmbeddedWorker:
         return self
 
     def _sweep_loop(self) -> None:
-        sweeper = Sweeper(engine_for(self.app))
+        sweeper = Sweeper(runner_for(self.app))
         while not self._stop.wait(self.settings.sweep_seconds):
             try:
                 sweeper.sweep_once()

@@ -37,26 +37,26 @@ from orchestrator.sweeper import Sweeper
 from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
 
 log = logging.getLogger("ratchet.worker")
-_engines: dict[tuple[int, int], StepRunner] = {}
-_engines_lock = threading.Lock()
+_runners: dict[tuple[int, int], StepRunner] = {}
+_runners_lock = threading.Lock()
 
 
-def engine_for(app: Celery) -> StepRunner:
+def runner_for(app: Celery) -> StepRunner:
     """This process's step runner for the app (rebuilt after a fork)."""
     key = (id(app), os.getpid())
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
+    with _runners_lock:
+        runner = _runners.get(key)
+        if runner is None:
             from workers.dispatch import CeleryDispatcher
 
             settings = app.ratchet_settings
-            engine = _engines[key] = StepRunner(
+            runner = _runners[key] = StepRunner(
                 settings,
                 dispatcher=CeleryDispatcher(settings, app=app),
                 timeouts=(SoftTimeLimitExceeded,),
                 stopping=_worker_stopping,
             )
-        return engine
+        return runner
 
 
 def _worker_stopping(exc: BaseException) -> bool:
@@ -85,7 +85,7 @@ class StepTask(Task):  # type: ignore[misc]
             log.warning("run %s step %s: killed at the hard time limit; the sweeper will retry it", run_id, seq)
             return
         try:
-            engine_for(self.app).fail_step(run_id, seq, exc, owner=_owner_of(task_id))
+            runner_for(self.app).fail_step(run_id, seq, exc, owner=_owner_of(task_id))
         except Exception:  # the sweeper still recovers the run from its lease
             log.exception("run %s step %s: the failure handler could not record the error", run_id, seq)
 
@@ -110,7 +110,7 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=MODEL_TASK, base=StepTask, bind=True, shared=False)
     def model_call(self: Task, run_id: str, seq: int) -> str:
         try:
-            return engine_for(self.app).model_step(run_id, int(seq), owner=_owner(self))
+            return runner_for(self.app).model_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
@@ -118,7 +118,7 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=TOOLS_TASK, base=StepTask, bind=True, shared=False)
     def tool_batch(self: Task, run_id: str, seq: int) -> str:
         try:
-            return engine_for(self.app).tool_step(run_id, int(seq), owner=_owner(self))
+            return runner_for(self.app).tool_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
@@ -137,7 +137,7 @@ def register_tasks(app: Celery) -> None:
 
     @app.task(name=SWEEP_TASK, bind=True, shared=False)
     def sweep(self: Task) -> dict[str, list[str]]:
-        report = Sweeper(engine_for(self.app)).sweep_once()
+        report = Sweeper(runner_for(self.app)).sweep_once()
         return {
             "requeued": report.requeued,
             "republished": report.republished,
@@ -149,6 +149,6 @@ def register_tasks(app: Celery) -> None:
 
 
 def _control(app: Celery) -> RunControl:
-    """Run control over this process's engine: its store, and its dispatcher on `app`."""
-    engine = engine_for(app)
-    return RunControl(engine.store, engine.settings, dispatcher=engine.dispatcher)
+    """Run control over this process's step runner: its store, and its dispatcher on `app`."""
+    runner = runner_for(app)
+    return RunControl(runner.store, runner.settings, dispatcher=runner.dispatcher)

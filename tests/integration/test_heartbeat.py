@@ -27,7 +27,7 @@ from tests.conftest import make_settings
 from tests.integration.db_faults import failing_updates
 from tests.support import Clock
 from workers.embedded import EmbeddedWorker
-from workers.tasks import engine_for
+from workers.tasks import runner_for
 
 S = RunStatus
 
@@ -74,7 +74,7 @@ def test_a_step_that_runs_longer_than_its_lease_keeps_its_claim_and_runs_once(db
         client=Client(settings),
     )  # fmt: skip
     with EmbeddedWorker(settings) as worker:
-        store = engine_for(worker.app).store
+        store = runner_for(worker.app).store
         # Given a tool that is still running when its claim's first lease runs out
         handle = agent.start("go")
         assert started.wait(20), "the tool never started"
@@ -94,7 +94,7 @@ def test_a_step_that_runs_longer_than_its_lease_keeps_its_claim_and_runs_once(db
         release.set()
         out = handle.wait(30)
         # And the heartbeat stops once the process holds no step
-        heartbeat = engine_for(worker.app).heartbeat
+        heartbeat = runner_for(worker.app).heartbeat
         wait_until(lambda: not heartbeat.running, timeout=10, what="the heartbeat thread to end")
 
     assert out.status == S.COMPLETED

@@ -31,7 +31,7 @@ from orchestrator.testing.waiting import wait_until
 from tests.integration.producing import complete
 from workers.app import create_app
 from workers.embedded import EmbeddedWorker
-from workers.tasks import engine_for
+from workers.tasks import runner_for
 
 
 @pytest.mark.usefixtures("worker", "scripted")
@@ -259,7 +259,7 @@ def test_a_broker_that_never_answers_fails_start_in_seconds_and_the_sweeper_publ
     # A sweeper whose broker answers publishes it
     app = create_app(settings)
     try:
-        assert caught.value.run_id in Sweeper(engine_for(app)).sweep_once().republished
+        assert caught.value.run_id in Sweeper(runner_for(app)).sweep_once().republished
     finally:
         app.close()
     assert queued_steps(settings) == 1

@@ -204,7 +204,7 @@ def test_a_step_is_not_claimed_past_the_attempt_cap_and_the_sweeper_errors_it(
     assert out.status == S.ERROR and out.error is not None and out.error.type == "PoisonStepError"
     assert "claimed 2 times and never finished" in out.error.message
     assert [m.content for m in out.messages if m.role == "user"] == ["hello"]
-    sweeper.engine.dispatcher.app.close()  # type: ignore[attr-defined]
+    sweeper.runner.dispatcher.app.close()  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- continue
