@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, select
+from sqlalchemy import Connection, and_
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store.schema import messages, runs
+from orchestrator.store import statements
+from orchestrator.store.schema import runs
 from orchestrator.store.transcripts import Transcript, TranscriptCache
 
 
@@ -67,11 +68,7 @@ def transcript(
         cache.forget(record.run_id)
         known = Transcript()
     if len(known) < record.n_messages:
-        rows = conn.execute(
-            select(messages)
-            .where(messages.c.run_id == record.run_id, messages.c.idx >= len(known))
-            .order_by(messages.c.idx)
-        )  # fmt: skip
+        rows = conn.execute(statements.MESSAGES, {"b_run_id": record.run_id, "b_since": len(known)})
         tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
         cache.extend(record.run_id, len(known), tail)
         known.append(tail)

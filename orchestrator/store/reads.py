@@ -16,6 +16,7 @@ from orchestrator.errors import RunNotFoundError
 from orchestrator.messages import Message
 from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus
+from orchestrator.store import statements
 from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 
 S = RunStatus
@@ -23,7 +24,7 @@ S = RunStatus
 
 def get_record(conn: Connection, run_id: str) -> RunRecord:
     """The run's row, or RunNotFoundError."""
-    row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    row = conn.execute(statements.RUN, {"b_run_id": run_id}).first()
     if row is None:
         raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
     return RunRecord.from_row(row)
@@ -31,13 +32,20 @@ def get_record(conn: Connection, run_id: str) -> RunRecord:
 
 def get_messages(conn: Connection, run_id: str) -> list[Message]:
     """The run's stored messages in order (the system message lives on the run row)."""
-    rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx))
+    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": 0})
     return [Message.from_row(r) for r in rows]
 
 
 def get_output(conn: Connection, run_id: str) -> RunOutput:
     """The run with its transcript and its member runs (recursively)."""
     return output_of(conn, get_record(conn, run_id))
+
+
+def final_output(conn: Connection, run_id: str) -> RunOutput | None:
+    """The run's output once it stopped (`RunStatus.is_final`), else None: what a waiter polls,
+    reading the output in the poll that finds the run stopped."""
+    record = get_record(conn, run_id)
+    return output_of(conn, record) if record.status.is_final else None
 
 
 def output_of(conn: Connection, record: RunRecord, transcript: list[Message] | None = None) -> RunOutput:

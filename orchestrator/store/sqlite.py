@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, insert
-from sqlalchemy.dialects import sqlite
+from sqlalchemy import Connection, Engine
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
@@ -22,7 +21,6 @@ from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
 from orchestrator.store.notify import FinalWatcher
-from orchestrator.store.schema import runs, sessions
 from orchestrator.store.transcripts import TranscriptCache
 
 T = TypeVar("T")
@@ -52,10 +50,9 @@ class SqliteBackend(Backend):
 
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         now = values["created_at"]
-        conn.execute(
-            sqlite.insert(sessions).values(session_id=values["session_id"], created_at=now).on_conflict_do_nothing()
-        )
-        record = RunRecord.from_row(conn.execute(insert(runs).values(**values).returning(*runs.c)).one())
+        # Prebuilt: building an insert of 24 values costs more than running it (bench/FINDINGS.md).
+        conn.execute(statements.CREATE_SESSION, {"session_id": values["session_id"], "created_at": now})
+        record = RunRecord.from_row(conn.execute(statements.CREATE_RUN, values).one())
         writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
         return record
 

@@ -61,8 +61,8 @@ class Store:
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
-        """The process's store for this URL (cached), migrated first when asked.
-        `sqlite_synchronous`: RATCHET_SQLITE_SYNCHRONOUS, applied by the call that opens it."""
+        """The process's store for this URL (cached), migrated first when asked; the call that
+        opens it applies `sqlite_synchronous` (RATCHET_SQLITE_SYNCHRONOUS)."""
         with _cache_lock:
             store = _cache.get(url)
             if store is None:
@@ -75,9 +75,8 @@ class Store:
         return self._backend.final_watcher()
 
     def dispose(self, *, close: bool = True) -> None:
-        """Drop the store's connection pools and stop its listener: for a store its opener owns;
-        cached ones are `forget_stores`' to drop. `close=False` (after a fork) leaves the pooled
-        connections, which the parent process still uses, open."""
+        """Drop the pools and stop the listener of a store its opener owns (cached ones are
+        `forget_stores`'); `close=False`, after a fork, leaves the parent's pooled connections open."""
         self._backend.dispose(close=close)
 
     # ---------------------------------------------------------------- reads
@@ -100,6 +99,10 @@ class Store:
     def get_output(self, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs (recursively)."""
         return self._backend.quick(lambda c: self._backend.output(c, run_id))
+
+    def final_output(self, run_id: str) -> RunOutput | None:
+        """The run's output if it stopped, else None, in one read: what a waiter polls."""
+        return self._backend.quick(lambda c: reads.final_output(c, run_id))
 
     def get_session(self, session_id: str) -> Session | None:
         """The session's top-level runs, oldest first; None if the session does not exist."""
@@ -160,8 +163,7 @@ class Store:
         self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float,
         seq: int | None = None, epoch: int | None = None,
     ) -> None:  # fmt: skip
-        """Append `items` at index `start` on, written by step `seq` at `epoch` (`writes.insert_messages`;
-        left NULL, as on rows older than the columns, when not given)."""
+        """Append `items` at index `start` on, stamped with step `seq` at `epoch` (NULL if not given)."""
         writes.insert_messages(conn, run_id, start, items, now, seq=seq, epoch=epoch)
 
     def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
@@ -337,12 +339,10 @@ class Store:
         self, claim: Claim, *, delay: float, published: bool, error: dict[str, str], publish_grace: float
     ) -> RunRecord:
         """Put the step back in the queue after a transient failure, to run again after `delay`.
-
-        `published` says whether the caller publishes it with a countdown; if not (a long wait),
-        the sweeper publishes it when it is due, so no worker is held and no countdown outlives
-        the broker's visibility timeout. The retry gets the next seq: a copy of the failed
-        attempt's task still about (a sweeper republish, a redelivery) is then stale, and cannot
-        call the model again before the backoff (Retry-After) is over."""
+        `published`: the caller publishes it with a countdown; if not (a long wait), the sweeper
+        does when it is due, so no worker is held and no countdown outlives the visibility
+        timeout. The retry gets the next seq, so a stray copy of the failed attempt's task (a
+        republish, a redelivery) is stale and cannot call the model again before the backoff."""
         now = self.clock()
         with self.engine.begin() as conn:
             record = self.move(
