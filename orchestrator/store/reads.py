@@ -19,7 +19,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus
 from orchestrator.store import statements
-from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
+from orchestrator.store.schema import events, runs, sessions, tool_starts
 
 S = RunStatus
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class StoreReads:
         """The run's row, or RunNotFoundError."""
         if conn is None:
             return self._quick(lambda c: self.get_record(run_id, c))
-        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+        row = conn.execute(statements.RUN, {"b_run_id": run_id}).first()
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
         return RunRecord.from_row(row)
@@ -63,7 +63,7 @@ class StoreReads:
         """The run's stored messages in order (the system message lives on the run row)."""
         if conn is None:
             return self._quick(lambda c: self.get_messages(run_id, c))
-        rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx))
+        rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": 0})
         return [Message.from_row(r) for r in rows]
 
     def get_output(self, run_id: str) -> RunOutput:

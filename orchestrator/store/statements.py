@@ -1,4 +1,5 @@
-"""The statements every step runs, built once: the claim and the commit's move.
+"""The statements every step runs, built once: the claim, the commit's move, a new run, and the
+reads of a run and its transcript (which a waiter on SQLite polls).
 
 Building a SQLAlchemy statement costs more than running it on SQLite (a fifth of a worker's
 CPU per step in our profiles), so the per-step hot path uses these prebuilt statements with
@@ -34,7 +35,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 
 from orchestrator.messages import Message
@@ -100,6 +101,23 @@ COMMIT = (
     )
     .returning(*runs.c)
 )
+
+
+#: The run `b_run_id` (the waiter polls it every millisecond on SQLite).
+RUN = select(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))
+#: The messages of the run `b_run_id` from index `b_since` on, in order (a claim's transcript, reads).
+MESSAGES = (
+    select(messages)
+    .where(
+        messages.c.run_id == bindparam("b_run_id", type_=String),
+        messages.c.idx >= bindparam("b_since", type_=Integer),
+    )
+    .order_by(messages.c.idx)
+)
+#: SQLite: a new run; bind every column of `ratchet_runs` by name.
+CREATE_RUN = insert(runs).returning(*runs.c)
+#: SQLite: a run's session, unless it exists; bind `session_id` and `created_at`.
+CREATE_SESSION = sqlite.insert(sessions).on_conflict_do_nothing()
 
 
 #: The message columns a write appends, in the order `message_arrays` gives them.

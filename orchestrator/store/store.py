@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, insert, select, tuple_, update
-from sqlalchemy.dialects import sqlite
 
 from orchestrator.errors import ConfigurationError, FencedError
 from orchestrator.messages import Message
@@ -34,7 +33,7 @@ from orchestrator.store.database import (
 )
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.reads import StoreReads
-from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
+from orchestrator.store.schema import events, messages, runs, tool_starts
 from orchestrator.store.transcripts import Transcript, TranscriptCache
 from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
 
@@ -154,13 +153,13 @@ class Store(StoreReads):
             params.update(b_session_id=session_id, b_now=now, **statements.message_arrays(input_messages))
             return RunRecord.from_row(conn.execute(statements.CREATE_PG, params).one())
         self._ensure_session(conn, session_id, now)
-        row = conn.execute(insert(runs).values(**values).returning(*runs.c)).one()
+        row = conn.execute(statements.CREATE_RUN, values).one()
         self._insert_messages(conn, run_id, 0, input_messages, now)
         return RunRecord.from_row(row)
 
     def _ensure_session(self, conn: Connection, session_id: str, now: float) -> None:
         """SQLite (PostgreSQL does this inside `statements.CREATE_PG`)."""
-        conn.execute(sqlite.insert(sessions).values(session_id=session_id, created_at=now).on_conflict_do_nothing())
+        conn.execute(statements.CREATE_SESSION, {"session_id": session_id, "created_at": now})
 
     def _insert_messages(self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float) -> None:
         if items:
@@ -281,11 +280,7 @@ class Store(StoreReads):
             self.transcripts.forget(record.run_id)
             known = Transcript()
         if len(known) < record.n_messages:
-            rows = conn.execute(
-                select(messages)
-                .where(messages.c.run_id == record.run_id, messages.c.idx >= len(known))
-                .order_by(messages.c.idx)
-            )  # fmt: skip
+            rows = conn.execute(statements.MESSAGES, {"b_run_id": record.run_id, "b_since": len(known)})
             tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
             self.transcripts.extend(record.run_id, len(known), tail)
             known.append(tail)
