@@ -323,8 +323,8 @@ class Client:
                     output = self.store.get_output(run_id)
                     if output.status.is_final:
                         return output
-                elif self.store.get_record(run_id).status.is_final:
-                    return self.store.get_output(run_id)
+                elif (stopped := self.store.final_output(run_id)) is not None:
+                    return stopped
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise RunWaitTimeout(
@@ -347,9 +347,9 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         delays = poll_delays()
         while True:
-            record = await asyncio.to_thread(self.store.get_record, run_id)
-            if record.status.is_final:
-                return await asyncio.to_thread(self.store.get_output, run_id)
+            output = await asyncio.to_thread(self.store.final_output, run_id)
+            if output is not None:
+                return output
             if deadline is not None and time.monotonic() >= deadline:
                 raise RunWaitTimeout(
                     f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"

@@ -81,6 +81,19 @@ class StoreReads:
 
         return self._quick(read)
 
+    def final_output(self, run_id: str) -> RunOutput | None:
+        """The run's output once it stopped (`RunStatus.is_final`), else None: what a waiter polls.
+        On SQLite one read, the row and the transcript from one snapshot; on PostgreSQL the row,
+        then `get_output` once it stopped."""
+        if self._is_pg:
+            return self.get_output(run_id) if self.get_record(run_id).status.is_final else None
+
+        def read(conn: Connection) -> RunOutput | None:
+            record = self.get_record(run_id, conn)
+            return self._output(conn, record) if record.status.is_final else None
+
+        return self._quick(read)
+
     def _output(self, conn: Connection, record: RunRecord, transcript: list[Message] | None = None) -> RunOutput:
         members: list[RunOutput] = []
         if record.kind == "team":  # only a team's runs have member runs
