@@ -43,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 
 import bench.ready  # noqa: F401  (announces readiness)
-from bench.env import SQLITE_SYNCHRONOUS
+from bench.env import FLOOR_CLIENT, SQLITE_SYNCHRONOUS
 from orchestrator.store.database import open_engine
 
 HOP_TASK = "bench.hop"
@@ -120,7 +120,11 @@ _local = threading.local()
 
 
 def io_call(base_url: str, run_id: str) -> None:
-    """One Chat Completions request to the scripted server on a kept-alive connection."""
+    """One Chat Completions request to the scripted server on a kept-alive connection (through the
+    openai client instead with BENCH_FLOOR_CLIENT=openai)."""
+    if FLOOR_CLIENT == "openai":
+        _openai_call(base_url, run_id)
+        return
     conn: http.client.HTTPConnection | None = getattr(_local, "conn", None)
     parts = urlsplit(base_url)
     if conn is None:
@@ -134,6 +138,19 @@ def io_call(base_url: str, run_id: str) -> None:
         conn.close()
         _local.conn = None
         raise
+
+
+def _openai_call(base_url: str, run_id: str) -> None:
+    """The same request through the openai client, sent as Ratchet's adapter sends it (`post`)."""
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    client: openai.OpenAI | None = getattr(_local, "client", None)
+    if client is None:
+        client = _local.client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=30)
+    body = {"model": "scripted", "messages": [{"role": "user", "content": "hop"}]}
+    headers = {"X-Ratchet-Run-Id": run_id}
+    client.post("/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": headers})
 
 
 def start_chain(engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None) -> float:

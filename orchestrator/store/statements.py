@@ -1,4 +1,5 @@
-"""The statements every step runs, built once: the claim and the commit's move.
+"""The statements every step runs, built once: the claim, the commit's move, a new run, and the
+reads of a run and its transcript (which a waiter on SQLite polls).
 
 Building a SQLAlchemy statement costs more than running it on SQLite (a fifth of a worker's
 CPU per step in our profiles), so the per-step hot path uses these prebuilt statements with
