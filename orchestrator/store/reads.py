@@ -17,7 +17,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus
 from orchestrator.store import statements
-from orchestrator.store.schema import events, runs, sessions, tool_starts
+from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
 
 S = RunStatus
 
