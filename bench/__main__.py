@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import concurrency, flatness, latency, memory, overhead, recovery
-from bench.env import DATABASES, bench_env
+from bench.env import DATABASES, BenchEnv, bench_env
 from bench.rig import Rig, spawn_rig
 from bench.stats import Row, Section
 from orchestrator.testing.server import ScriptedServer
@@ -58,32 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("  " + " | ".join(row.cells()), file=sys.stderr, flush=True)
 
     with bench_env() as env, ScriptedServer() as server:
-        if only & {"overhead", "latency", "flat"}:
-            rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
-            try:
-                for rig in rigs.values():
-                    for w in rig.workers:
-                        w.wait_ready()
-                for db, rig in rigs.items():
-                    if "overhead" in only:
-                        run(
-                            f"per-step overhead ({db})",
-                            lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 5),
-                        )
-                    if "latency" in only:
-                        run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
-                    if "flat" in only:
-                        run(f"flatness ({db})", lambda rig=rig: flatness.measure(
-                            rig, env, rounds=1 if q else 5, far=200 if q else 1000))  # fmt: skip
-            finally:
-                for rig in rigs.values():
-                    rig.close()
-        if "io" in only:
-            run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
-        if "recovery" in only:
-            run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
-        if "memory" in only:
-            run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
+        _measure(env, server, only, q, run)
     numbers: dict[str, float] = {}
     for s in sections:
         numbers.update(s.numbers)
@@ -96,6 +71,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: missing figures: {missing}", file=sys.stderr)
         return 1
     return 0
+
+
+def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run: Callable[..., None]) -> None:
+    """Every benchmark in `only`, each through `run` (which prints and collects its sections)."""
+    if only & {"overhead", "latency", "flat"}:
+        rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
+        try:
+            for rig in rigs.values():
+                for w in rig.workers:
+                    w.wait_ready()
+            for db, rig in rigs.items():
+                if "overhead" in only:
+                    run(
+                        f"per-step overhead ({db})",
+                        lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 5),
+                    )
+                if "latency" in only:
+                    run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
+                if "flat" in only:
+                    run(f"flatness ({db})", lambda rig=rig: flatness.measure(
+                        rig, env, rounds=1 if q else 5, far=200 if q else 1000))  # fmt: skip
+        finally:
+            for rig in rigs.values():
+                rig.close()
+    if "io" in only:
+        run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
+    if "recovery" in only:
+        run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
+    if "memory" in only:
+        run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
 
 
 def _ran(only: set[str]) -> set[str]:

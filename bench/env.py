@@ -25,10 +25,6 @@ DATABASES = ("pg", "sqlite")
 #: SQLite's durability level for Ratchet and the floor alike (RATCHET_SQLITE_SYNCHRONOUS): set
 #: BENCH_SQLITE_SYNCHRONOUS=NORMAL to measure what FULL, the default, costs.
 SQLITE_SYNCHRONOUS = os.environ.get("BENCH_SQLITE_SYNCHRONOUS", "FULL").upper()
-#: How the floor's hops call the model: "raw" (http.client, the default) or "openai" (the openai
-#: client, sending the request as Ratchet's adapter does): BENCH_FLOOR_CLIENT=openai measures a
-#: floor that pays for the same client Ratchet uses.
-FLOOR_CLIENT = os.environ.get("BENCH_FLOOR_CLIENT", "raw").lower()
 
 
 @dataclass

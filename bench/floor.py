@@ -43,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 
 import bench.ready  # noqa: F401  (announces readiness)
-from bench.env import FLOOR_CLIENT, SQLITE_SYNCHRONOUS
+from bench.env import SQLITE_SYNCHRONOUS
 from orchestrator.store.database import open_engine
 
 HOP_TASK = "bench.hop"
@@ -98,9 +98,9 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
             return _state["engine"]  # type: ignore[no-any-return]
 
     @app.task(name=HOP_TASK, bind=True, acks_late=True, shared=False)
-    def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None) -> None:
+    def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw") -> None:
         if io and n % 2 == 0:
-            io_call(io, run_id)
+            io_call(io, run_id, client=client)
         now = time.time()
         with engine().begin() as conn:
             conn.execute(
@@ -111,7 +111,7 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
                 .values(seq=n + 1, updated_at=now, status="DONE" if n + 1 >= total else "QUEUED")
             )  # fmt: skip
         if n + 1 < total:
-            hop.apply_async((run_id, n + 1, total, io), queue=queue)
+            hop.apply_async((run_id, n + 1, total, io, client), queue=queue)
 
     return app
 
@@ -119,10 +119,10 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
 _local = threading.local()
 
 
-def io_call(base_url: str, run_id: str) -> None:
-    """One Chat Completions request to the scripted server on a kept-alive connection (through the
-    openai client instead with BENCH_FLOOR_CLIENT=openai)."""
-    if FLOOR_CLIENT == "openai":
+def io_call(base_url: str, run_id: str, *, client: str = "raw") -> None:
+    """One Chat Completions request to the scripted server on a kept-alive connection: a bare
+    `http.client` request (`raw`), or through the openai client as Ratchet's adapter sends it."""
+    if client == "openai":
         _openai_call(base_url, run_id)
         return
     conn: http.client.HTTPConnection | None = getattr(_local, "conn", None)
@@ -153,12 +153,15 @@ def _openai_call(base_url: str, run_id: str) -> None:
     client.post("/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": headers})
 
 
-def start_chain(engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None) -> float:
-    """Write the floor run's row, enqueue its first hop; returns the start time."""
+def start_chain(
+    engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None, client: str = "raw"
+) -> float:
+    """Write the floor run's row, enqueue its first hop; returns the start time. `io`: the scripted
+    server every other hop calls, with `client` (see `io_call`)."""
     now = time.time()
     with engine.begin() as conn:
         conn.execute(insert(floor_runs).values(run_id=run_id, status="QUEUED", seq=0, created_at=now, updated_at=now))
-    app.send_task(HOP_TASK, args=[run_id, 0, total, io], queue=queue)
+    app.send_task(HOP_TASK, args=[run_id, 0, total, io, client], queue=queue)
     return now
 
 
