@@ -2,9 +2,9 @@
 
 The API key is read when a call is made, never at construction, so a model object can be built
 where no key exists (a producer) and a key fixed on the workers takes effect on the next call.
-Clients are cached per process and per (base URL, key, timeout, retries): building one per call
-is slow, and keying by the key means a rotated key gets a fresh client. Each client's timeout
-bounds a whole call, not each read (`orchestrator.models._deadline`).
+Clients are cached per process and per (base URL, key, timeout, retries)
+(`orchestrator.models._clients`); each bounds a whole call, not each read
+(`orchestrator.models._deadline`).
 
 Ratchet's settings are not read here: a worker reads them once, at start, and passes the model
 timeout of each call in `CallContext.timeout`.
@@ -20,20 +20,18 @@ in processes that never call the model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import threading
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
+from orchestrator.models._clients import client_for
 from orchestrator.models._keys import key_problem, redact
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
@@ -41,6 +39,8 @@ from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 if TYPE_CHECKING:
     import openai
     from openai import RequestOptions
+
+    from orchestrator.models._streaming import StreamReader
 
 #: `request_params` keys that `create()` takes as request options rather than body parameters.
 _SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
@@ -69,9 +69,7 @@ _CALL_ERRORS = (
 _STACK_PACKAGES = _TRANSPORT_PACKAGES | {"openai", "pydantic", "pydantic_core", "jiter"}
 _CONTEXT_LENGTH_HINTS = ("context_length_exceeded", "context length", "maximum context", "context window")
 
-_MAX_CLIENTS = 16
-_clients: dict[tuple[Any, ...], openai.OpenAI] = {}
-_clients_lock = threading.Lock()
+T = TypeVar("T")
 
 
 def retryable_status(status: int) -> bool:
@@ -186,34 +184,29 @@ def translate_error(
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
 
 
-def client_for(
-    base_url: str, api_key: str, timeout: float, max_retries: int, organization: str | None
-) -> openai.OpenAI:
-    """A cached `openai.OpenAI` for these settings in this process; `timeout` bounds a whole call."""
+def call_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
+    """What a call that raised `exc` raises instead: a classified `ModelCallError`, or the
+    exception the caller's runtime injected (which an old SDK wrapped); None when `exc` is not
+    the call's error and must propagate as it is."""
     import openai
 
-    from orchestrator.models._deadline import deadline_client
+    if isinstance(exc, openai.OpenAIError):
+        return injected_cause(exc) or translate_error(exc, model=model, api_key=api_key, timeout=timeout)
+    if not is_call_error(exc):
+        return None
+    return translate_call_error(exc, model=model, api_key=api_key)
 
-    # The pid keeps a forked worker from reusing its parent's connection pool; the key is hashed
-    # so the cache's keys are not one more copy of it.
-    digest = hashlib.sha256(api_key.encode()).hexdigest()
-    key = (os.getpid(), base_url, digest, timeout, max_retries, organization)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = openai.OpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                organization=organization,
-                http_client=deadline_client(timeout),
-            )
-            if len(_clients) >= _MAX_CLIENTS:
-                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
-                _clients.pop(next(iter(_clients)))
-            _clients[key] = client
-        return client
+
+def read_guarded(model: Model, api_key: str | None, read: Callable[..., T], *args: Any) -> T:
+    """`read(*args)`, where a reply the provider sent but that cannot be read (a tool call without
+    an id or a name, a missing field) is a malformed reply: the next sample may be fine, so it is
+    retried like a 5xx."""
+    try:
+        return read(*args)
+    except ModelCallError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise malformed(model, f"{type(exc).__name__}: {redact(str(exc), api_key)[:300]}") from None
 
 
 class OpenAIModel(Model):
@@ -264,9 +257,8 @@ class OpenAIModel(Model):
         return f"{type(self).__name__}(id={self.id!r}, base_url={safe!r})"
 
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
-        """Make one call through the official client; failures raise a classified `ModelCallError`."""
-        import openai
-
+        """Make one call through the official client; failures raise a classified `ModelCallError`.
+        With `context.on_delta` the reply is streamed (`orchestrator.models._streaming`)."""
         api_key = self._api_key or env_secret(API_KEY_VAR)
         if not api_key:
             raise ModelCallError(
@@ -280,30 +272,24 @@ class OpenAIModel(Model):
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params, options = self.request(messages, tools, context)
+        limit = options.get("timeout", timeout)
+        call_timeout = limit if isinstance(limit, int | float) else None
+        if context.on_delta is not None:
+            from orchestrator.models._streaming import stream_reply
+
+            return stream_reply(self, client, params, options, context.on_delta, api_key=api_key, timeout=call_timeout)
         failure: BaseException | None = None
         try:
             raw = self.send(client, params, options)
-        except openai.OpenAIError as exc:
-            limit = options.get("timeout", timeout)
-            failure = injected_cause(exc) or translate_error(
-                exc, model=self, api_key=api_key, timeout=limit if isinstance(limit, int | float) else None
-            )
         except Exception as exc:
-            if not is_call_error(exc):
+            failure = call_failure(exc, model=self, api_key=api_key, timeout=call_timeout)
+            if failure is None:
                 raise
-            failure = translate_call_error(exc, model=self, api_key=api_key)
         if failure is not None:
             # Raised outside the except block so the SDK's exception (whose text or arguments may
             # hold the key, as a UnicodeEncodeError's do) is not chained into tracebacks and logs.
             raise failure
-        try:
-            return self.read_reply(raw)
-        except ModelCallError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            # A reply the provider sent but we cannot read (a tool call without an id or a name,
-            # a missing field): the next sample may be fine, so it is retried like a 5xx.
-            raise malformed(self, f"{type(exc).__name__}: {redact(str(exc), api_key)[:300]}") from None
+        return read_guarded(self, api_key, self.read_reply, raw)
 
     def _bad_key(self, problem: str) -> ModelCallError:
         if self._api_key:
@@ -353,6 +339,14 @@ class OpenAIModel(Model):
     @abstractmethod
     def read_reply(self, raw: Any) -> ModelReply:
         """Turn the API's answer into a `ModelReply`, or raise `MalformedReply`."""
+
+    @abstractmethod
+    def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:
+        """`send` with `stream: true`: returns once the headers are in, the events still to read."""
+
+    @abstractmethod
+    def stream_reader(self) -> StreamReader:
+        """A reader that builds this API's `ModelReply` from its stream's events."""
 
 
 def sampling(**values: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
+from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
@@ -86,6 +87,26 @@ class OpenAIChat(OpenAIModel):
 
         return client.post("/chat/completions", body=params, cast_to=ChatCompletion, options=options)
 
+    def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:
+        """POST /chat/completions with `stream: true`, the usage asked for in the last chunk."""
+        import openai
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        stream_options = {**(params.get("stream_options") or {}), "include_usage": True}
+        body = {**params, "stream": True, "stream_options": stream_options}
+        return client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            options=options,
+            stream=True,
+            stream_cls=openai.Stream[ChatCompletionChunk],
+        )
+
+    def stream_reader(self) -> StreamReader:
+        """Reads `chat.completion.chunk`s (see `ChatStreamReader`)."""
+        return ChatStreamReader()
+
     def read_reply(self, raw: Any) -> ModelReply:
         """The first choice's text and function calls; arguments are passed through unparsed."""
         choices = getattr(raw, "choices", None)
@@ -109,6 +130,55 @@ class OpenAIChat(OpenAIModel):
                 if usage is not None
                 else {}
             ),
+        )
+
+
+class ChatStreamReader(StreamReader):
+    """The first choice's text deltas, its tool calls' fragments keyed by their `index`, and the
+    usage of the last chunk (which has no choices)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] | None = None
+        self._calls: dict[int, PartialCall] = {}
+        self._finished = False
+        self._usage: dict[str, int] = {}
+
+    def feed(self, event: Any) -> str | None:
+        """Take one chunk; its text delta, if it has one."""
+        usage = getattr(event, "usage", None)
+        if usage is not None:
+            self._usage = {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens or 0}
+        choice = next((c for c in event.choices or [] if c.index == 0), None)
+        if choice is None:
+            return None
+        if choice.finish_reason is not None:
+            self._finished = True
+        delta = choice.delta
+        for fragment in getattr(delta, "tool_calls", None) or []:
+            call = self._calls.setdefault(fragment.index, PartialCall())
+            # Some servers repeat the id and the name in every fragment: the last one stands.
+            call.id = fragment.id or call.id
+            function = fragment.function
+            if function is not None:
+                call.name = function.name or call.name
+                if function.arguments:
+                    call.arguments.append(function.arguments)
+        text = getattr(delta, "content", None)
+        if text is None:
+            return None
+        if self._text is None:
+            self._text = []
+        self._text.append(text)
+        return str(text)
+
+    def reply(self) -> ModelReply:
+        """The reply, as `OpenAIChat.read_reply` reads the same answer whole."""
+        if not self._finished:
+            raise ValueError("the stream ended before the reply's finish_reason")
+        return ModelReply(
+            content=None if self._text is None else "".join(self._text),
+            tool_calls=[self._calls[i].done() for i in sorted(self._calls)],
+            usage=self._usage,
         )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
+from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
@@ -90,12 +91,33 @@ class OpenAIResponses(OpenAIModel):
 
         return client.post("/responses", body=params, cast_to=Response, options=options)
 
+    def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:
+        """POST /responses with `stream: true`."""
+        import openai
+        from openai.types.responses import Response, ResponseStreamEvent
+
+        return client.post(
+            "/responses",
+            body={**params, "stream": True},
+            cast_to=Response,
+            options=options,
+            stream=True,
+            stream_cls=openai.Stream[ResponseStreamEvent],
+        )
+
+    def stream_reader(self) -> StreamReader:
+        """Reads Responses stream events (see `ResponsesStreamReader`)."""
+        return ResponsesStreamReader(self)
+
+    def failed(self, raw: Any) -> ModelCallError:
+        """The error for a response whose status is `failed` (retryable: the next try may be fine)."""
+        detail = getattr(getattr(raw, "error", None), "message", None) or "the response failed"
+        return ModelCallError(f"{self.describe()}: {detail}", retryable=True, kind="ResponseFailed")
+
     def read_reply(self, raw: Any) -> ModelReply:
         """The output's text and function calls; arguments are passed through unparsed."""
         if getattr(raw, "status", None) == "failed":
-            error = getattr(raw, "error", None)
-            detail = getattr(error, "message", None) or "the response failed"
-            raise ModelCallError(f"{self.describe()}: {detail}", retryable=True, kind="ResponseFailed")
+            raise self.failed(raw)
         output = getattr(raw, "output", None)
         if not output:
             raise malformed(self, "the response has no output")
@@ -115,6 +137,62 @@ class OpenAIResponses(OpenAIModel):
         usage = getattr(raw, "usage", None)
         return ModelReply(
             content="".join(texts) if saw_message else None,
+            tool_calls=calls,
+            usage=(
+                {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}
+                if usage is not None
+                else {}
+            ),
+        )
+
+
+class ResponsesStreamReader(StreamReader):
+    """The text of `response.output_text.delta`, function calls from `response.output_item.added`
+    and their `response.function_call_arguments.delta` fragments, and the usage of the final
+    `response.completed` (or `response.incomplete`, which a whole reply is read through too)."""
+
+    def __init__(self, model: OpenAIResponses) -> None:
+        self._model = model
+        self._text: list[str] = []
+        self._calls: dict[int, PartialCall] = {}
+        self._saw_message = False
+        self._final: Any = None
+
+    def feed(self, event: Any) -> str | None:
+        """Take one event; its text delta, if it is one."""
+        kind = event.type
+        if kind == "response.output_text.delta":
+            self._text.append(event.delta)
+            return str(event.delta)
+        if kind == "response.output_item.added":
+            item = event.item
+            if item.type == "message":
+                self._saw_message = True
+            elif item.type == "function_call":
+                self._calls[event.output_index] = PartialCall(
+                    id=item.call_id, name=item.name, arguments=[item.arguments or ""]
+                )
+        elif kind == "response.function_call_arguments.delta":
+            self._calls[event.output_index].arguments.append(event.delta)
+        elif kind == "response.function_call_arguments.done":
+            # The whole arguments: they stand whatever the fragments said.
+            self._calls[event.output_index].arguments = [event.arguments]
+        elif kind in ("response.completed", "response.incomplete"):
+            self._final = event.response
+        elif kind == "response.failed":
+            raise self._model.failed(event.response)
+        return None
+
+    def reply(self) -> ModelReply:
+        """The reply, as `OpenAIResponses.read_reply` reads the same response whole."""
+        if self._final is None:
+            raise ValueError("the stream ended before response.completed")
+        calls = [self._calls[i].done() for i in sorted(self._calls)]
+        if not self._saw_message and not calls:
+            raise malformed(self._model, "the output has neither a message nor a function call")
+        usage = getattr(self._final, "usage", None)
+        return ModelReply(
+            content="".join(self._text) if self._saw_message else None,
             tool_calls=calls,
             usage=(
                 {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}

@@ -75,6 +75,11 @@ def chat_completion(model: str, reply: ScriptedReply) -> dict[str, Any]:
 
 def response_object(model: str, reply: ScriptedReply, request: Mapping[str, Any]) -> dict[str, Any]:
     """A Responses API `response` object for a reply, echoing the request's settings as the API does."""
+    return _json(response_model(model, reply, request))
+
+
+def response_model(model: str, reply: ScriptedReply, request: Mapping[str, Any]) -> Response:
+    """The `Response` of `response_object`, before it is dumped (a stream sends it in pieces)."""
     output: list[ResponseOutputItem] = [
         ResponseFunctionToolCall(
             type="function_call", id="fc_" + cid, call_id=cid, name=name, arguments=args, status="completed"
@@ -90,33 +95,31 @@ def response_object(model: str, reply: ScriptedReply, request: Mapping[str, Any]
         )
     usage = reply.usage
     now = time.time()
-    return _json(
-        Response(
-            id="resp_" + uuid.uuid4().hex[:24],
-            object="response",
-            created_at=now,
-            completed_at=now,
-            status="completed",
-            model=model,
-            output=output,
-            error=None,
-            incomplete_details=None,
-            instructions=request.get("instructions"),
-            metadata=request.get("metadata") or {},
-            parallel_tool_calls=bool(request.get("parallel_tool_calls", True)),
-            temperature=request.get("temperature"),
-            top_p=request.get("top_p"),
-            tool_choice=request.get("tool_choice") or "auto",
-            tools=list(_function_tools(request.get("tools") or [])),
-            previous_response_id=None,
-            usage=ResponseUsage(
-                input_tokens=usage["input_tokens"],
-                output_tokens=usage["output_tokens"],
-                total_tokens=usage["input_tokens"] + usage["output_tokens"],
-                input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
-                output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
-            ),
-        )
+    return Response(
+        id="resp_" + uuid.uuid4().hex[:24],
+        object="response",
+        created_at=now,
+        completed_at=now,
+        status="completed",
+        model=model,
+        output=output,
+        error=None,
+        incomplete_details=None,
+        instructions=request.get("instructions"),
+        metadata=request.get("metadata") or {},
+        parallel_tool_calls=bool(request.get("parallel_tool_calls", True)),
+        temperature=request.get("temperature"),
+        top_p=request.get("top_p"),
+        tool_choice=request.get("tool_choice") or "auto",
+        tools=list(_function_tools(request.get("tools") or [])),
+        previous_response_id=None,
+        usage=ResponseUsage(
+            input_tokens=usage["input_tokens"],
+            output_tokens=usage["output_tokens"],
+            total_tokens=usage["input_tokens"] + usage["output_tokens"],
+            input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+        ),
     )
 
 

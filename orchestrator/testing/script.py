@@ -16,7 +16,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -41,7 +41,10 @@ class Fault(BaseModel):
 
     `times` is per conversation (None = every time); `turn` None matches every turn. With `body`
     the response carries that text as is instead of OpenAI's error shape: a proxy's HTML page, or
-    a 200 whose body is not JSON (a status below 400 needs a body).
+    a 200 whose body is not JSON (a status below 400 needs a body). With `break_stream_after` the
+    answer starts as usual (status 200) but a streamed answer is cut after that many events, its
+    connection closed with no end, as when a provider or a proxy drops it mid-reply; a request
+    that does not stream is not matched by it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -53,10 +56,23 @@ class Fault(BaseModel):
     message: str = "scripted failure"
     body: str | None = None
     content_type: str = "application/json"
+    break_stream_after: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_cut_stream_starts_as_a_success(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("break_stream_after") is not None and "status" not in data:
+            return {**data, "status": 200}
+        return data
 
     @model_validator(mode="after")
     def _a_success_needs_a_body(self) -> Self:
-        if self.status < 400 and self.body is None:
+        if self.break_stream_after is not None:
+            if self.status != 200 or self.body is not None:
+                raise ValueError(
+                    "a fault that cuts a stream answers 200 with the reply: it takes no other status or body"
+                )
+        elif self.status < 400 and self.body is None:
             raise ValueError(f"a fault with status {self.status} needs a body (the error shape is for 4xx and 5xx)")
         return self
 
@@ -86,8 +102,11 @@ class ScriptConfig(BaseModel):
     #: Seconds to wait before answering, applied by whoever serves the decision.
     delay_s: float = 0.0
     #: Seconds between the bytes of each answer's body, which the HTTP server then sends one byte
-    #: at a time (a reply that trickles in); the in-process ScriptedModel has no wire and ignores it.
+    #: at a time (a reply that trickles in); the in-process ScriptedModel has no wire and ignores it,
+    #: and a streamed answer is paced by `chunk_delay_s` instead.
     trickle_s: float = 0.0
+    #: Seconds between the events of a streamed answer (a reply the model writes as it goes).
+    chunk_delay_s: float = 0.0
     #: Errors to return instead of answering; the first matching fault with budget left fires.
     faults: list[Fault] = Field(default_factory=list)
     #: On this turn the tool calls' arguments are not valid JSON.
@@ -154,6 +173,8 @@ class ScriptedReply:
     usage: dict[str, int] = field(default_factory=dict)
     turn: int = 0
     delay_s: float = 0.0
+    #: A streamed answer is cut after this many events (a `Fault`'s `break_stream_after`).
+    break_after: int | None = None
 
     @property
     def finish_reason(self) -> Literal["tool_calls", "stop"]:
@@ -197,27 +218,51 @@ def decide(
     conversation: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]],
     conversation_key: str,
+    stream: bool = False,
 ) -> Decision:
-    """Decide how the scripted model answers one request. No I/O; `delay_s` is for the caller."""
+    """Decide how the scripted model answers one request (`stream`: whether it asked for a
+    stream). No I/O; `delay_s` is for the caller."""
     scope = model if model in config.by_model else ""
     cfg = config.for_model(model)
     turn = turn_of(conversation)
     denied = _check_key(cfg, api_key)
     if denied is not None:
         return ScriptedError(status=401, body=error_body(401, denied), turn=turn, delay_s=cfg.delay_s)
+    fault = _firing_fault(cfg, state, turn=turn, conversation_key=conversation_key, scope=scope, stream=stream)
+    if fault is not None and fault.break_stream_after is None:
+        return ScriptedError(
+            status=fault.status,
+            body=error_body(fault.status, fault.message),
+            retry_after=fault.retry_after,
+            turn=turn,
+            delay_s=cfg.delay_s,
+            raw=fault.body,
+            content_type=fault.content_type,
+        )
+    reply = _reply(cfg, turn=turn, tools=tools, conversation=conversation, conversation_key=conversation_key)
+    return replace(reply, break_after=fault.break_stream_after) if fault is not None else reply
+
+
+def _firing_fault(
+    cfg: ScriptConfig, state: ScriptState, *, turn: int, conversation_key: str, scope: str, stream: bool
+) -> Fault | None:
+    # A fault that cuts streams neither matches nor spends its budget on a request that does not stream.
     for index, fault in enumerate(cfg.faults):
-        if fault.turn is not None and fault.turn != turn:
+        if (fault.turn is not None and fault.turn != turn) or (fault.break_stream_after is not None and not stream):
             continue
         if state.try_fire(conversation_key, scope, index, fault.times):
-            return ScriptedError(
-                status=fault.status,
-                body=error_body(fault.status, fault.message),
-                retry_after=fault.retry_after,
-                turn=turn,
-                delay_s=cfg.delay_s,
-                raw=fault.body,
-                content_type=fault.content_type,
-            )
+            return fault
+    return None
+
+
+def _reply(
+    cfg: ScriptConfig,
+    *,
+    turn: int,
+    tools: Sequence[Mapping[str, Any]],
+    conversation: Sequence[Mapping[str, Any]],
+    conversation_key: str,
+) -> ScriptedReply:
     calls = _planned_calls(cfg, turn, tools, conversation)
     prompt_tokens = sum(estimate_tokens(_text_of(m)) for m in conversation)
     if calls:

@@ -5,7 +5,8 @@
 
 It serves Chat Completions (`POST /v1/chat/completions`), the Responses API (`POST /v1/responses`)
 and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says, with bodies built
-from the openai package's types (`orchestrator.testing.replies`). Test hooks:
+from the openai package's types (`orchestrator.testing.replies`); a request with `stream: true`
+gets server-sent events in its API's format (`orchestrator.testing.streams`). Test hooks:
 `GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
 lists the requests served, `POST /_reset` clears that log and the fault budgets.
 
@@ -33,11 +34,13 @@ from orchestrator.testing.replies import chat_completion, error_reply, model_lis
 from orchestrator.testing.script import (
     ScriptConfig,
     ScriptedError,
+    ScriptedReply,
     ScriptState,
     conversation_key,
     decide,
     error_body,
 )
+from orchestrator.testing.streams import chat_chunks, response_events
 
 RUN_ID_HEADER = "X-Ratchet-Run-Id"
 STEP_HEADER = "X-Ratchet-Step"
@@ -211,9 +214,6 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             return
         api = "chat" if path == "/chat/completions" else "responses"
-        if body.get("stream"):
-            self._send_error(400, "the scripted model does not stream; send stream=false")
-            return
         try:
             self._answer(api, body)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -231,6 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
         run_id = self.headers.get(RUN_ID_HEADER)
         key = conversation_key(run_id, conversation)
+        stream = body.get("stream") is True
         api_key = _bearer(self.headers.get("Authorization"))
         decision = decide(
             owner.config,
@@ -240,6 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
             conversation=conversation,
             tools=tools,
             conversation_key=key,
+            stream=stream,
         )
         # Logged on arrival, before the scripted delay: a test can then see a call in flight, and
         # a call whose client was killed while it waited still counts.
@@ -253,6 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "step": self.headers.get(STEP_HEADER),
                 "status": decision.status if isinstance(decision, ScriptedError) else 200,
                 "tool_calls": 0 if isinstance(decision, ScriptedError) else len(decision.tool_calls),
+                "stream": stream,
                 # The request's parameter names (not their values): what the client sent besides the transcript.
                 "params": sorted(k for k in body if k not in ("messages", "input")),
                 "query": sorted(parse_qs(urlsplit(self.path).query)),
@@ -272,8 +275,20 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(decision.status, error_reply(decision.body), headers, trickle_s=trickle)
             return
+        if stream:
+            self._send_stream(api, model, decision, body)
+            return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
         self._send_json(200, payload, trickle_s=trickle)
+
+    def _send_stream(self, api: str, model: str, reply: ScriptedReply, body: dict[str, Any]) -> None:
+        if api == "chat":
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = chat_chunks(model, reply, include_usage=include_usage)
+        else:
+            events = response_events(model, reply, body)
+        delay_s = self.server.owner.config.for_model(model).chunk_delay_s
+        self._send_events(events, delay_s=delay_s, cut=reply.break_after)
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -326,6 +341,23 @@ class _Handler(BaseHTTPRequestHandler):
             # A client that gave up closes the connection; the next write fails and ends this thread.
             self.wfile.write(data[i : i + 1])
             time.sleep(trickle_s)
+
+    def _send_events(self, events: list[bytes], *, delay_s: float, cut: int | None) -> None:
+        """Server-sent events, one HTTP chunk each (unbuffered: each goes out as it is written),
+        `delay_s` apart; with `cut`, the connection closes after that many, the body unfinished."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        for number, event in enumerate(events):
+            if number == cut:
+                self.close_connection = True
+                return
+            if number and delay_s > 0:
+                time.sleep(delay_s)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        self.wfile.write(b"0\r\n\r\n")
 
 
 def _bearer(header: str | None) -> str | None:

@@ -1,0 +1,129 @@
+"""Streamed calls of the OpenAI adapters: the reply read event by event, each piece of its text
+handed to the caller as it arrives, and at the end the same `ModelReply` the whole reply gives.
+
+A streamed call is the same request with `stream: true`; each adapter's `StreamReader` builds the
+reply from its API's events. Failures are classified as a whole call's are: an HTTP error before
+the stream starts is the SDK's status error; a stream cut mid-way (a connection dropped, the
+deadline of `orchestrator.models._deadline` passing between two chunks) is the SDK's connection
+or timeout error, retryable; an error event mid-way is the provider failing mid-reply, retryable
+like a 5xx unless the conversation no longer fits; a stream that ends before its reply is
+complete, or an event that cannot be read, is a malformed reply, retryable.
+
+An exception `on_delta` raises is the caller's, not the model's: it propagates as it is, and the
+stream is closed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ModelCallError
+from orchestrator.messages import ToolCall
+from orchestrator.models._keys import redact
+from orchestrator.models._openai import call_failure, is_context_length_error, read_guarded
+from orchestrator.models.base import ModelReply
+
+if TYPE_CHECKING:
+    import openai
+    from openai import RequestOptions
+
+    from orchestrator.models._openai import OpenAIModel
+
+
+class StreamReader(ABC):
+    """Builds one reply from a stream's events, fed in order."""
+
+    @abstractmethod
+    def feed(self, event: Any) -> str | None:
+        """Take the next event; return the text it adds to the reply, if any."""
+
+    @abstractmethod
+    def reply(self) -> ModelReply:
+        """The whole reply once the stream has ended; `ValueError` if it ended before the reply did."""
+
+
+@dataclass(kw_only=True)
+class PartialCall:
+    """A tool call whose id and name came in one event and whose arguments come in fragments."""
+
+    id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+    def done(self) -> ToolCall:
+        """The call as a whole reply carries it (a `ValidationError` without an id or a name)."""
+        # Invalid JSON is not an error here: the engine reports it to the model as a tool error.
+        return ToolCall.model_validate({"id": self.id, "name": self.name, "arguments": "".join(self.arguments) or "{}"})
+
+
+def stream_reply(
+    model: OpenAIModel,
+    client: openai.OpenAI,
+    params: dict[str, Any],
+    options: RequestOptions,
+    on_delta: Callable[[str], None],
+    *,
+    api_key: str | None,
+    timeout: float | None,
+) -> ModelReply:
+    """Make one streamed call: `on_delta(text)` per piece of text as it arrives, then the reply."""
+    failure: BaseException | None = None
+    try:
+        stream = model.open_stream(client, params, options)
+    except Exception as exc:
+        failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+        if failure is None:
+            raise
+    if failure is not None:
+        # Outside the except block, as in `OpenAIModel.invoke`: no SDK exception chained.
+        raise failure
+    reader = model.stream_reader()
+    with stream:
+        for event in _events(stream, model=model, api_key=api_key, timeout=timeout):
+            text = read_guarded(model, api_key, reader.feed, event)
+            if text:
+                on_delta(text)
+    return read_guarded(model, api_key, reader.reply)
+
+
+def stream_error(model: OpenAIModel, code: str | None, message: str, api_key: str | None) -> ModelCallError:
+    """The error for an error event in a stream: the provider failed mid-reply."""
+    detail = redact(message, api_key)[:300]
+    return ModelCallError(
+        f"{model.describe()}: the stream reported an error{f' ({code})' if code else ''}: {detail}",
+        retryable=not is_context_length_error(code, detail),
+        kind="StreamError",
+    )
+
+
+def _events(
+    stream: openai.Stream[Any], *, model: OpenAIModel, api_key: str | None, timeout: float | None
+) -> Iterator[Any]:
+    import openai
+
+    events = iter(stream)
+    while True:
+        failure: BaseException | None = None
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except openai.APIError as exc:
+            if type(exc) is openai.APIError:
+                # The SDK's own error for an `{"error": ...}` event: no status, no transport failure.
+                failure = stream_error(model, exc.code, exc.message, api_key)
+            else:
+                failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+        except Exception as exc:
+            failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+            if failure is None:
+                raise
+        if failure is not None:
+            raise failure
+        if getattr(event, "type", None) == "error":
+            # The Responses API's error event (Chat's is the SDK's `APIError` above).
+            raise stream_error(model, event.code, event.message, api_key)
+        yield event
