@@ -41,10 +41,11 @@ class Fault(BaseModel):
 
     `times` is per conversation (None = every time); `turn` None matches every turn. With `body`
     the response carries that text as is instead of OpenAI's error shape: a proxy's HTML page, or
-    a 200 whose body is not JSON (a status below 400 needs a body). With `break_stream_after` the
-    answer starts as usual (status 200) but a streamed answer is cut after that many events, its
-    connection closed with no end, as when a provider or a proxy drops it mid-reply; a request
-    that does not stream is not matched by it.
+    a 200 whose body is not JSON (a status below 400 needs a body). With `break_stream_after` a
+    streamed answer starts as usual but is cut after that many events: with status 200 its
+    connection closes with no end, as when a provider or a proxy drops it mid-reply;
+    with a 4xx or 5xx an error event of that status's shape ends it, as a provider failing
+    mid-reply sends. A request that does not stream is not matched by such a fault.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,19 +59,12 @@ class Fault(BaseModel):
     content_type: str = "application/json"
     break_stream_after: int | None = Field(default=None, ge=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _a_cut_stream_starts_as_a_success(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("break_stream_after") is not None and "status" not in data:
-            return {**data, "status": 200}
-        return data
-
     @model_validator(mode="after")
     def _a_success_needs_a_body(self) -> Self:
         if self.break_stream_after is not None:
-            if self.status != 200 or self.body is not None:
+            if (self.status != 200 and self.status < 400) or self.body is not None:
                 raise ValueError(
-                    "a fault that cuts a stream answers 200 with the reply: it takes no other status or body"
+                    "a fault that cuts a stream takes status 200 (a dropped connection) or a 4xx/5xx, no body"
                 )
         elif self.status < 400 and self.body is None:
             raise ValueError(f"a fault with status {self.status} needs a body (the error shape is for 4xx and 5xx)")
@@ -173,8 +167,10 @@ class ScriptedReply:
     usage: dict[str, int] = field(default_factory=dict)
     turn: int = 0
     delay_s: float = 0.0
-    #: A streamed answer is cut after this many events (a `Fault`'s `break_stream_after`).
+    #: A streamed answer is cut after this many events (a `Fault`'s `break_stream_after`): by
+    #: this error (OpenAI's error body) if set, else by closing the connection.
     break_after: int | None = None
+    break_error: dict[str, Any] | None = None
 
     @property
     def finish_reason(self) -> Literal["tool_calls", "stop"]:
@@ -240,7 +236,10 @@ def decide(
             content_type=fault.content_type,
         )
     reply = _reply(cfg, turn=turn, tools=tools, conversation=conversation, conversation_key=conversation_key)
-    return replace(reply, break_after=fault.break_stream_after) if fault is not None else reply
+    if fault is None:
+        return reply
+    error = error_body(fault.status, fault.message) if fault.status >= 400 else None
+    return replace(reply, break_after=fault.break_stream_after, break_error=error)
 
 
 def _firing_fault(

@@ -40,7 +40,7 @@ from orchestrator.testing.script import (
     decide,
     error_body,
 )
-from orchestrator.testing.streams import chat_chunks, response_events
+from orchestrator.testing.streams import chat_chunks, error_event, response_events
 
 RUN_ID_HEADER = "X-Ratchet-Run-Id"
 STEP_HEADER = "X-Ratchet-Step"
@@ -287,8 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
             events = chat_chunks(model, reply, include_usage=include_usage)
         else:
             events = response_events(model, reply, body)
+        if reply.break_after is not None and reply.break_error is not None:
+            events = [*events[: reply.break_after], error_event(api, reply.break_error, reply.break_after)]
         delay_s = self.server.owner.config.for_model(model).chunk_delay_s
-        self._send_events(events, delay_s=delay_s, cut=reply.break_after)
+        self._send_events(events, delay_s=delay_s, cut=reply.break_after if reply.break_error is None else None)
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")

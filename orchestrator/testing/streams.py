@@ -33,6 +33,7 @@ from openai.types.responses import (
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
+    ResponseErrorEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
     ResponseFunctionToolCall,
@@ -46,7 +47,7 @@ from openai.types.responses import (
 )
 from pydantic import BaseModel
 
-from orchestrator.testing.replies import response_model
+from orchestrator.testing.replies import error_reply, response_model
 from orchestrator.testing.script import ScriptedReply
 
 #: The last event of a Chat Completions stream.
@@ -119,6 +120,22 @@ def response_events(model: str, reply: ScriptedReply, request: Mapping[str, Any]
     return [_data(event, named=True) for event in events]
 
 
+def error_event(api: str, body: Mapping[str, Any], sequence_number: int) -> bytes:
+    """The event a provider failing mid-reply sends, for OpenAI's error `body`: Chat's is an
+    `error` object where a chunk would be; Responses' is an `error` event."""
+    error = body["error"]
+    if api == "chat":
+        return _data_of(error_reply(body))
+    event = ResponseErrorEvent(
+        type="error",
+        code=error["code"],
+        message=error["message"],
+        param=error["param"],
+        sequence_number=sequence_number,
+    )
+    return _data(event, named=True)
+
+
 def words(text: str) -> list[str]:
     """`text` cut into words, each with the spaces before it (the last also with those after)."""
     return _WORD.findall(text) or ([text] if text else [])
@@ -180,5 +197,8 @@ def _fragments(text: str) -> list[str]:
 
 def _data(value: BaseModel, *, named: bool = False) -> bytes:
     body = value.model_dump(mode="json", exclude_unset=True)
-    event = f"event: {body['type']}\n" if named else ""
-    return f"{event}data: {json.dumps(body)}\n\n".encode()
+    return (f"event: {body['type']}\n" if named else "").encode() + _data_of(body)
+
+
+def _data_of(body: Mapping[str, Any]) -> bytes:
+    return f"data: {json.dumps(body)}\n\n".encode()
