@@ -24,7 +24,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import ToolCall
 from orchestrator.models._keys import redact
 from orchestrator.models._openai import call_failure, is_context_length_error, read_guarded
-from orchestrator.models.base import ModelReply
+from orchestrator.models.base import Model, ModelReply
 
 if TYPE_CHECKING:
     import openai
@@ -89,7 +89,7 @@ def stream_reply(
     return read_guarded(model, api_key, reader.reply)
 
 
-def stream_error(model: OpenAIModel, code: str | None, message: str, api_key: str | None) -> ModelCallError:
+def stream_error(model: Model, code: str | None, message: str, api_key: str | None) -> ModelCallError:
     """The error for an error event in a stream: the provider failed mid-reply."""
     detail = redact(message, api_key)[:300]
     return ModelCallError(

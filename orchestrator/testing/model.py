@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import is_context_length_error, kind_for_status, malformed, retryable_status
+from orchestrator.models._streaming import stream_error
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
-from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptState, decide
+from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptedReply, ScriptState, decide
 
 
 class ScriptedModel(Model):
@@ -35,7 +36,10 @@ class ScriptedModel(Model):
         self.state = ScriptState()
 
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
-        """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`."""
+        """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`. With
+        `context.on_delta` the text goes to it a word at a time, `chunk_delay_s` apart, and a
+        stream-cutting fault cuts it after `break_stream_after` words (there are no other events
+        to count) with the error the adapters raise for it."""
         decision = decide(
             self.script,
             self.state,
@@ -44,6 +48,7 @@ class ScriptedModel(Model):
             conversation=conversation_of(messages),
             tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
             conversation_key=context.run_id,
+            stream=context.on_delta is not None,
         )
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
@@ -60,10 +65,32 @@ class ScriptedModel(Model):
                 retry_after=decision.retry_after,
                 kind=kind,
             )
+        if context.on_delta is not None:
+            self._stream(decision, context.on_delta)
         return ModelReply(
             content=decision.content,
             tool_calls=[ToolCall(id=cid, name=name, arguments=args) for cid, name, args in decision.tool_calls],
             usage=dict(decision.usage),
+        )
+
+    def _stream(self, reply: ScriptedReply, on_delta: Callable[[str], None]) -> None:
+        # Imported here: the streams module loads openai's types, which a whole answer never needs.
+        from orchestrator.testing.streams import words
+
+        delay_s = self.script.for_model(self.id).chunk_delay_s
+        for number, word in enumerate(words(reply.content or "")):
+            if number == reply.break_after:
+                break
+            if number and delay_s > 0:
+                time.sleep(delay_s)
+            on_delta(word)
+        if reply.break_after is None:
+            return
+        if reply.break_error is not None:
+            error = reply.break_error["error"]
+            raise stream_error(self, error["code"], error["message"], None)
+        raise ModelCallError(
+            f"{self.describe()}: APIConnectionError: the stream was cut", retryable=True, kind="APIConnectionError"
         )
 
 

@@ -11,6 +11,10 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
+from orchestrator.errors import ModelCallError
+from orchestrator.messages import Message
+from orchestrator.models.base import CallContext
+from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig, ScriptedReply, ScriptState, decide, error_body
 from orchestrator.testing.streams import CHAT_DONE, chat_chunks, error_event, response_events, words
 
@@ -108,3 +112,24 @@ def test_a_stream_cutting_fault_fires_only_on_a_streamed_request_and_says_how_to
 def test_a_stream_cutting_fault_is_a_200_or_an_error_status_without_a_body(fault: dict[str, Any]) -> None:
     with pytest.raises(ValidationError, match="cuts a stream"):
         Fault(break_stream_after=1, **fault)
+
+
+def test_the_in_process_model_streams_its_text_a_word_at_a_time_and_returns_the_same_reply() -> None:
+    model = ScriptedModel(script=ScriptConfig(final_text="Three cats, {user}, and one dog."))
+    messages = [Message(role="user", content="find cats")]
+    whole = model.invoke(messages, [], context=CallContext(run_id="r", seq=1))
+    deltas: list[str] = []
+    streamed = model.invoke(messages, [], context=CallContext(run_id="r", seq=1, on_delta=deltas.append))
+    assert streamed == whole and "".join(deltas) == whole.content and len(deltas) > 3
+
+
+@pytest.mark.parametrize(("status", "kind"), [(200, "APIConnectionError"), (500, "StreamError")])
+def test_the_in_process_model_cuts_a_stream_as_the_adapters_report_it(status: int, kind: str) -> None:
+    model = ScriptedModel(script=ScriptConfig(faults=[Fault(status=status, break_stream_after=2)]))
+    messages = [Message(role="user", content="find cats")]
+    deltas: list[str] = []
+    context = CallContext(run_id="r", seq=1, on_delta=deltas.append)
+    with pytest.raises(ModelCallError) as caught:
+        model.invoke(messages, [], context=context)
+    assert (caught.value.retryable, caught.value.kind, len(deltas)) == (True, kind, 2)
+    assert model.invoke(messages, [], context=context).content
