@@ -226,6 +226,35 @@ def test_a_fault_that_cuts_streams_leaves_a_whole_call_alone(
     assert _failure(model, on_delta=lambda _: None).retryable, "its budget was still there for the stream"
 
 
+UNFINISHED = {
+    OpenAIChat: 'data: {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", '
+    '"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]}\n\n',
+    OpenAIResponses: 'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", '
+    '"delta": "Hel", "item_id": "m", "output_index": 0, "content_index": 0, "logprobs": [], "sequence_number": 0}\n\n',
+}
+
+
+def test_a_stream_that_ends_before_its_reply_does_is_a_retryable_malformed_reply(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    # The body ends cleanly, but without Chat's finish_reason or Responses' response.completed.
+    fault = Fault(status=200, body=UNFINISHED[adapter], content_type="text/event-stream")
+    server.configure(ScriptConfig(faults=[fault]))
+    deltas: list[str] = []
+    error = _failure(adapter("gpt-test", base_url=server.url), on_delta=deltas.append)
+    assert (error.retryable, error.kind, deltas) == (True, "MalformedReply", ["Hel"])
+
+
+def test_a_stream_event_that_is_not_json_is_a_retryable_malformed_reply(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    server.configure(
+        ScriptConfig(faults=[Fault(status=200, body="data: <html>\n\n", content_type="text/event-stream")])
+    )
+    error = _failure(adapter("gpt-test", base_url=server.url), on_delta=lambda _: None)
+    assert (error.retryable, error.kind) == (True, "MalformedReply") and "not JSON" in str(error)
+
+
 def test_a_stream_slower_than_the_timeout_ends_as_a_retryable_timeout_within_about_it(
     server: ScriptedServer, adapter: type[OpenAIModel]
 ) -> None:
