@@ -142,15 +142,16 @@ def live_key(n_messages: int, epoch: int, k: int) -> Key:
 
 
 def drop_restarted(events: Iterable[RunEvent]) -> list[RunEvent]:
-    """The events without the deltas that a later StepRestarted of their step superseded: what a
-    reader shows once a run has ended (a live reader drops them when StepRestarted arrives)."""
+    """The events without the deltas of attempts that did not commit their reply: a delta is
+    dropped when a later event that is not a delta has the same message count (a StepRestarted,
+    or the error, retry or cancel that ended its attempt), since a reply that commits moves the
+    count on. What a reader shows once a run has ended; a live reader drops them as it goes."""
     events = list(events)
-    latest: dict[int, int] = {}
+    later: dict[int, Key] = {}  # p -> the highest key of an event at p that is not a delta
     for e in events:
-        if e.event == "StepRestarted":
-            p, q, _, _ = e.key
-            latest[p] = max(latest.get(p, 0), q)
-    return [e for e in events if e.event != "RunContent" or e.key[1] >= latest.get(e.key[0], 0)]
+        if e.event != "RunContent":
+            later[e.key[0]] = max(later.get(e.key[0], START), e.key)
+    return [e for e in events if e.event != "RunContent" or e.key > later.get(e.key[0], START)]
 
 
 def derive(
