@@ -18,12 +18,15 @@ from sqlalchemy import func, select
 
 from orchestrator import Agent, Client, RunStatus, Team
 from orchestrator.events import RunEvent, drop_restarted, parse_id
+from orchestrator.ports import get_delta_sink
 from orchestrator.settings import Settings
+from orchestrator.steps.live import LiveStep
 from orchestrator.store.schema import deltas
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from tests.support import Clock
 from workers.deltas import KEY
 
 S = RunStatus
@@ -179,6 +182,32 @@ def test_a_retried_call_of_a_streamed_run_says_step_restarted_after_its_retry(in
     assert kinds(events)[:3] == ["RunStarted", "RunRetrying", "StepRestarted"]
     assert kinds(events)[-1] == "RunCompleted"
     assert text_of(events) == "second time lucky"
+    assert_in_id_order(events)
+
+
+def test_a_step_recovered_after_its_worker_died_mid_reply_says_step_restarted_and_its_text_replaces_the_partial_one(
+    inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(inline.store, "clock", clock)
+    agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="the whole reply")))
+    inline.autorun = False
+    run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
+    # A worker claimed the model step, streamed part of its reply, and died.
+    doomed = inline.store.claim(run_id, 0, "model", owner="doomed", lease_seconds=30, max_attempts=5)
+    assert doomed is not None
+    partial = LiveStep(get_delta_sink(inline.settings, inline.store), doomed, clock)
+    partial.delta("the wh")
+    inline.run_until_idle()  # the step's own delivery: dropped, the claim is held
+    clock.advance(31)  # its lease expires; the sweeper takes the step back
+    assert inline.sweep().requeued == [run_id]
+    inline.run_until_idle()
+
+    events = list(inline.client.stream(run_id))
+
+    assert kinds(events)[:4] == ["RunStarted", "RunContent", "StepRestarted", "RunContent"]
+    assert events[1].content == "the wh" and events[2].attempt == events[3].attempt > events[1].attempt  # type: ignore[operator]
+    assert text_of(events) == "the whole reply" == inline.client.get_run(run_id).content
     assert_in_id_order(events)
 
 
