@@ -164,16 +164,21 @@ class Client:
         ended long ago, or was started elsewhere, yields them all; a run started with
         stream=True also yields its RunContent deltas (drop a step's deltas that sort before its
         StepRestarted). RunWaitTimeout after `timeout` seconds; the run goes on."""
-        run_id = validation.known_run_id(run_id)
-        follower = Follower(self.store, self.delta_sink, run_id, after)  # a bad `after` fails here, not later
-        return follow(follower, timeout)
+        return follow(self._follower(run_id, after), timeout)
 
     def astream(
         self, run_id: str, *, after: str | None = None, timeout: float | None = None
     ) -> AsyncIterator[RunEvent]:
         """`stream()` for asyncio: `async for event in client.astream(run_id)`."""
+        return afollow(self._follower(run_id, after), timeout)
+
+    def _follower(self, run_id: str, after: str | None) -> Follower:
+        """A reader of the run; an unknown run or a malformed `after` fails here, when the caller
+        asks to stream (an HTTP API answers 404 or 422 before it starts a response), not later."""
         run_id = validation.known_run_id(run_id)
-        return afollow(Follower(self.store, self.delta_sink, run_id, after), timeout)
+        follower = Follower(self.store, self.delta_sink, run_id, after)
+        self.store.get_record(run_id)
+        return follower
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """Block until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED).

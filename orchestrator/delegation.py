@@ -105,7 +105,8 @@ def start_members(
     store: Store, claim: Claim, results: Sequence[Message], delegations: Sequence[Delegation], *, publish_grace: float
 ) -> list[StepRef]:
     """Commit the batch's last results, create the member runs and park the team WAITING, all
-    in one transaction fenced by the claim. Returns the members' first steps to publish."""
+    in one transaction fenced by the claim (a streamed team's members are streamed too). Returns
+    the members' first steps to publish."""
     with store.engine.begin() as conn:
         team = store.commit_step(
             claim, results, status=S.WAITING, next_step=None, publish_grace=publish_grace, conn=conn
@@ -117,7 +118,7 @@ def start_members(
                     run_id=str(uuid.uuid4()), session_id=team.session_id, agent_name=member.name,
                     kind=member.kind, input_messages=[Message(role="user", content=d.task)],
                     publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                    conn=conn,
+                    stream=team.stream, conn=conn,
                 )  # fmt: skip
                 members.append(created)
         store.log_event(

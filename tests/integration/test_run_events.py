@@ -16,7 +16,7 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from orchestrator import Agent, Client, RunStatus, Team
+from orchestrator import Agent, Client, InvalidInputError, RunNotFoundError, RunStatus, Team
 from orchestrator.events import RunEvent, drop_restarted, parse_id
 from orchestrator.ports import get_delta_sink
 from orchestrator.settings import Settings
@@ -151,6 +151,24 @@ def test_a_team_yields_its_members_starts_and_completions_between_its_delegation
     assert completed.member_agent == member.name and completed.content == "member says hi"
 
 
+def test_a_streamed_teams_members_are_streamed_and_a_reader_follows_one_by_the_id_its_start_event_names(
+    inline: InMemoryDispatcher,
+) -> None:
+    member = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="member says hi")), role="Helps.")
+    delegate = {"tool": TO_MEMBER, "arguments": {"member_id": member_id(member), "task": "say hi"}}
+    leader = ScriptedModel(script=ScriptConfig(batches=[[delegate]], final_text="team done"))
+    team = Team(name=name(), model=leader, members=[member], instructions="Delegate.")
+
+    events = list(team.run("go", stream=True))
+
+    assert text_of(events) == "team done"
+    started = next(e for e in events if e.event == "MemberRunStarted")
+    assert started.member_run_id is not None
+    of_member = list(inline.client.stream(started.member_run_id))
+    assert kinds(of_member)[0] == "RunStarted" and kinds(of_member)[-1] == "RunCompleted"
+    assert text_of(of_member) == "member says hi"
+
+
 # ---------------------------------------------------------------- streamed runs
 
 
@@ -221,6 +239,16 @@ def test_arun_with_stream_returns_an_async_iterator_of_the_runs_events(inline: I
 
     assert kinds(events)[0] == "RunStarted" and kinds(events)[-1] == "RunCompleted"
     assert text_of(events) == "async words flow"
+
+
+def test_streaming_an_unknown_run_or_after_a_malformed_id_fails_when_asked_not_when_read(
+    inline: InMemoryDispatcher,
+) -> None:
+    with pytest.raises(RunNotFoundError):
+        inline.client.stream("no-such-run")
+    run = Agent(name=name(), model=ScriptedModel()).run("hello")
+    with pytest.raises(InvalidInputError, match="event id 'last'"):
+        inline.client.astream(run.run_id, after="last")
 
 
 # ---------------------------------------------------------------- on a real worker
