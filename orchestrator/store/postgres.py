@@ -74,8 +74,9 @@ class PostgresBackend(Backend):
             return result
 
     def snapshot(self, work: Callable[[Connection], T]) -> T:
-        # READ COMMITTED (and autocommit) give each statement its own snapshot.
-        with self.engine.connect() as conn:
+        # READ COMMITTED (and autocommit) give each statement its own snapshot. On the quick
+        # pool, so that readers following runs never take connections the writes need.
+        with self.quick_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 return work(conn)
