@@ -34,6 +34,7 @@ class CallContext:
     #: The HTTP timeout the worker's settings give one call (RATCHET_MODEL_TIMEOUT, read once when
     #: the worker starts); a model's own `timeout=` wins, and None means that setting's default.
     timeout: float | None = None
+    #: Called with each piece of the reply's text as it arrives; when set, the model streams its reply.
     on_delta: Callable[[str], None] | None = None
 
     def headers(self) -> dict[str, str]:
