@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ratchet demo
 	$(BIN)/ratchet demo team_research
+	$(BIN)/ratchet demo streaming
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running).
 test: $(STAMP) services

@@ -49,7 +49,7 @@ from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store import Claim, Store
+from orchestrator.store import Claim, Store, writes
 from orchestrator.store.schema import runs
 from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
@@ -105,7 +105,8 @@ def start_members(
     store: Store, claim: Claim, results: Sequence[Message], delegations: Sequence[Delegation], *, publish_grace: float
 ) -> list[StepRef]:
     """Commit the batch's last results, create the member runs and park the team WAITING, all
-    in one transaction fenced by the claim. Returns the members' first steps to publish."""
+    in one transaction fenced by the claim (a streamed team's members are streamed too). Returns
+    the members' first steps to publish."""
     with store.engine.begin() as conn:
         team = store.commit_step(
             claim, results, status=S.WAITING, next_step=None, publish_grace=publish_grace, conn=conn
@@ -117,11 +118,12 @@ def start_members(
                     run_id=str(uuid.uuid4()), session_id=team.session_id, agent_name=member.name,
                     kind=member.kind, input_messages=[Message(role="user", content=d.task)],
                     publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                    conn=conn,
+                    stream=team.stream, conn=conn,
                 )  # fmt: skip
                 members.append(created)
         store.log_event(
-            conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members}
+            conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members},
+            **writes.position(team),
         )  # fmt: skip
     log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
     return [StepRef.of(m) for m in members]
@@ -186,7 +188,8 @@ def _fail_team(
         error_type=error["type"], error_message=error["message"], next_step=None,
     )  # fmt: skip
     if moved is not None:
-        store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error)
+        where = writes.position(moved)
+        store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error, **where)
         if moved.parent_run_id is not None:
             # A team that is itself a member fails its own team too (leaf before ancestor: the
             # same lock order as every fan-in, so no deadlock).

@@ -46,6 +46,18 @@ def test_the_seed_demo_prints_the_three_scenarios_as_the_seed_does(tmp_path: Pat
     assert "sk-" not in out.replace("sk-invalid", "")  # no key printed
 
 
+def test_the_streaming_demo_prints_a_runs_events_as_they_happen_and_a_reader_that_resumes_gets_the_rest(
+    tmp_path: Path,
+) -> None:
+    out = run_demo(tmp_path, "streaming")
+
+    assert "RunStarted" in out.splitlines()[2]
+    assert "ToolCallStarted: weather({'city': 'Lisbon'})" in out
+    assert "ToolCallCompleted: weather -> sunny and 21 degrees in Lisbon" in out
+    assert "RunCompleted: Good news from the weather desk: it is sunny and 21 degrees in Lisbon" in out
+    assert "the same as the first reader's: True" in out
+
+
 def test_an_unknown_example_is_a_clear_error(tmp_path: Path) -> None:
     result = subprocess.run([RATCHET, "demo", "nope"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
