@@ -31,7 +31,7 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
 from orchestrator.control import RunControl, derived_run_id
-from orchestrator.errors import FencedError, RatchetError
+from orchestrator.errors import FencedError, InvalidInputError, RatchetError
 from orchestrator.steps import StepRunner
 from orchestrator.sweeper import Sweeper
 from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
@@ -125,11 +125,16 @@ def register_tasks(app: Celery) -> None:
 
     # A producer's mistake (an invalid id, a conflict) is logged in one line, not as a traceback.
     @app.task(name=START_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
-    def start_run(self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None) -> str:
+    def start_run(
+        self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None,
+        stream: bool = False,
+    ) -> str:  # fmt: skip
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
-        return _control(self.app).start(agent, input=input, session_id=session_id, run_id=run_id)
+        if not isinstance(stream, bool):  # JSON from any language: refuse "yes" rather than guess
+            raise InvalidInputError(f"stream must be true or false, not {stream!r}")
+        return _control(self.app).start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:

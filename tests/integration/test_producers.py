@@ -263,3 +263,29 @@ def test_a_broker_that_never_answers_fails_start_in_seconds_and_the_sweeper_publ
     finally:
         app.close()
     assert queued_steps(settings) == 1
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_a_celery_producer_starts_a_streamed_run_by_task_name_and_a_reader_follows_its_text(
+    settings: Settings,
+) -> None:
+    name = f"streamed-{uuid.uuid4().hex[:6]}"
+    Agent(name=name, model=OpenAIChat(id="gpt-4o-mini"), instructions="Be brief.")
+    producer = Celery(broker=settings.broker_url, set_as_current=False)
+    producer.conf.task_serializer = "json"
+    run_id = str(uuid.uuid4())
+
+    producer.send_task(
+        "ratchet.start_run", args=[name, "hello", None, run_id], kwargs={"stream": True},
+        queue=settings.control_queue,
+    )  # fmt: skip
+
+    client = Client(settings)
+    wait_until(lambda: client.get_run(run_id), 30, what="the run to be written", ignore=(RunNotFoundError,))
+    events = list(client.stream(run_id))
+    out = client.get_run(run_id)
+    assert out.status == RunStatus.COMPLETED
+    text = "".join(e.content or "" for e in events if e.event == "RunContent")
+    assert text and text == out.content  # the deltas are the committed reply, as it was written
+    assert events[-1].event == "RunCompleted"
+    producer.close()
