@@ -227,8 +227,8 @@ class Cluster:
     def unflag(self, name: str) -> None:
         (self.dir / name).unlink(missing_ok=True)
 
-    def start_run(self, text_in: str = "hello", *, run_id: str | None = None) -> str:
-        return self.client.start(agents.AGENT, input=text_in, run_id=run_id).run_id
+    def start_run(self, text_in: str = "hello", *, run_id: str | None = None, stream: bool = False) -> str:
+        return self.client.start(agents.AGENT, input=text_in, run_id=run_id, stream=stream).run_id
 
     def events(self, run_id: str) -> list[str]:
         return [e["kind"] for e in self.store.get_events(run_id)]
