@@ -10,6 +10,7 @@
     ratchet show RUN_ID [--json]
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
+    ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
 
 Settings come from RATCHET_* variables (see orchestrator/settings.py). Errors print one line
 saying what to do and exit with status 2.
@@ -37,6 +38,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.run import RunOutput
 from orchestrator.settings import Settings
+from workers.api.serve import add_api_command
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -147,6 +149,7 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
     p.set_defaults(func=cmd_scripted_model)
+    add_api_command(sub)
 
 
 def _add_run_commands(sub: Any) -> None:
