@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, Protocol
 
@@ -90,7 +90,7 @@ class Health(BaseModel):
 
 
 class RunEvent(Protocol):
-    """An event of `Client.stream` (`orchestrator.events.RunEvent`), as far as this API reads it."""
+    """An event of `Client.astream` (`orchestrator.events.RunEvent`), as far as this API reads it."""
 
     @property
     def id(self) -> str: ...
@@ -102,9 +102,10 @@ class RunEvent(Protocol):
 
 
 class EventFeed(Protocol):
-    """Where a run's events come from: `Client.stream`."""
+    """Where a run's events come from: `Client.astream`, which parses `after` when called (a bad
+    id fails then, before the response starts) and ends once the run is final or PAUSED."""
 
-    def stream(self, run_id: str, *, after: str | None = None) -> Iterator[RunEvent]: ...
+    def astream(self, run_id: str, *, after: str | None = None) -> AsyncIterator[RunEvent]: ...
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -237,22 +238,31 @@ def _known_run(run_id: str, client: ClientDep) -> str:
     return client.store.get_record(validation.known_run_id(run_id)).run_id
 
 
+def _run_events(
+    run_id: Annotated[str, Depends(_known_run)],
+    feed: Annotated[EventFeed, Depends(_feed)],
+    after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
+    last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
+) -> AsyncIterator[RunEvent]:
+    """The events to send, resolved before the response starts: a bad id is a 422, not a broken stream."""
+    return feed.astream(run_id, after=last_event_id or after)
+
+
 @router.get(
     "/runs/{run_id}/events",
     response_class=EventSourceResponse,
     tags=["runs"],
     responses={200: {"content": {"text/event-stream": {}}}, **_errors(401, 404, 422)},
 )
-def run_events(
-    run_id: Annotated[str, Depends(_known_run)],
-    feed: Annotated[EventFeed, Depends(_feed)],
-    after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
-    last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
-) -> Iterator[ServerSentEvent]:
+async def run_events(
+    events: Annotated[AsyncIterator[RunEvent], Depends(_run_events)],
+) -> AsyncIterator[ServerSentEvent]:
     """The run's events as server-sent events (`id:` the event's id, `event:` its type, `data:`
     the event as JSON), from the start or after the given id, until the run stops (or pauses).
-    A client that reconnects with `Last-Event-ID` gets exactly the events it has not seen."""
-    for event in feed.stream(run_id, after=last_event_id or after):
+    A client that reconnects with `Last-Event-ID` gets exactly the events it has not seen; a
+    RunContent delta sorted before a StepRestarted of its step belongs to an abandoned attempt.
+    Waiting on the run holds no server thread; a comment line keeps an idle connection open."""
+    async for event in events:
         # ASCII: a lone surrogate in a live delta would otherwise fail the UTF-8 encoding of the stream.
         data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
         yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
