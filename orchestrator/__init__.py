@@ -27,6 +27,7 @@ from orchestrator.errors import (
     ToolBatchLimitError,
     ToolInterruptedError,
 )
+from orchestrator.events import RunEvent
 from orchestrator.messages import Message
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunError, RunOutput, Session
@@ -51,6 +52,7 @@ __all__ = [
     "RunBusyError",
     "RunConflictError",
     "RunError",
+    "RunEvent",
     "RunHandle",
     "RunNotContinuableError",
     "RunNotFoundError",

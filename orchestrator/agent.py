@@ -11,12 +11,13 @@ import asyncio
 import inspect
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
+from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunOutput
@@ -111,12 +112,47 @@ class Agent:
         """Enqueue a run and return at once with its handle."""
         return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id)
 
-    def run(self, input: str, *, session_id: str | None = None, timeout: float | None = None) -> RunOutput:
-        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too)."""
+    @overload
+    def run(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
+    ) -> RunOutput: ...
+
+    @overload
+    def run(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
+    ) -> Iterator[RunEvent]: ...
+
+    def run(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
+    ) -> RunOutput | Iterator[RunEvent]:
+        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too).
+
+        `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
+        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
+        if stream:
+            handle = self.client.start(self.name, input=input, session_id=session_id, stream=True)
+            return self.client.stream(handle.run_id, timeout=timeout)
         return self.start(input, session_id=session_id).wait(timeout)
 
-    async def arun(self, input: str, *, session_id: str | None = None, timeout: float | None = None) -> RunOutput:
-        """`run()` for asyncio: the wait does not block the event loop."""
+    @overload
+    async def arun(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
+    ) -> RunOutput: ...
+
+    @overload
+    async def arun(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
+    ) -> AsyncIterator[RunEvent]: ...
+
+    async def arun(
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
+    ) -> RunOutput | AsyncIterator[RunEvent]:
+        """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
+        `async for event in await agent.arun(input, stream=True)`."""
+        if stream:
+            client = self.client
+            handle = await asyncio.to_thread(client.start, self.name, input=input, session_id=session_id, stream=True)
+            return client.astream(handle.run_id, timeout=timeout)
         handle = await asyncio.to_thread(self.start, input, session_id=session_id)
         return await handle.await_(timeout)
 

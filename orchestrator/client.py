@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from orchestrator import validation
 from orchestrator.control import RunControl
 from orchestrator.errors import RunWaitTimeout
-from orchestrator.ports import Dispatcher, get_dispatcher
+from orchestrator.events import RunEvent
+from orchestrator.ports import DeltaSink, Dispatcher, get_delta_sink, get_dispatcher
+from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import RunOutput, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
@@ -104,7 +106,9 @@ class Client:
 
     # ---------------------------------------------------------------- writes
 
-    def start(self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
+    def start(
+        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
+    ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
         `run_id` is the producer's own key (default: a new uuid4; 1-64 characters of A-Z, a-z,
@@ -114,8 +118,12 @@ class Client:
         InvalidInputError before anything is written.
 
         If the broker is down the run is still saved, and BrokerUnavailableError names it; the
-        sweeper publishes it when the broker is back."""
-        return RunHandle(self.control.start(agent, input=input, session_id=session_id, run_id=run_id), self)
+        sweeper publishes it when the broker is back.
+
+        `stream=True`: the run's model steps also publish their text deltas, which `stream()`
+        merges with its durable events; any run can be followed, streamed or not."""
+        run_id = self.control.start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        return RunHandle(run_id, self)
 
     def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:
         """Resume a run: ERROR/PAUSED and expired RUNNING resume in place (same run_id);
@@ -143,6 +151,29 @@ class Client:
     def get_session(self, session_id: str) -> Session | None:
         """The session's runs, oldest first; None if no run was ever started in it."""
         return self.store.get_session(validation.session_id(session_id))
+
+    @property
+    def delta_sink(self) -> DeltaSink:
+        """Where streamed runs' live events are read from (the broker's Redis, or the store)."""
+        return get_delta_sink(self.settings, self.store)
+
+    def stream(self, run_id: str, *, after: str | None = None, timeout: float | None = None) -> Iterator[RunEvent]:
+        """The run's events in id order as they happen, from the first (or the one after the id
+        `after`: a reader that reconnects with the last id it saw gets exactly the rest), until
+        the run is final or PAUSED. Durable events are rebuilt from the database, so a run that
+        ended long ago, or was started elsewhere, yields them all; a run started with
+        stream=True also yields its RunContent deltas (drop a step's deltas that sort before its
+        StepRestarted). RunWaitTimeout after `timeout` seconds; the run goes on."""
+        run_id = validation.known_run_id(run_id)
+        follower = Follower(self.store, self.delta_sink, run_id, after)  # a bad `after` fails here, not later
+        return follow(follower, timeout)
+
+    def astream(
+        self, run_id: str, *, after: str | None = None, timeout: float | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """`stream()` for asyncio: `async for event in client.astream(run_id)`."""
+        run_id = validation.known_run_id(run_id)
+        return afollow(Follower(self.store, self.delta_sink, run_id, after), timeout)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """Block until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED).

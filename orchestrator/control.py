@@ -78,8 +78,11 @@ class RunControl:
 
     # ---------------------------------------------------------------- start
 
-    def start(self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None) -> str:
+    def start(
+        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
+    ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
+        `stream`: its model steps publish their text deltas as live events (`Client.stream`).
 
         A run_id that exists, for the same agent (and the same session, if one is given), is the
         same start again (a retry, a redelivery): its id is returned and nothing is published.
@@ -96,7 +99,7 @@ class RunControl:
             record = self.store.create_run(
                 run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
                 input_messages=[Message(role="user", content=input)],
-                publish_grace=self.settings.publish_grace_seconds,
+                publish_grace=self.settings.publish_grace_seconds, stream=stream,
             )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
@@ -202,7 +205,7 @@ class RunControl:
                 input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
                 # A fork of a member's run is the user's own run, not a member of the team any more.
                 publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
-                forked_from=record.run_id, system_message=record.system_message,
+                forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
             )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))

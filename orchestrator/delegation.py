@@ -49,7 +49,7 @@ from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store import Claim, Store
+from orchestrator.store import Claim, Store, writes
 from orchestrator.store.schema import runs
 from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
@@ -121,7 +121,8 @@ def start_members(
                 )  # fmt: skip
                 members.append(created)
         store.log_event(
-            conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members}
+            conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members},
+            **writes.position(team),
         )  # fmt: skip
     log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
     return [StepRef.of(m) for m in members]
@@ -186,7 +187,8 @@ def _fail_team(
         error_type=error["type"], error_message=error["message"], next_step=None,
     )  # fmt: skip
     if moved is not None:
-        store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error)
+        where = writes.position(moved)
+        store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error, **where)
         if moved.parent_run_id is not None:
             # A team that is itself a member fails its own team too (leaf before ancestor: the
             # same lock order as every fan-in, so no deadlock).

@@ -1,8 +1,10 @@
-"""The broker port: how the domain asks for a step to run, without knowing about Celery.
+"""The domain's ports: how it asks for a step to run, without knowing about Celery, and where a
+streamed run's live events go, without knowing about Redis.
 
-`workers.dispatch.CeleryDispatcher` implements it; the setting RATCHET_DISPATCHER names the
-implementation, which is imported by name the first time a step is published, so importing
-`orchestrator` never imports Celery.
+`workers.dispatch.CeleryDispatcher` implements the broker port; the setting RATCHET_DISPATCHER
+names the implementation, which is imported by name the first time a step is published, so
+importing `orchestrator` never imports Celery. The delta sink is `workers.deltas.RedisDeltaSink`
+when the broker is Redis (imported by name, likewise), else a table of the run store.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
+    from orchestrator.events import RunEvent
     from orchestrator.run import RunRecord
+    from orchestrator.store import Store
 
 StepKind = Literal["model", "tools"]
 
@@ -76,3 +80,37 @@ def set_dispatcher(settings: Settings, dispatcher: Dispatcher | None) -> None:
             _dispatchers.pop(settings, None)
         else:
             _dispatchers[settings] = dispatcher
+
+
+class DeltaSink(Protocol):
+    """Carries a streamed run's live events (RunContent deltas, StepRestarted) from the worker
+    that makes them to every reader. Only runs started with stream=True write to it."""
+
+    def write(self, event: RunEvent) -> None:
+        """Append one live event of `event.run_id`; its id is higher than the step's earlier ones."""
+        ...
+
+    def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
+        """The run's live events written after `cursor` (None: from the first kept), in the
+        order written, and the cursor to pass next time."""
+        ...
+
+
+#: The delta sink of a Redis broker, imported by name (the domain does not import Redis).
+REDIS_SINK = "workers.deltas:RedisDeltaSink"
+_sinks: dict[Settings, DeltaSink] = {}
+
+
+def get_delta_sink(settings: Settings, store: Store) -> DeltaSink:
+    """The delta sink for these settings: a Redis stream per run when the broker is Redis (one
+    client per process and settings), else the `ratchet_deltas` table of `store` (no server)."""
+    if not settings.broker_url.startswith(("redis://", "rediss://")):
+        from orchestrator.store.deltas import TableDeltaSink
+
+        return TableDeltaSink(store, ttl=settings.stream_ttl)
+    with _lock:
+        found = _sinks.get(settings)
+        if found is None:
+            module_name, _, attr = REDIS_SINK.partition(":")
+            found = _sinks[settings] = getattr(importlib.import_module(module_name), attr)(settings)
+        return found

@@ -39,6 +39,8 @@ class RunRecord:
     updated_at: float
     #: For a member run: the id of the team's delegation tool call that started it.
     parent_tool_call_id: str | None = None
+    #: Started with stream=True: its steps publish live events (text deltas, step restarts).
+    stream: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

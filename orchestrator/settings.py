@@ -71,6 +71,12 @@ class Settings(BaseModel):
     #: Waits longer than this are not spent in the task: the run is parked and the sweeper
     #: publishes it when it is due, so no worker is held and no countdown outlives the broker.
     max_countdown: float = 30.0
+    #: How long the live events (text deltas) of a streamed run are kept after they were written:
+    #: a Redis stream expires this long after its last write; rows of the table likewise. Durable
+    #: events are rebuilt from the run's rows whatever this says.
+    stream_ttl: float = 3600.0
+    #: The most live events a run's Redis stream keeps (trimmed approximately, oldest first).
+    stream_maxlen: int = 100_000
     #: Queue names.
     model_queue: str = "ratchet.model"
     tools_queue: str = "ratchet.tools"

@@ -4,10 +4,11 @@
     ratchet migrate                                apply the store's migrations
     ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B]
     ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
-    ratchet run AGENT INPUT [--session S] [--run-id ID] [--wait] [--timeout T]
+    ratchet run AGENT INPUT [--session S] [--run-id ID] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
     ratchet show RUN_ID [--json]
+    ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
@@ -26,19 +27,16 @@ import os
 import runpy
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
-from orchestrator.run import RunOutput
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.render import jsonable, print_events, show
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -162,7 +160,8 @@ def _add_run_commands(sub: Any) -> None:
         "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
     )
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
-    p.add_argument("--timeout", type=float, help="seconds to wait with --wait")
+    p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
+    p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
     p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
     p.set_defaults(func=cmd_run)
 
@@ -184,6 +183,13 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("stream", help="print a run's events as they happen, until it stops")
+    p.add_argument("run_id")
+    p.add_argument("--after", metavar="ID", help="start after this event id (the last one you saw)")
+    p.add_argument("--json", action="store_true", help="one JSON object per event and line")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (the run goes on)")
+    p.set_defaults(func=cmd_stream)
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
@@ -310,10 +316,12 @@ def _schedule_file() -> Iterator[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     client = Client()
-    handle = client.start(args.agent, input=args.input, session_id=args.session, run_id=args.run_id)
-    print(handle.run_id)
+    handle = client.start(args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream)
+    print(handle.run_id, flush=True)
+    if args.stream:
+        return print_events(client, handle.run_id, timeout=args.timeout)
     if args.wait:
-        return _show(handle.wait(args.timeout))
+        return show(handle.wait(args.timeout))
     return 0
 
 
@@ -321,7 +329,7 @@ def cmd_continue(args: argparse.Namespace) -> int:
     handle = Client().continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
     print(handle.run_id)
     if args.wait:
-        return _show(handle.wait(args.timeout))
+        return show(handle.wait(args.timeout))
     return 0
 
 
@@ -334,9 +342,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     out = Client().get_run(args.run_id)
     if args.json:
-        print(json.dumps(_jsonable(out), indent=2, default=str))
+        print(json.dumps(jsonable(out), indent=2, default=str))
         return 0
-    return _show(out)
+    return show(out)
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    return print_events(Client(), args.run_id, after=args.after, as_json=args.json, timeout=args.timeout)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -364,35 +376,6 @@ def cmd_scripted_model(args: argparse.Namespace) -> int:
         argv += ["--config", args.config]
     serve(argv)
     return 0
-
-
-def _show(out: RunOutput, indent: str = "") -> int:
-    print(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}")
-    if out.parent_run_id:
-        print(f"{indent}  member of {out.parent_run_id}")
-    if out.forked_from:
-        print(f"{indent}  forked from {out.forked_from}")
-    if out.error:
-        print(f"{indent}  error: {out.error}")
-    if out.retry:
-        when = datetime.fromtimestamp(out.retry.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        left = max(0.0, out.retry.until - time.time())
-        print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
-    for i, m in enumerate(out.messages):
-        flag = " [tool_call_error]" if m.tool_call_error else ""
-        calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
-        text = (m.content or "").replace("\n", " ")
-        print(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}")
-    for member in out.member_runs:
-        _show(member, indent + "    ")
-    return 0 if out.status != "ERROR" else 1
-
-
-def _jsonable(out: RunOutput) -> dict[str, Any]:
-    data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
-    data["messages"] = [m.model_dump(mode="json") for m in out.messages]
-    data["member_runs"] = [_jsonable(m) for m in out.member_runs]
-    return data
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ nothing of it crosses the broker. `invoke` makes one call and returns a `ModelRe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ class CallContext:
     #: The HTTP timeout the worker's settings give one call (RATCHET_MODEL_TIMEOUT, read once when
     #: the worker starts); a model's own `timeout=` wins, and None means that setting's default.
     timeout: float | None = None
+    on_delta: Callable[[str], None] | None = None
 
     def headers(self) -> dict[str, str]:
         """Headers that name the run and step (harmless to real providers)."""

@@ -20,6 +20,7 @@ from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
+from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
 from orchestrator.store import Claim
 from orchestrator.untrusted import storable_name, storable_text
@@ -53,7 +54,7 @@ class ModelStep:
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
         batches = claim.transcript.tool_batches
-        context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=self.runner.settings.model_timeout)
+        context = self._context(claim)
         try:
             reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
         except ModelCallError as exc:
@@ -75,6 +76,16 @@ class ModelStep:
                 "or raise max_tool_batches on the agent, restart the workers and continue it"
             )
         return self._commit(claim, message, new_system)
+
+    def _context(self, claim: Claim) -> CallContext:
+        """The call's context; a streamed run's gets the callback that publishes each delta."""
+        on_delta = None
+        if claim.record.stream:  # only streamed runs write live events: no cost to any other step
+            live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock)
+            live.begin()
+            on_delta = live.delta
+        timeout = self.runner.settings.model_timeout
+        return CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=on_delta)
 
     def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
         """Commit the reply and publish what follows: the tool step, or a member's woken team."""

@@ -21,7 +21,7 @@ from orchestrator import delegation
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.ports import DeltaSink, Dispatcher, StepRef, get_delta_sink, get_dispatcher
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.steps.inflight import InFlight, InFlightSteps
@@ -52,6 +52,7 @@ class StepRunner:
             settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
         )
         self._dispatcher = dispatcher
+        self._sink: DeltaSink | None = None
         #: What the task runner raises in a step that ran past its soft time limit (Celery's
         #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
         #: a tool, where any other exception is the model's to read, and fails it as StepTimeoutError.
@@ -71,6 +72,14 @@ class StepRunner:
         if self._dispatcher is None:
             self._dispatcher = get_dispatcher(self.settings)
         return self._dispatcher
+
+    @property
+    def delta_sink(self) -> DeltaSink:
+        """Where streamed runs' live events go (built on first use: a Redis broker's streams, or
+        the store's table)."""
+        if self._sink is None:
+            self._sink = get_delta_sink(self.settings, self.store)
+        return self._sink
 
     def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
         """One model call for the run. Returns what happened (for logs and tests)."""

@@ -41,6 +41,10 @@ class Backend(ABC):
     def quick(self, work: Callable[[Connection], T]) -> T:
         """Run the read `work` on a connection of the quick pool."""
 
+    def snapshot(self, work: Callable[[Connection], T]) -> T:
+        """Run the reads `work` in one snapshot of the database (SQLite: one read transaction)."""
+        return self.quick(work)
+
     @abstractmethod
     def lazy(self, work: Callable[[Connection], T]) -> T:
         """Run the write `work` committed without waiting for the disk: lost in an OS crash, it

@@ -73,6 +73,13 @@ class PostgresBackend(Backend):
                 conn.commit()
             return result
 
+    def snapshot(self, work: Callable[[Connection], T]) -> T:
+        # READ COMMITTED (and autocommit) give each statement its own snapshot.
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                return work(conn)
+
     def lazy(self, work: Callable[[Connection], T]) -> T:
         # One autocommitted statement. The claim does not wait for its WAL flush (CLAIM_PG): if
         # the database crashes and loses it, the run is back as it was, the step's commit (fenced

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from orchestrator.errors import RunNotFoundError
+from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus
@@ -93,6 +94,18 @@ def get_events(conn: Connection, run_id: str) -> list[dict[str, Any]]:
     return [
         {"at": r.at, "kind": r.kind, "seq": r.seq, "detail": json.loads(r.detail) if r.detail else None} for r in rows
     ]
+
+
+def run_events(conn: Connection, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
+    """The run's row and its durable events after `after`, in id order (`events.derive`). Read in
+    one snapshot (`Backend.snapshot`): rows read by separate statements at READ COMMITTED could
+    miss an event that a later statement's rows sort after."""
+    record = get_record(conn, run_id)
+    since = max(after[0] - 1, 0) if after is not None else 0  # rows below cannot yield a later key
+    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": since}).all()
+    logged = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id)).all()
+    members = children(conn, run_id) if record.kind == "team" else []
+    return record, derive(record, rows, logged, members, after=after)
 
 
 def children(conn: Connection, run_id: str) -> list[RunRecord]:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -65,6 +66,8 @@ runs = Table(
     Column("error_message", Text, nullable=True),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # Started with stream=True: its steps publish live events (deltas) too (migration 0004).
+    Column("stream", Boolean, nullable=False, default=False, server_default=false()),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id)
@@ -120,3 +123,17 @@ events = Table(
     Column("detail", Text, nullable=True),
 )
 Index("ix_ratchet_events_run", events.c.run_id, events.c.id)
+
+# Live events of streamed runs where the broker is not Redis (migration 0004): one row per delta
+# or step restart, `body` the event's JSON; written on the lazy engine, deleted once old.
+deltas = Table(
+    "ratchet_deltas",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False),
+    Column("event_id", String(96), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_ratchet_deltas_run", deltas.c.run_id, deltas.c.id)
+Index("ix_ratchet_deltas_created", deltas.c.created_at)

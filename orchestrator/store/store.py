@@ -2,16 +2,14 @@
 
 `Store` holds what both databases share: the guarded moves, the fenced writes of a claimed step,
 the outbox marker (`outbox.due_at`), and the reads and writes that are functions of a connection
-(`reads.py`, `writes.py`). What differs between the two (the pools, how a new run, the claim and
-a step's commit reach the database, how a waiting producer hears that a run stopped) is its
-backend's: `SqliteBackend` (`sqlite.py`) or `PostgresBackend` (`postgres.py`), behind the
-interface in `backend.py`, chosen from the engine.
+(`reads.py`, `writes.py`). What differs between them (pools, how a new run, the claim and a step's
+commit reach the database, how a waiting producer hears that a run stopped) is its backend's
+(`backend.py`): `SqliteBackend` or `PostgresBackend`, chosen from the engine.
 
-Writes that change a run go through `move` (`writes.move`), which takes the status it writes
-from `status.transition` and applies the move as one guarded UPDATE (status, and the epoch when
-the caller holds one). Zero rows updated means somebody else moved the run first: the caller's write
-is a no-op or a `FencedError`, never a clobber. Messages are appended, never rewritten, each row
-stamped with the step and epoch that wrote it.
+Writes that change a run go through `move` (`writes.move`): the status from `status.transition`,
+applied as one guarded UPDATE (status, and the epoch when the caller holds one). Zero rows updated
+means somebody else moved the run first: a no-op or a `FencedError`, never a clobber. Messages are
+appended, never rewritten, each row stamped with the step and epoch that wrote it.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, insert
 
 from orchestrator.errors import FencedError
+from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.status import RunStatus, transition
@@ -61,8 +60,7 @@ class Store:
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
-        """The process's store for this URL (cached), migrated first when asked; the call that
-        opens it applies `sqlite_synchronous` (RATCHET_SQLITE_SYNCHRONOUS)."""
+        """The process's store for this URL (cached; opened migrated if asked, at `sqlite_synchronous`)."""
         with _cache_lock:
             store = _cache.get(url)
             if store is None:
@@ -75,8 +73,8 @@ class Store:
         return self._backend.final_watcher()
 
     def dispose(self, *, close: bool = True) -> None:
-        """Drop the pools and stop the listener of a store its opener owns (cached ones are
-        `forget_stores`'); `close=False`, after a fork, leaves the parent's pooled connections open."""
+        """Drop the pools and stop the listener of a store its opener owns (cached ones: `forget_stores`);
+        `close=False`, after a fork, leaves the parent's pooled connections open."""
         self._backend.dispose(close=close)
 
     # ---------------------------------------------------------------- reads
@@ -112,6 +110,10 @@ class Store:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
         return self._backend.quick(lambda c: reads.get_events(c, run_id))
 
+    def run_events(self, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
+        """The run's row and its durable events after `after` in id order, read in one snapshot."""
+        return self._backend.snapshot(lambda c: reads.run_events(c, run_id, after))
+
     def started_tool_calls(self, run_id: str) -> set[str]:
         """Ids of at-most-once calls that were started (finished or not)."""
         return self._backend.quick(lambda c: reads.started_tool_calls(c, run_id))
@@ -139,6 +141,7 @@ class Store:
         forked_from: str | None = None,
         system_message: str | None = None,
         parent_tool_call_id: str | None = None,
+        stream: bool = False,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -148,10 +151,9 @@ class Store:
         values: dict[str, Any] = dict(
             run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
             parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
-            status=S.QUEUED.value, epoch=0, seq=0,
-            next_step="model", n_messages=len(input_messages), system_message=system_message, lease_owner=None,
-            lease_expires_at=None, attempts=0, retries=0,
-            publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None,
+            status=S.QUEUED.value, epoch=0, seq=0, next_step="model", n_messages=len(input_messages),
+            system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
+            publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now,
         )  # fmt: skip
         if conn is not None:
@@ -213,7 +215,7 @@ class Store:
         start = record.n_messages - len(new_messages)
         self._insert_messages(conn, run_id, start, new_messages, record.updated_at, record.seq, record.epoch)
         if event:
-            self.log_event(conn, run_id, event, record.seq, to=dst.value)
+            self.log_event(conn, run_id, event, record.seq, to=dst.value, **writes.position(record))
         if dst.is_final:
             self._backend.on_final(conn, run_id)
         return record
@@ -231,10 +233,9 @@ class Store:
     ) -> Claim | None:
         """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy.
 
-        A step already claimed `max_attempts` times is not claimed again, even once its lease
-        expired: a redelivered message must not bypass the sweeper's poison check. The claim is
-        a lazy write: lost in a crash, the run is back as it was and the step's commit, fenced by
-        this claim's epoch and owner, fails; the sweeper republishes the step."""
+        A step claimed `max_attempts` times is not claimed again, even once its lease expired: a
+        redelivery must not bypass the sweeper's poison check. A lazy write: lost in a crash, the
+        run is as it was, the step's commit (fenced by epoch and owner) fails, the sweeper republishes."""
         now = self.clock()
         params = dict(
             b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
@@ -306,10 +307,8 @@ class Store:
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
 
     def set_kind(self, claim: Claim, kind: str) -> None:
-        """Record what the run is (agent or team) as the worker, which imports it, knows it.
-
-        A producer that does not import the agents (`Client().start`, `ratchet run` without
-        `--app`) cannot tell a team from an agent; reads look for member runs only under teams."""
+        """Record what the run is (agent or team) as the worker, which imports it, knows it: a
+        producer that does not cannot tell; reads look for member runs only under teams."""
         with self.engine.begin() as conn:
             writes.set_kind(conn, claim, kind)
 
@@ -354,7 +353,7 @@ class Store:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the retry was parked")
             self.log_event(
                 conn, claim.run_id, "retry", record.seq, delay=round(delay, 3), error=error,
-                by="countdown" if published else "sweeper",
+                by="countdown" if published else "sweeper", **writes.position(record),
             )  # fmt: skip
             return record
 
@@ -383,8 +382,9 @@ class Store:
             )  # fmt: skip
             if record is not None:
                 self.log_event(
-                    conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"]
-                )
+                    conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"],
+                    **writes.position(record),
+                )  # fmt: skip
             return record
 
 

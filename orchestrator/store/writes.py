@@ -74,6 +74,12 @@ def move(
     return RunRecord.from_row(row) if row is not None else None
 
 
+def position(record: RunRecord) -> dict[str, int]:
+    """Where a logged event happened in the run (its message count and epoch after the move):
+    what `events.derive` orders the run's status events by."""
+    return {"n_messages": record.n_messages, "epoch": record.epoch}
+
+
 def error_values(error: dict[str, str], system_message: str | None) -> dict[str, Any]:
     """What a move to ERROR writes besides the status: the error, clipped to its columns, the
     lease released, and the rendered system message unless one is stored already."""

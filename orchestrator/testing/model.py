@@ -11,6 +11,7 @@ so it lives here and not in `orchestrator.models`: `import orchestrator` never l
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,7 +36,8 @@ class ScriptedModel(Model):
         self.state = ScriptState()
 
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
-        """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`."""
+        """Answer as the script says, after its `delay_s`; faults raise `ModelCallError`. A call
+        with `context.on_delta` gets the reply's text in word-sized deltas first."""
         decision = decide(
             self.script,
             self.state,
@@ -60,6 +62,10 @@ class ScriptedModel(Model):
                 retry_after=decision.retry_after,
                 kind=kind,
             )
+        if context.on_delta is not None and decision.content:
+            # A streamed call: the reply's text in word-sized deltas, as a streaming API sends it.
+            for chunk in re.findall(r"\s*\S+\s*", decision.content) or [decision.content]:
+                context.on_delta(chunk)
         return ModelReply(
             content=decision.content,
             tool_calls=[ToolCall(id=cid, name=name, arguments=args) for cid, name, args in decision.tool_calls],

@@ -1,0 +1,260 @@
+"""Run events: what a reader of a live run sees, with Agno's names, in one total order per run.
+
+Durable events cost a step nothing: they are derived (`derive`) from rows the store writes
+anyway: the run row, its messages (each stamped with the seq and epoch that wrote it), its member
+runs and its `ratchet_events` rows. Live-only events (RunContent deltas and StepRestarted) exist
+only for runs started with `stream=True` and travel through a `DeltaSink` (`orchestrator.ports`).
+
+An event's id is four integers joined by "-" and ordered as a tuple. Its first is p, the run's
+message count when the event happened, which only grows:
+
+- an event derived from message idx i (ToolCallStarted per call of an assistant message,
+  ToolCallCompleted, MemberRunCompleted for a delegation's result): (i + 1, 0, j, 0), j its index
+  within the message;
+- a status event (RunContinued, RunRetrying, RunCancelled, RunError, MemberRunStarted,
+  RunCompleted) logged at count p while the run's epoch was E: (p, E + 1, 1, j), j its order among
+  such events at (p, E); RunStarted is (0, 0, 0, 0);
+- a live event of the step claimed at count p with epoch e: StepRestarted (p, e + 1, 0, 0) and
+  its k-th delta (p, e + 1, 0, k).
+
+Epochs only grow and every claim, continue, cancel and lease takeover bumps it, so within one p
+the events of each attempt sort after those that came before it: an error or a retry logged
+after a streamed attempt's deltas sorts after them, and a new attempt's deltas after the old's
+(StepRestarted tells readers to drop the lower-epoch deltas of that step). A reader that resumes
+`after` the last id it saw gets exactly the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import InvalidInputError
+from orchestrator.messages import Message
+from orchestrator.run import RunRecord
+from orchestrator.status import RunStatus
+
+EventName = Literal[
+    "RunStarted",
+    "RunContent",
+    "ToolCallStarted",
+    "ToolCallCompleted",
+    "MemberRunStarted",
+    "MemberRunCompleted",
+    "RunError",
+    "RunCompleted",
+    "RunCancelled",
+    "RunContinued",
+    "RunRetrying",
+    "StepRestarted",
+]
+Key = tuple[int, int, int, int]
+START: Key = (0, 0, 0, 0)
+#: What each `ratchet_events` kind becomes (kinds not named here are bookkeeping: fan-in, fence, sweep).
+_LOGGED: dict[str, EventName] = {
+    "continue": "RunContinued",
+    "retry": "RunRetrying",
+    "cancel": "RunCancelled",
+    "error": "RunError",
+    "delegate": "MemberRunStarted",
+}
+
+
+class EventTool(BaseModel):
+    """The tool call an event is about (Agno's `ToolExecution` fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_call_id: str
+    tool_name: str
+    tool_args: dict[str, Any] | None = None
+    result: str | None = None
+    tool_call_error: bool = False
+
+
+class EventError(BaseModel):
+    """Why a run failed or a model call is retried."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str
+    message: str
+
+
+class RunEvent(BaseModel):
+    """One event of a run. `id` orders it within the run (see the module docstring); `seq` and
+    `attempt` are the step and the epoch of the attempt that produced it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    event: EventName
+    run_id: str
+    seq: int | None = None
+    attempt: int | None = None
+    created_at: float
+    #: A RunContent delta, or RunCompleted's (and MemberRunCompleted's) final content.
+    content: str | None = None
+    tool: EventTool | None = None
+    member_run_id: str | None = None
+    member_agent: str | None = None
+    error: EventError | None = None
+    #: The status the event moved the run (or the member run) to, where it moved one.
+    status: str | None = None
+
+    @property
+    def key(self) -> Key:
+        """The id as the tuple it is ordered by."""
+        return parse_id(self.id)
+
+
+def event_id(key: Key) -> str:
+    """The id string of a key."""
+    return "-".join(str(n) for n in key)
+
+
+def parse_id(text: str) -> Key:
+    """The key of an id string; InvalidInputError if it is not four non-negative integers."""
+    parts = text.split("-")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 18 for p in parts):
+        raise InvalidInputError(f"event id {text!r} is not four non-negative integers joined by '-' (e.g. 3-2-1-0)")
+    return (int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]))
+
+
+def message_key(idx: int, j: int) -> Key:
+    """The key of the j-th event derived from message idx."""
+    return (idx + 1, 0, j, 0)
+
+
+def status_key(n_messages: int, epoch: int, j: int) -> Key:
+    """The key of the j-th status event logged at this message count and epoch."""
+    return (n_messages, epoch + 1, 1, j)
+
+
+def live_key(n_messages: int, epoch: int, k: int) -> Key:
+    """The key of a live event of the step claimed at this message count with this epoch:
+    k = 0 is its StepRestarted, k >= 1 its deltas."""
+    return (n_messages, epoch + 1, 0, k)
+
+
+def drop_restarted(events: Iterable[RunEvent]) -> list[RunEvent]:
+    """The events without the deltas that a later StepRestarted of their step superseded: what a
+    reader shows once a run has ended (a live reader drops them when StepRestarted arrives)."""
+    events = list(events)
+    latest: dict[int, int] = {}
+    for e in events:
+        if e.event == "StepRestarted":
+            p, q, _, _ = e.key
+            latest[p] = max(latest.get(p, 0), q)
+    return [e for e in events if e.event != "RunContent" or e.key[1] >= latest.get(e.key[0], 0)]
+
+
+def derive(
+    record: RunRecord,
+    messages: Sequence[Any],
+    logged: Sequence[Any],
+    members: Sequence[RunRecord] = (),
+    *,
+    after: Key | None = None,
+) -> list[RunEvent]:
+    """The run's durable events after `after`, in id order, from its rows: `messages` (rows of
+    `ratchet_messages` in idx order, any suffix of them), `logged` (rows of `ratchet_events` in id
+    order) and `members` (its member runs, for a team)."""
+    out = [_event(record, START, "RunStarted", None, None, record.created_at, status=RunStatus.QUEUED.value)]
+    for row in messages:
+        if row.idx < record.n_messages:
+            out += _from_message(record, row, members)
+    out += _from_logged(record, logged)
+    out.sort(key=lambda e: e.key)
+    return out if after is None else [e for e in out if e.key > after]
+
+
+def _event(
+    record: RunRecord, key: Key, name: EventName, seq: int | None, attempt: int | None, at: float, **fields: Any
+) -> RunEvent:
+    return RunEvent(
+        id=event_id(key), event=name, run_id=record.run_id, seq=seq, attempt=attempt, created_at=at, **fields
+    )
+
+
+def _from_message(record: RunRecord, row: Any, members: Sequence[RunRecord]) -> list[RunEvent]:
+    """The events of one message row: its tool calls started, or its tool result."""
+    if row.seq == 0 and row.epoch == 0:
+        return []  # the run's input, written with it: history, not something that happens now
+    message = Message.from_row(row)
+    idx, seq, epoch, at = row.idx, row.seq, row.epoch, row.created_at
+    if message.role == "assistant":
+        return [
+            _event(
+                record, message_key(idx, j), "ToolCallStarted", seq, epoch, at,
+                tool=EventTool(tool_call_id=c.id, tool_name=c.name, tool_args=c.arguments_dict()),
+            )
+            for j, c in enumerate(message.calls)
+        ]  # fmt: skip
+    if message.role != "tool":
+        return []
+    out = [
+        _event(
+            record, message_key(idx, j), "MemberRunCompleted", seq, epoch, at, member_run_id=m.run_id,
+            member_agent=m.agent_name, content=m.content, status=m.status.value,
+        )
+        for j, m in enumerate(m for m in members if m.parent_tool_call_id == message.tool_call_id)
+    ]  # fmt: skip
+    tool = EventTool(
+        tool_call_id=message.tool_call_id or "", tool_name=message.tool_name or "", tool_args=message.tool_args,
+        result=message.content, tool_call_error=message.tool_call_error,
+    )  # fmt: skip
+    return [*out, _event(record, message_key(idx, len(out)), "ToolCallCompleted", seq, epoch, at, tool=tool)]
+
+
+def _from_logged(record: RunRecord, logged: Sequence[Any]) -> list[RunEvent]:
+    """The status events of the run's `ratchet_events` rows, then RunCompleted from its row."""
+    out: list[RunEvent] = []
+    taken: dict[tuple[int, int], int] = defaultdict(int)  # (p, epoch) -> status events so far
+
+    def add(p: int, epoch: int, name: EventName, seq: int | None, at: float, **fields: Any) -> None:
+        j = taken[(p, epoch)]
+        taken[(p, epoch)] = j + 1
+        out.append(_event(record, status_key(p, epoch, j), name, seq, epoch, at, **fields))
+
+    for row in logged:
+        name = _LOGGED.get(row.kind)
+        detail = json.loads(row.detail) if row.detail else {}
+        if name is None or "n_messages" not in detail:
+            continue  # bookkeeping, or logged before events were derived (no position known)
+        p, epoch, seq, at = int(detail["n_messages"]), int(detail.get("epoch", 0)), row.seq, row.at
+        if name == "MemberRunStarted":
+            for member_id, agent in (detail.get("members") or {}).items():
+                add(p, epoch, name, seq, at, member_run_id=member_id, member_agent=agent, status="QUEUED")
+        elif name in ("RunError", "RunRetrying"):
+            error = detail.get("error") if name == "RunRetrying" else detail
+            error = error or {}
+            status = "QUEUED" if name == "RunRetrying" else "ERROR"
+            failed = EventError(type=str(error.get("type", "Error")), message=str(error.get("message", "")))
+            add(p, epoch, name, seq, at, error=failed, status=status, member_run_id=detail.get("member_run_id"))
+        else:
+            add(p, epoch, name, seq, at, status=detail.get("to"))
+    if record.status == RunStatus.COMPLETED:
+        add(record.n_messages, record.epoch, "RunCompleted", record.seq, record.updated_at,
+            content=record.content, status=record.status.value)  # fmt: skip
+    return out
+
+
+__all__ = [
+    "EventError",
+    "EventName",
+    "EventTool",
+    "Key",
+    "RunEvent",
+    "derive",
+    "drop_restarted",
+    "event_id",
+    "live_key",
+    "message_key",
+    "parse_id",
+    "status_key",
+]

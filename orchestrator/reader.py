@@ -1,0 +1,100 @@
+"""Following a run: its durable events and, for a streamed run, its live ones, merged in id order.
+
+Each poll reads the run's durable events in one snapshot of the store (`Store.run_events`), then
+the live events its delta sink got since the last poll. The order of the two reads matters: a
+step writes its deltas before it commits, so every delta that sorts before a durable event the
+snapshot shows is in the sink by the time it is read. A delta of a claim the snapshot does not
+show yet (its epoch is higher than the run's) is held back until one does, so no durable event
+can later turn up below an id already handed out. The reader ends once the run is final or
+PAUSED and everything that snapshot showed is out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+
+from orchestrator.errors import RunWaitTimeout
+from orchestrator.events import Key, RunEvent, parse_id
+from orchestrator.ports import DeltaSink
+from orchestrator.store import Store
+
+
+def delays() -> Iterator[float]:
+    """Seconds between polls of a run that had nothing new: 2 ms at first, backing off to 50 ms."""
+    delay = 0.002
+    while True:
+        yield delay
+        delay = min(delay * 1.5, 0.05)
+
+
+class Follower:
+    """The state of one reader of one run: the last id handed out and the sink's cursor."""
+
+    def __init__(self, store: Store, sink: DeltaSink, run_id: str, after: str | None = None) -> None:
+        self.store = store
+        self.sink = sink
+        self.run_id = run_id
+        self.last: Key | None = parse_id(after) if after is not None else None
+        self.cursor: str | None = None
+        self.held: list[RunEvent] = []
+        self.done = False
+
+    def poll(self) -> list[RunEvent]:
+        """The events that are new since the last poll, in id order (sets `done` at the end)."""
+        record, durable = self.store.run_events(self.run_id, after=self.last)
+        ready: list[RunEvent] = []
+        if record.stream:
+            live, self.cursor = self.sink.read(self.run_id, self.cursor)
+            self.held += [e for e in live if self.last is None or e.key > self.last]
+            # Live keys carry the claim's epoch + 1: ready once the snapshot shows that claim.
+            ready = [e for e in self.held if e.key[1] <= record.epoch + 1]
+            self.held = [e for e in self.held if e.key[1] > record.epoch + 1]
+        out: list[RunEvent] = []
+        for event in sorted(durable + ready, key=lambda e: e.key):
+            if self.last is None or event.key > self.last:  # a stale attempt's late delta sorts below
+                out.append(event)
+                self.last = event.key
+        self.done = record.status.is_final
+        return out
+
+
+def follow(follower: Follower, timeout: float | None = None) -> Iterator[RunEvent]:
+    """Yield the run's events as they happen until it is final or PAUSED (RunWaitTimeout after
+    `timeout` seconds; the run goes on, and `after=` the last id seen picks it up again)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waits = delays()
+    while True:
+        events = follower.poll()
+        yield from events
+        if follower.done:
+            return
+        if events:
+            waits = delays()
+        _check(follower, deadline, timeout)
+        time.sleep(next(waits))
+
+
+async def afollow(follower: Follower, timeout: float | None = None) -> AsyncIterator[RunEvent]:
+    """`follow` for asyncio: each poll runs in a thread, the waits do not block the event loop."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waits = delays()
+    while True:
+        events = await asyncio.to_thread(follower.poll)
+        for event in events:
+            yield event
+        if follower.done:
+            return
+        if events:
+            waits = delays()
+        _check(follower, deadline, timeout)
+        await asyncio.sleep(next(waits))
+
+
+def _check(follower: Follower, deadline: float | None, timeout: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        last = "-".join(map(str, follower.last)) if follower.last is not None else None
+        raise RunWaitTimeout(
+            f"run {follower.run_id} is still going after {timeout}s; follow it again with after={last!r}"
+        )

@@ -1,0 +1,253 @@
+"""Run events derived from the store's rows, on SQLite and PostgreSQL: runs stepped by the in-memory
+dispatcher (real SQLite or PostgreSQL, the `ratchet_deltas` table for deltas) and by a real
+worker (Redis broker, so deltas go through a Redis stream). Every event comes in id order, a
+reader that resumes after an id gets exactly the rest, and a streamed run's deltas add up to the
+content it committed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from orchestrator import Agent, Client, RunStatus, Team
+from orchestrator.events import RunEvent, drop_restarted, parse_id
+from orchestrator.settings import Settings
+from orchestrator.store.schema import deltas
+from orchestrator.team import TO_MEMBER, member_id
+from orchestrator.testing import InMemoryDispatcher, in_memory
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import Fault, ScriptConfig
+from workers.deltas import KEY
+
+S = RunStatus
+
+
+def name() -> str:
+    return f"ev-{uuid.uuid4().hex[:8]}"
+
+
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def boom(q: str) -> str:
+    """Always fails."""
+    raise ValueError("no luck")
+
+
+def tool_agent(**script: object) -> Agent:
+    config = ScriptConfig(
+        batches=[[{"tool": "lookup", "arguments": {"q": "otters"}}, {"tool": "boom", "arguments": {"q": "x"}}]],
+        final_text="Otters are {tool_results} indeed",
+        **script,  # type: ignore[arg-type]
+    )
+    return Agent(name=name(), model=ScriptedModel(script=config), tools=[lookup, boom])
+
+
+def kinds(events: list[RunEvent]) -> list[str]:
+    return [e.event for e in events]
+
+
+def text_of(events: list[RunEvent]) -> str:
+    return "".join(e.content or "" for e in drop_restarted(events) if e.event == "RunContent")
+
+
+def assert_in_id_order(events: list[RunEvent]) -> None:
+    keys = [parse_id(e.id) for e in events]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+
+
+@pytest.fixture
+def inline(db_url: str) -> Iterator[InMemoryDispatcher]:
+    with in_memory(db_url) as dispatcher:
+        yield dispatcher
+
+
+# ---------------------------------------------------------------- durable events
+
+
+def test_a_tool_calling_run_yields_its_start_its_tool_calls_with_the_error_flag_and_its_completion(
+    inline: InMemoryDispatcher,
+) -> None:
+    out = tool_agent().run("tell me about otters")
+    assert out.status == S.COMPLETED
+
+    events = list(inline.client.stream(out.run_id))
+
+    assert kinds(events) == [
+        "RunStarted", "ToolCallStarted", "ToolCallStarted", "ToolCallCompleted", "ToolCallCompleted", "RunCompleted",
+    ]  # fmt: skip
+    assert_in_id_order(events)
+    started = [e.tool for e in events if e.event == "ToolCallStarted"]
+    assert [(t.tool_name, t.tool_args) for t in started if t] == [("lookup", {"q": "otters"}), ("boom", {"q": "x"})]
+    done = [e.tool for e in events if e.event == "ToolCallCompleted"]
+    assert [(t.tool_name, t.tool_call_error) for t in done if t] == [("lookup", False), ("boom", True)]
+    assert done[0] is not None and done[0].result == "found otters"
+    assert events[-1].content == out.content and events[-1].status == "COMPLETED"
+    assert {e.run_id for e in events} == {out.run_id}
+    # Nothing of a run that was not streamed is written as a live event.
+    with inline.store.quick_engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(deltas)).scalar() == 0
+
+
+def test_a_run_that_fails_yields_run_error_and_one_continued_yields_run_continued_then_the_rest(
+    inline: InMemoryDispatcher,
+) -> None:
+    agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(faults=[Fault(status=400, times=1)])))
+    failed = agent.run("hello")
+    assert failed.status == S.ERROR
+
+    events = list(inline.client.stream(failed.run_id))
+    assert kinds(events) == ["RunStarted", "RunError"]
+    assert events[-1].error is not None and events[-1].error.type == failed.error.type  # type: ignore[union-attr]
+
+    inline.client.continue_run(failed.run_id).wait(10)
+    resumed = list(inline.client.stream(failed.run_id))
+    assert kinds(resumed) == ["RunStarted", "RunError", "RunContinued", "RunCompleted"]
+    assert resumed[:2] == events  # what happened before keeps its ids
+    assert_in_id_order(resumed)
+
+
+def test_a_cancelled_run_yields_run_cancelled(db_url: str) -> None:
+    with in_memory(db_url, autorun=False) as inline:
+        handle = inline.client.start(Agent(name=name(), model=ScriptedModel()).name, input="hello")
+        inline.client.cancel(handle.run_id)
+
+        events = list(inline.client.stream(handle.run_id))
+
+    assert kinds(events) == ["RunStarted", "RunCancelled"]
+    assert events[-1].status == "CANCELLED"
+
+
+def test_a_team_yields_its_members_starts_and_completions_between_its_delegation_call_and_its_answer(
+    inline: InMemoryDispatcher,
+) -> None:
+    member = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="member says hi")), role="Helps.")
+    delegate = {"tool": TO_MEMBER, "arguments": {"member_id": member_id(member), "task": "say hi"}}
+    leader = ScriptedModel(script=ScriptConfig(batches=[[delegate]], final_text="team done"))
+    team = Team(name=name(), model=leader, members=[member], instructions="Delegate.")
+
+    out = team.run("go")
+    assert out.status == S.COMPLETED
+
+    events = list(inline.client.stream(out.run_id))
+    assert kinds(events) == [
+        "RunStarted", "ToolCallStarted", "MemberRunStarted", "MemberRunCompleted", "ToolCallCompleted", "RunCompleted",
+    ]  # fmt: skip
+    assert_in_id_order(events)
+    started, completed = events[2], events[3]
+    assert started.member_run_id == completed.member_run_id == out.member_runs[0].run_id
+    assert completed.member_agent == member.name and completed.content == "member says hi"
+
+
+# ---------------------------------------------------------------- streamed runs
+
+
+def test_a_streamed_runs_deltas_add_up_to_its_content_and_a_reader_resumes_after_any_id_without_gap_or_duplicate(
+    inline: InMemoryDispatcher,
+) -> None:
+    agent = tool_agent()
+    # The in-memory dispatcher runs every step before start() returns: this reader comes late.
+    events = list(agent.run("tell me about otters", stream=True))
+
+    run = inline.client.get_run(events[0].run_id)
+    assert run.status == S.COMPLETED
+    assert kinds(events)[0] == "RunStarted" and kinds(events)[-1] == "RunCompleted"
+    assert "RunContent" in kinds(events)
+    assert text_of(events) == run.content == events[-1].content
+    assert_in_id_order(events)
+    for i, event in enumerate(events):
+        assert list(inline.client.stream(run.run_id, after=event.id)) == events[i + 1 :]
+    # The durable events alone are what a run not streamed would show.
+    assert [e for e in events if e.event != "RunContent"] == inline.store.run_events(run.run_id)[1]
+
+
+def test_a_retried_call_of_a_streamed_run_says_step_restarted_after_its_retry(inline: InMemoryDispatcher) -> None:
+    config = ScriptConfig(final_text="second time lucky", faults=[Fault(status=500, times=1)])
+    agent = Agent(name=name(), model=ScriptedModel(script=config), retries=2)
+
+    events = list(agent.run("hello", stream=True))
+
+    assert kinds(events)[:3] == ["RunStarted", "RunRetrying", "StepRestarted"]
+    assert kinds(events)[-1] == "RunCompleted"
+    assert text_of(events) == "second time lucky"
+    assert_in_id_order(events)
+
+
+def test_arun_with_stream_returns_an_async_iterator_of_the_runs_events(inline: InMemoryDispatcher) -> None:
+    agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="async words flow")))
+
+    async def read() -> list[RunEvent]:
+        return [e async for e in await agent.arun("hello", stream=True)]
+
+    events = asyncio.run(read())
+
+    assert kinds(events)[0] == "RunStarted" and kinds(events)[-1] == "RunCompleted"
+    assert text_of(events) == "async words flow"
+
+
+# ---------------------------------------------------------------- on a real worker
+
+
+def slow_lookup(q: str) -> str:
+    """Look something up, slowly."""
+    time.sleep(0.3)
+    return f"found {q}"
+
+
+@pytest.mark.usefixtures("worker")
+def test_two_live_readers_of_a_streamed_run_on_a_worker_see_the_same_events_as_a_reader_that_comes_after(
+    settings: Settings, redis_url: str
+) -> None:
+    config = ScriptConfig(
+        batches=[[{"tool": "slow_lookup", "arguments": {"q": "otters"}}]],
+        final_text="Otters hold hands while they sleep: {tool_results}",
+    )
+    agent = Agent(name=name(), model=ScriptedModel(script=config), tools=[slow_lookup])
+    client = Client(settings)
+    handle = client.start(agent.name, input="otters?", stream=True)
+    seen: list[list[RunEvent]] = [[], []]
+
+    def read(i: int) -> None:
+        seen[i].extend(client.stream(handle.run_id, timeout=30))
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join(35)
+    try:
+        run = client.get_run(handle.run_id)
+        assert run.status == S.COMPLETED
+        assert seen[0] == seen[1] == list(client.stream(handle.run_id))
+        events = seen[0]
+        assert kinds(events)[:3] == ["RunStarted", "ToolCallStarted", "ToolCallCompleted"]
+        assert kinds(events)[-1] == "RunCompleted" and text_of(events) == run.content
+        assert_in_id_order(events)
+        assert redis.Redis.from_url(redis_url).ttl(KEY.format(run_id=handle.run_id)) > 0
+    finally:
+        redis.Redis.from_url(redis_url).delete(KEY.format(run_id=handle.run_id))
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_run_on_a_worker_that_was_not_streamed_writes_no_delta_and_still_yields_its_durable_events(
+    settings: Settings, redis_url: str
+) -> None:
+    agent = tool_agent()
+    client = Client(settings)
+    handle = client.start(agent.name, input="otters?")
+
+    events = list(client.stream(handle.run_id, timeout=30))
+
+    assert kinds(events) == [
+        "RunStarted", "ToolCallStarted", "ToolCallStarted", "ToolCallCompleted", "ToolCallCompleted", "RunCompleted",
+    ]  # fmt: skip
+    assert not redis.Redis.from_url(redis_url).exists(KEY.format(run_id=handle.run_id))

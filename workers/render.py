@@ -1,0 +1,87 @@
+"""What the `ratchet` command prints: a run (`show`, `jsonable`) and a run's events as they
+happen (`print_events`), text deltas inline as a chat shows them."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.client import Client
+from orchestrator.events import RunEvent
+from orchestrator.run import RunOutput
+
+
+def show(out: RunOutput, indent: str = "") -> int:
+    """Print the run, its messages and its member runs; the exit status: 1 for ERROR, else 0."""
+    print(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}")
+    if out.parent_run_id:
+        print(f"{indent}  member of {out.parent_run_id}")
+    if out.forked_from:
+        print(f"{indent}  forked from {out.forked_from}")
+    if out.error:
+        print(f"{indent}  error: {out.error}")
+    if out.retry:
+        when = datetime.fromtimestamp(out.retry.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        left = max(0.0, out.retry.until - time.time())
+        print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
+    for i, m in enumerate(out.messages):
+        flag = " [tool_call_error]" if m.tool_call_error else ""
+        calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
+        text = (m.content or "").replace("\n", " ")
+        print(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}")
+    for member in out.member_runs:
+        show(member, indent + "    ")
+    return 0 if out.status != "ERROR" else 1
+
+
+def jsonable(out: RunOutput) -> dict[str, Any]:
+    """The run as JSON values (`ratchet show --json`)."""
+    data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
+    data["messages"] = [m.model_dump(mode="json") for m in out.messages]
+    data["member_runs"] = [jsonable(m) for m in out.member_runs]
+    return data
+
+
+def print_events(
+    client: Client, run_id: str, *, after: str | None = None, as_json: bool = False, timeout: float | None = None
+) -> int:
+    """Print the run's events until it stops (from the one after `after`), one line each, text
+    deltas run together; `as_json`: one JSON object per line. The exit status is `show`'s."""
+    inline = False  # the last thing printed was a delta: the next event starts a new line
+    for event in client.stream(run_id, after=after, timeout=timeout):
+        if as_json:
+            print(json.dumps(event.model_dump(mode="json")), flush=True)
+            continue
+        if event.event == "RunContent":
+            print(event.content or "", end="", flush=True)
+            inline = True
+            continue
+        print(("\n" if inline else "") + describe(event), flush=True)
+        inline = False
+    return 1 if client.store.get_record(run_id).status == "ERROR" else 0
+
+
+def describe(event: RunEvent) -> str:
+    """One line for an event that is not a delta."""
+    parts = [f"[{event.id}] {event.event}"]
+    if event.tool is not None:
+        args = json.dumps(event.tool.tool_args) if event.tool.tool_args is not None else ""
+        parts.append(f"{event.tool.tool_name}({args})")
+        if event.event == "ToolCallCompleted":
+            parts.append(("error: " if event.tool.tool_call_error else "-> ") + _line(event.tool.result))
+    if event.member_run_id is not None:
+        parts.append(f"member {event.member_agent} {event.member_run_id}")
+    if event.error is not None:
+        parts.append(f"{event.error.type}: {_line(event.error.message)}")
+    if event.event in ("RunCompleted", "MemberRunCompleted") and event.content is not None:
+        parts.append(_line(event.content))
+    if event.event == "StepRestarted":
+        parts.append(f"step {event.seq} attempt {event.attempt}: drop its earlier partial text")
+    return "  ".join(parts)
+
+
+def _line(text: str | None, limit: int = 200) -> str:
+    return (text or "").replace("\n", " ")[:limit]
