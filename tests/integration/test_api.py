@@ -52,12 +52,15 @@ class ApiServer:
                 self.proc.wait(10)
 
 
-def start_api(settings: Settings, log: Path, *args: str, env: dict[str, str] | None = None) -> ApiServer:
-    """Start `ratchet api` with these settings on a free port; return once it takes requests."""
+def start_api(
+    settings: Settings, log: Path, *args: str, env: dict[str, str] | None = None, app: str = APP
+) -> ApiServer:
+    """Start `ratchet api` serving the agents of `app` with these settings on a free port; return
+    once it takes requests."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings), **(env or {})}
     out = log.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "api", "--app", APP, "--port", "0", *args],
+        [sys.executable, "-m", "workers.cli", "api", "--app", app, "--port", "0", *args],
         env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     out.close()
