@@ -21,7 +21,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.security import HTTPBearer
@@ -33,6 +33,7 @@ from orchestrator.agent import get_agent
 from orchestrator.client import Client
 from orchestrator.control import derived_run_id
 from orchestrator.errors import RunConflictError, RunWaitTimeout
+from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, Session
 from orchestrator.settings import Settings
 from workers.api import errors
@@ -51,6 +52,9 @@ class StartRequest(BaseModel):
     agent: str = Field(description="the name of an agent or team defined in the server's --app modules")
     input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
     session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
+    stream: bool = Field(
+        default=False, description="publish the model's text as it is written (RunContent events), not only each step"
+    )
 
 
 class ContinueRequest(BaseModel):
@@ -89,25 +93,6 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
 
 
-class RunEvent(Protocol):
-    """An event of `Client.astream` (`orchestrator.events.RunEvent`), as far as this API reads it."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def event(self) -> str: ...
-
-    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
-
-
-class EventFeed(Protocol):
-    """Where a run's events come from: `Client.astream`, which parses `after` when called (a bad
-    id fails then, before the response starts) and ends once the run is final or PAUSED."""
-
-    def astream(self, run_id: str, *, after: str | None = None) -> AsyncIterator[RunEvent]: ...
-
-
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in codes}
 
@@ -115,11 +100,6 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 def _client(request: Request) -> Client:
     client: Client = request.app.state.client
     return client
-
-
-def _feed(request: Request) -> EventFeed:
-    feed: EventFeed = request.app.state.client
-    return feed
 
 
 ClientDep = Annotated[Client, Depends(_client)]
@@ -175,7 +155,7 @@ def start_run(
     get_agent(validation.agent_name(body.agent))  # 404 for a name no --app module defines
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
-    handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id)
+    handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream)
     run = client.get_run(handle.run_id)
     if key is not None and _first_input(run) != body.input:
         # The control refuses another agent or session for the run id; another input is ours to catch.
@@ -240,12 +220,12 @@ def _known_run(run_id: str, client: ClientDep) -> str:
 
 def _run_events(
     run_id: Annotated[str, Depends(_known_run)],
-    feed: Annotated[EventFeed, Depends(_feed)],
+    client: ClientDep,
     after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
     last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
 ) -> AsyncIterator[RunEvent]:
     """The events to send, resolved before the response starts: a bad id is a 422, not a broken stream."""
-    return feed.astream(run_id, after=last_event_id or after)
+    return client.astream(run_id, after=last_event_id or after)
 
 
 @router.get(
