@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,10 +166,19 @@ def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: S
             "/runs", json={**body, "session_id": "idem-t"}, headers={"Idempotency-Key": "order-17"}
         )
         error_of(other_session, 409, "RunConflictError")
+        # Many at once with a new key: one run
+        with ThreadPoolExecutor(8) as pool:
+            racing = list(
+                pool.map(lambda _: http.post("/runs", json=body, headers={"Idempotency-Key": "k-race"}), range(8))
+            )
+        assert {r.status_code for r in racing} == {202}
+        assert len({r.json()["run_id"] for r in racing}) == 1
         # Another key is another run
         other_key = http.post("/runs", json=body, headers={"Idempotency-Key": "order-18"})
         assert other_key.status_code == 202 and other_key.json()["run_id"] != run_id
         assert Client(api_settings).get_session("idem-t") is None
+        session = Client(api_settings).get_session("idem-s")
+        assert session is not None and len(session.runs) == 3  # order-17, k-race, order-18
 
 
 def test_cancel_and_the_continues_a_run_state_refuses(api: ApiServer, api_settings: Settings) -> None:

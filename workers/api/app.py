@@ -32,7 +32,7 @@ from orchestrator import validation
 from orchestrator.agent import get_agent
 from orchestrator.client import Client
 from orchestrator.control import derived_run_id
-from orchestrator.errors import RunConflictError, RunWaitTimeout
+from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, Session
 from orchestrator.settings import Settings
@@ -152,7 +152,7 @@ def start_run(
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
     the same Idempotency-Key started it before). Location: the run's URL."""
-    get_agent(validation.agent_name(body.agent))  # 404 for a name no --app module defines
+    _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
     handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream)
@@ -164,6 +164,17 @@ def start_run(
         )
     response.headers["Location"] = f"/runs/{run.run_id}"
     return run
+
+
+def _served(agent: str) -> None:
+    """AgentNotFoundError (404) for a name no module of this server defines, said for an HTTP
+    client: the registry's own message tells an operator to restart a worker."""
+    try:
+        get_agent(agent)
+    except AgentNotFoundError:
+        raise AgentNotFoundError(
+            f"no agent or team named {agent!r} is served here: the server knows those its --app modules define"
+        ) from None
 
 
 def _first_input(run: RunOutput) -> str | None:
