@@ -202,6 +202,22 @@ def test_cancel_and_the_continues_a_run_state_refuses(api: ApiServer, api_settin
         assert resumed.json()["run_id"] == failed_id and resumed.json()["status"] == RunStatus.QUEUED
 
 
+def test_a_start_the_broker_refuses_is_a_503_naming_the_run_it_saved(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0")  # nothing listens on port 1
+    server = start_api(settings, tmp_path / "api.log")
+    try:
+        with server.client() as http:
+            refused = http.post("/runs", json={"agent": AGENT, "input": "hello"}, headers={"Idempotency-Key": "b-1"})
+            error = error_of(refused, 503, "BrokerUnavailableError")
+            assert refused.headers["retry-after"] == "5"
+            # The run is saved, and the same request again finds it
+            assert Client(settings).get_run(error["run_id"]).status == RunStatus.QUEUED
+            again = http.post("/runs", json={"agent": AGENT, "input": "hello"}, headers={"Idempotency-Key": "b-1"})
+            assert again.status_code == 202 and again.json()["run_id"] == error["run_id"]
+    finally:
+        server.stop()
+
+
 def raw(body: bytes | Iterator[bytes]) -> dict[str, Any]:
     """Request arguments that send `body` as it is, as JSON (an iterator: chunked, no Content-Length)."""
     return {"content": body, "headers": {"content-type": "application/json"}}

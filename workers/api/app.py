@@ -115,8 +115,8 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
 
     @asynccontextmanager
     async def opened(app: FastAPI) -> AsyncIterator[None]:
-        # Open the store and the broker connection at start, not in the first requests' threads
-        # at once: a misconfigured database stops the server before it takes a request.
+        # Open the store and build the dispatcher at start, not in the first requests' threads at
+        # once: a database that cannot be opened stops the server before it takes a request.
         _ = client.store, client.dispatcher
         yield
 
