@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from orchestrator.settings import Settings
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
+from workers.api.serve import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "compose-agent"
@@ -142,6 +145,32 @@ def test_a_wait_that_times_out_answers_with_the_run_as_it_is(api: ApiServer) -> 
         run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
         waited = http.get(f"/runs/{run_id}/wait", params={"timeout": 0.2})
         assert waited.status_code == 200 and waited.json()["status"] == "QUEUED"
+
+
+def test_a_stopping_server_cuts_a_long_wait_after_its_grace_period(redis_url: str, tmp_path: Path) -> None:
+    # Given a request that would wait five minutes for a run no worker takes, sent whole on a
+    # connection the server has already answered on (SQLite: the database plays no part here)
+    api = start_api(make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url), tmp_path / "api.log")
+    try:
+        with api.client() as http:
+            run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        host, port = api.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: api\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            conn.sendall(f"GET /runs/{run_id}/wait?timeout=300 HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+
+            # When the server is stopped
+            stopping = time.monotonic()
+            api.proc.send_signal(signal.SIGTERM)
+
+            # Then it cuts the wait after its grace period and exits (by the signal, as uvicorn
+            # does), not when the wait would end
+            assert api.proc.wait(30) == -signal.SIGTERM
+            assert GRACEFUL_SHUTDOWN <= time.monotonic() - stopping < GRACEFUL_SHUTDOWN + 5
+            assert b"HTTP/1.1 200" not in conn.recv(4096)
+    finally:
+        api.stop()
 
 
 @pytest.mark.usefixtures("worker", "scripted")

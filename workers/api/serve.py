@@ -21,6 +21,10 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 
 log = logging.getLogger("ratchet.api")
+#: Seconds a stopping server lets open requests finish before it cuts them: an event stream or a
+#: long wait would otherwise hold it up for as long as its run goes on. Their clients ask again
+#: (an event stream with Last-Event-ID), of another server or of this one restarted.
+GRACEFUL_SHUTDOWN = 5
 
 
 def add_api_command(sub: Any) -> None:
@@ -63,7 +67,9 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> N
             "RATCHET_API_TOKENS is not set: the API takes requests without a token, so it listens on %s only", host
         )
     app = create_app(settings, client=Client(settings))
-    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+    uvicorn.run(
+        app, host=host, port=port, log_level="info", server_header=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN
+    )
 
 
 def check_host(settings: Settings, host: str) -> None:
