@@ -103,3 +103,8 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
         assert last_two == everything[-2:]
 
         error_of(http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "nonsense"}), 422, "InvalidInputError")
+
+        # A client that saw the last event of the stopped run is told there is nothing more (an
+        # EventSource stops reconnecting on 204)
+        done = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": everything[-1].id})
+        assert done.status_code == 204 and done.content == b""

@@ -9,6 +9,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     POST /runs/{run_id}/continue    continue it (ERROR/PAUSED in place; COMPLETED forks)
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
+                                    (204 once the run has stopped and nothing is left to send)
     GET  /sessions/{id}/runs        a session's runs, oldest first
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
 
@@ -34,7 +35,7 @@ from orchestrator.client import Client
 from orchestrator.control import derived_run_id
 from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.run import RunOutput, Session
+from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
 from workers.api import errors
 from workers.api.errors import ApiError
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     )
     app.state.client = client
     errors.install(app)
+    app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     app.include_router(router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
@@ -224,26 +226,48 @@ def cancel_run(run_id: str, client: ClientDep) -> RunOutput:
     return client.cancel(run_id)
 
 
-def _known_run(run_id: str, client: ClientDep) -> str:
-    """The run id, once the run is found: an unknown run is a 404, not an empty stream."""
-    return client.store.get_record(validation.known_run_id(run_id)).run_id
+def _known_run(run_id: str, client: ClientDep) -> RunRecord:
+    """The run, once found: an unknown run is a 404, not an empty stream."""
+    return client.store.get_record(validation.known_run_id(run_id))
 
 
-def _run_events(
-    run_id: Annotated[str, Depends(_known_run)],
+class _NothingNew(Exception):
+    """A stopped run has no event after the one asked for (answered 204)."""
+
+
+async def _run_events(
+    record: Annotated[RunRecord, Depends(_known_run)],
     client: ClientDep,
     after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
     last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
 ) -> AsyncIterator[RunEvent]:
-    """The events to send, resolved before the response starts: a bad id is a 422, not a broken stream."""
-    return client.astream(run_id, after=last_event_id or after)
+    """The events to send, resolved before the response starts: a bad id is a 422, not a broken
+    stream. A run that has stopped has a stream of known length: if nothing is left in it, 204,
+    which tells a browser's EventSource to stop reconnecting."""
+    events = client.astream(record.run_id, after=last_event_id or after)
+    if not record.status.is_final:
+        return events
+    first = await anext(events, None)
+    if first is None:
+        raise _NothingNew
+    return _prepend(first, events)
+
+
+async def _prepend(first: RunEvent, rest: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    yield first
+    async for event in rest:
+        yield event
 
 
 @router.get(
     "/runs/{run_id}/events",
     response_class=EventSourceResponse,
     tags=["runs"],
-    responses={200: {"content": {"text/event-stream": {}}}, **_errors(401, 404, 422)},
+    responses={
+        200: {"content": {"text/event-stream": {}}},
+        204: {"description": "the run has stopped and has no event after the one asked for"},
+        **_errors(401, 404, 422),
+    },
 )
 async def run_events(
     events: Annotated[AsyncIterator[RunEvent], Depends(_run_events)],
