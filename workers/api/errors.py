@@ -6,7 +6,7 @@ mistake is always a 4xx; a 500 means a fault of the server, logged with its trac
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
     RunConflictError, RunBusyError, RunNotContinuableError  409
-    InvalidInputError, a body or query that does not fit    422
+    InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
     BrokerUnavailableError (the run is saved as QUEUED)     503
 """
@@ -103,9 +103,14 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own refusals (no such path, method not allowed), in the one shape."""
+    """Starlette's and FastAPI's own refusals (no such path, method not allowed, a body too large
+    or that cannot be decoded), in the one shape."""
     assert isinstance(exc, HTTPException)
     code = exc.status_code
+    if code == 400:  # FastAPI's one 400: a JSON body it could not decode (not UTF-8, nested too deep)
+        return error_response(
+            422, "RequestValidationError", "the request body cannot be decoded: send JSON in UTF-8", details=[]
+        )
     message = {404: f"no endpoint {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
     kind = "ContentTooLarge" if code == 413 else "HTTPError"
     return error_response(code, kind, message.get(code, str(exc.detail)), headers=exc.headers)
