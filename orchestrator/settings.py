@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_validator
 
 from orchestrator.errors import ConfigurationError
 
@@ -93,6 +93,13 @@ class Settings(BaseModel):
     app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
+    #: The bearer tokens the HTTP API (`ratchet api`) accepts, comma-separated (several, so a
+    #: token can be rotated without downtime). A secret: shown masked, never logged. Unset, the
+    #: API takes requests without a token and so serves 127.0.0.1 only.
+    api_tokens: SecretStr | None = None
+    #: The largest request body the HTTP API reads, in bytes: a larger one is refused with 413
+    #: before it is parsed. The default leaves room for an input at its 1 MiB limit in JSON.
+    api_max_body_bytes: int = 2 * 1024 * 1024
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -130,6 +137,8 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_MAX_STEP_ATTEMPTS must be at least 1")
         if self.sweep_seconds <= 0:
             raise ValueError("RATCHET_SWEEP_SECONDS must be positive")
+        if self.api_max_body_bytes < 1:
+            raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
         return self
 
     @classmethod
@@ -151,6 +160,14 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValueError as exc:
             raise ConfigurationError(f"invalid Ratchet settings: {exc}") from None
+
+    @property
+    def api_token_values(self) -> tuple[str, ...]:
+        """The API's bearer tokens (RATCHET_API_TOKENS split at commas, blanks dropped); empty when
+        none is set. Read only to compare a request's token with them."""
+        if self.api_tokens is None:
+            return ()
+        return tuple(t for t in (part.strip() for part in self.api_tokens.get_secret_value().split(",")) if t)
 
     @property
     def is_embedded_broker(self) -> bool:

@@ -24,6 +24,7 @@ RUN_ID_MAX = 64
 SESSION_ID_MAX = 128
 AGENT_NAME_MAX = 256
 FORK_KEY_MAX = 256
+IDEMPOTENCY_KEY_MAX = 256
 #: The largest input message, in bytes of UTF-8: one user message, not a document store.
 INPUT_MAX_BYTES = 1 << 20
 
@@ -66,6 +67,11 @@ def agent_name(value: object) -> str:
 def fork_key(value: object) -> str:
     """A producer's key for a fork: 1-256 characters, no control characters, valid UTF-8."""
     return _name(value, "fork_key", FORK_KEY_MAX)
+
+
+def idempotency_key(value: object) -> str:
+    """An HTTP API client's Idempotency-Key: 1-256 characters, no control characters."""
+    return _name(value, "Idempotency-Key", IDEMPOTENCY_KEY_MAX)
 
 
 def input_text(value: object, *, what: str = "input") -> str:

@@ -11,6 +11,7 @@
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
+    ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
 
 Settings come from RATCHET_* variables (see orchestrator/settings.py). Errors print one line
 saying what to do and exit with status 2.
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
+from workers.api.serve import add_api_command
 from workers.render import jsonable, print_events, show
 
 if TYPE_CHECKING:
@@ -145,6 +147,7 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
     p.set_defaults(func=cmd_scripted_model)
+    add_api_command(sub)
 
 
 def _add_run_commands(sub: Any) -> None:

@@ -59,3 +59,16 @@ def test_sqlite_synchronous_defaults_to_full_and_takes_the_three_safe_levels_onl
 def test_a_countdown_may_not_outlive_the_visibility_timeout() -> None:
     with pytest.raises(ConfigurationError, match="RATCHET_MAX_COUNTDOWN .* must not exceed RATCHET_VISIBILITY"):
         Settings.from_env({"RATCHET_MAX_COUNTDOWN": "7200"})
+
+
+def test_api_tokens_are_a_comma_separated_secret_never_shown() -> None:
+    settings = Settings.from_env({"RATCHET_API_TOKENS": " tok-a , tok-b,, "})
+    assert settings.api_token_values == ("tok-a", "tok-b")
+    assert "tok-a" not in repr(settings) and "tok-a" not in str(settings.model_dump())
+    assert Settings().api_token_values == ()
+    assert Settings.from_env({"RATCHET_API_TOKENS": " , "}).api_token_values == ()
+
+
+def test_the_api_body_limit_must_be_positive() -> None:
+    with pytest.raises(ConfigurationError, match="RATCHET_API_MAX_BODY_BYTES"):
+        Settings.from_env({"RATCHET_API_MAX_BODY_BYTES": "0"})

@@ -1,0 +1,362 @@
+"""The HTTP API, served by `ratchet api` in a uvicorn subprocess, called over HTTP as a client
+would, with a real worker running the steps it starts, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+import tests.integration.compose_agents  # noqa: F401  (the embedded worker runs its agent)
+from orchestrator import Client, RunStatus
+from orchestrator.settings import Settings
+from orchestrator.testing.waiting import wait_until
+from tests.conftest import make_settings, settings_env
+from tests.integration.producing import fail
+from workers.api.serve import GRACEFUL_SHUTDOWN
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = "compose-agent"
+APP = "tests.integration.compose_agents"
+#: A small body limit for these servers, so the 413 cases send little.
+BODY_LIMIT = 64 * 1024
+
+
+@dataclass
+class ApiServer:
+    """A `ratchet api` process: its URL, and its log (stdout and stderr)."""
+
+    url: str
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def start_api(
+    settings: Settings, log: Path, *args: str, env: dict[str, str] | None = None, app: str = APP
+) -> ApiServer:
+    """Start `ratchet api` serving the agents of `app` with these settings on a free port; return
+    once it takes requests."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings), **(env or {})}
+    out = log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "api", "--app", app, "--port", "0", *args],
+        env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    out.close()
+
+    def listening() -> str | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"ratchet api exited with {proc.returncode}:\n{log.read_text()}")
+        found = re.search(r"Uvicorn running on (http://\S+)", log.read_text())
+        return found[1] if found else None
+
+    try:
+        url = wait_until(listening, 60, what="ratchet api to listen", interval=0.05)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return ApiServer(url=url, log=log, proc=proc)
+
+
+@pytest.fixture
+def api_settings(db_url: str, redis_url: str) -> Settings:
+    return make_settings(db_url, redis_url, api_max_body_bytes=BODY_LIMIT)
+
+
+@pytest.fixture
+def settings(api_settings: Settings) -> Settings:
+    """The worker fixture's settings are the API server's."""
+    return api_settings
+
+
+@pytest.fixture
+def api(api_settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
+    server = start_api(api_settings, tmp_path / "api.log")
+    yield server
+    server.stop()
+
+
+def error_of(response: httpx.Response, status: int, type: str) -> dict[str, Any]:
+    """The response is `status` with the JSON error shape naming `type` and saying something."""
+    assert response.status_code == status, (response.status_code, response.text)
+    error = response.json()["error"]
+    assert error["type"] == type and error["message"], error
+    return dict(error)
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: ApiServer) -> None:
+    with api.client() as http:
+        started = http.post("/runs", json={"agent": AGENT, "input": "find celery", "session_id": "api-s"})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        assert started.headers["location"] == f"/runs/{run_id}"
+        assert [(m["role"], m["content"]) for m in started.json()["messages"]][-1] == ("user", "find celery")
+
+        done = http.get(f"/runs/{run_id}/wait", params={"timeout": 30}).json()
+        assert done["status"] == "COMPLETED" and done["session_id"] == "api-s"
+        roles = [m["role"] for m in done["messages"]]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"]
+        assert done["messages"][3]["content"] == "found find celery"
+        assert http.get(f"/runs/{run_id}").json() == done
+
+        # Continuing a COMPLETED run forks it; cancelling it is refused
+        fork = http.post(f"/runs/{run_id}/continue", json={"input": "and redis?"})
+        assert fork.status_code == 202, fork.text
+        fork_id = fork.json()["run_id"]
+        assert fork_id != run_id and fork.json()["forked_from"] == run_id
+        assert http.get(f"/runs/{fork_id}/wait", params={"timeout": 30}).json()["status"] == "COMPLETED"
+        error_of(http.post(f"/runs/{run_id}/cancel"), 409, "RunNotContinuableError")
+
+        session = http.get("/sessions/api-s/runs").json()
+        assert session["session_id"] == "api-s"
+        assert [r["run_id"] for r in session["runs"]] == [run_id, fork_id]
+
+
+def test_a_wait_that_times_out_answers_with_the_run_as_it_is(api: ApiServer) -> None:
+    # No worker: the run stays QUEUED
+    with api.client() as http:
+        run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        waited = http.get(f"/runs/{run_id}/wait", params={"timeout": 0.2})
+        assert waited.status_code == 200 and waited.json()["status"] == "QUEUED"
+
+
+def test_a_stopping_server_cuts_a_long_wait_after_its_grace_period(redis_url: str, tmp_path: Path) -> None:
+    # Given a request that would wait five minutes for a run no worker takes, sent whole on a
+    # connection the server has already answered on (SQLite: the database plays no part here)
+    api = start_api(make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url), tmp_path / "api.log")
+    try:
+        with api.client() as http:
+            run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        host, port = api.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: api\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            conn.sendall(f"GET /runs/{run_id}/wait?timeout=300 HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+
+            # When the server is stopped
+            stopping = time.monotonic()
+            api.proc.send_signal(signal.SIGTERM)
+
+            # Then it cuts the wait after its grace period and exits (by the signal, as uvicorn
+            # does), not when the wait would end
+            assert api.proc.wait(30) == -signal.SIGTERM
+            assert GRACEFUL_SHUTDOWN <= time.monotonic() - stopping < GRACEFUL_SHUTDOWN + 5
+            assert b"HTTP/1.1 200" not in conn.recv(4096)
+    finally:
+        api.stop()
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: Settings) -> None:
+    with api.client() as http:
+        body = {"agent": AGENT, "input": "once", "session_id": "idem-s"}
+        first = http.post("/runs", json=body, headers={"Idempotency-Key": "order-17"})
+        again = http.post("/runs", json=body, headers={"Idempotency-Key": "order-17"})
+        assert first.status_code == again.status_code == 202
+        run_id = first.json()["run_id"]
+        assert again.json()["run_id"] == run_id
+        assert http.get(f"/runs/{run_id}/wait", params={"timeout": 30}).json()["status"] == "COMPLETED"
+        # Sent again after the run completed: still that run, not a new one
+        assert http.post("/runs", json=body, headers={"Idempotency-Key": "order-17"}).json()["run_id"] == run_id
+        session = Client(api_settings).get_session("idem-s")
+        assert session is not None and [r.run_id for r in session.runs] == [run_id]
+
+        # The key with another request is a conflict, and starts nothing
+        other_input = http.post("/runs", json={**body, "input": "twice"}, headers={"Idempotency-Key": "order-17"})
+        assert run_id in error_of(other_input, 409, "RunConflictError")["message"]
+        other_session = http.post(
+            "/runs", json={**body, "session_id": "idem-t"}, headers={"Idempotency-Key": "order-17"}
+        )
+        error_of(other_session, 409, "RunConflictError")
+        # Many at once with a new key: one run
+        with ThreadPoolExecutor(8) as pool:
+            racing = list(
+                pool.map(lambda _: http.post("/runs", json=body, headers={"Idempotency-Key": "k-race"}), range(8))
+            )
+        assert {r.status_code for r in racing} == {202}
+        assert len({r.json()["run_id"] for r in racing}) == 1
+        # Another key is another run
+        other_key = http.post("/runs", json=body, headers={"Idempotency-Key": "order-18"})
+        assert other_key.status_code == 202 and other_key.json()["run_id"] != run_id
+        assert Client(api_settings).get_session("idem-t") is None
+        session = Client(api_settings).get_session("idem-s")
+        assert session is not None and len(session.runs) == 3  # order-17, k-race, order-18
+
+
+def test_cancel_and_the_continues_a_run_state_refuses(api: ApiServer, api_settings: Settings) -> None:
+    # No worker: runs stay where the test puts them
+    with api.client() as http:
+        run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        # A QUEUED run is going already: new input is refused
+        error_of(http.post(f"/runs/{run_id}/continue", json={"input": "more"}), 409, "RunBusyError")
+
+        cancelled = http.post(f"/runs/{run_id}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
+        assert http.post(f"/runs/{run_id}/cancel").json()["status"] == "CANCELLED"  # again: a no-op
+        error_of(http.post(f"/runs/{run_id}/continue"), 409, "RunNotContinuableError")
+
+        # A run in ERROR continues in place, without a body
+        failed_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        fail(Client(api_settings).store, failed_id)
+        assert http.get(f"/runs/{failed_id}").json()["error"] == {"type": "Boom", "message": "the step failed"}
+        resumed = http.post(f"/runs/{failed_id}/continue")
+        assert resumed.status_code == 202, resumed.text
+        assert resumed.json()["run_id"] == failed_id and resumed.json()["status"] == RunStatus.QUEUED
+
+
+def test_a_start_the_broker_refuses_is_a_503_naming_the_run_it_saved(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(db_url, "redis://127.0.0.1:1/0")  # nothing listens on port 1
+    server = start_api(settings, tmp_path / "api.log")
+    try:
+        with server.client() as http:
+            refused = http.post("/runs", json={"agent": AGENT, "input": "hello"}, headers={"Idempotency-Key": "b-1"})
+            error = error_of(refused, 503, "BrokerUnavailableError")
+            assert refused.headers["retry-after"] == "5"
+            # The run is saved, and the same request again finds it
+            assert Client(settings).get_run(error["run_id"]).status == RunStatus.QUEUED
+            again = http.post("/runs", json={"agent": AGENT, "input": "hello"}, headers={"Idempotency-Key": "b-1"})
+            assert again.status_code == 202 and again.json()["run_id"] == error["run_id"]
+    finally:
+        server.stop()
+
+
+def raw(body: bytes | Iterator[bytes]) -> dict[str, Any]:
+    """Request arguments that send `body` as it is, as JSON (an iterator: chunked, no Content-Length)."""
+    return {"content": body, "headers": {"content-type": "application/json"}}
+
+
+def mistakes() -> list[tuple[str, str, dict[str, Any], int, str]]:
+    """(method, path, request arguments, status, error type): a user's mistake, and the answer."""
+    chunked = iter([b'{"agent": "compose-agent", "input": "', *[b"x" * 4096] * 20, b'"}'])
+    long_key = {"Idempotency-Key": "k" * 300}
+    return [
+        ("POST", "/runs", {"json": {"agent": "no-such-agent", "input": "hi"}}, 404, "AgentNotFoundError"),
+        ("GET", "/runs/no-such-run", {}, 404, "RunNotFoundError"),
+        ("GET", "/runs/no-such-run/wait", {}, 404, "RunNotFoundError"),
+        ("POST", "/runs/no-such-run/continue", {}, 404, "RunNotFoundError"),
+        ("POST", "/runs/no-such-run/cancel", {}, 404, "RunNotFoundError"),
+        ("GET", "/runs/no-such-run/events", {}, 404, "RunNotFoundError"),
+        ("GET", "/sessions/no-such-session/runs", {}, 404, "SessionNotFound"),
+        ("GET", "/no-such-endpoint", {}, 404, "HTTPError"),
+        ("DELETE", "/runs/r1", {}, 405, "HTTPError"),
+        ("POST", "/runs", raw(b'{"agent": '), 422, "RequestValidationError"),
+        ("POST", "/runs", raw(b'{"agent": "compose-agent", "input": "\xff\xfe"}'), 422, "RequestValidationError"),
+        ("POST", "/runs", raw(b"[" * 20_000 + b"]" * 20_000), 422, "RequestValidationError"),
+        (
+            "POST",
+            "/runs",
+            {"json": {"agent": AGENT, "input": "hi"}, "headers": {"Idempotency-Key": ""}},
+            422,
+            "InvalidInputError",
+        ),
+        ("POST", "/runs", {"json": ["agent", "input"]}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": 7}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "priority": 1}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "   "}}, 422, "InvalidInputError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "a\x00b"}}, 422, "InvalidInputError"),
+        ("POST", "/runs", raw(b'{"agent": "compose-agent", "input": "\\ud800"}'), 422, "InvalidInputError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "session_id": "s\x07"}}, 422, "InvalidInputError"),
+        ("POST", "/runs", {"json": {"agent": "a" * 300, "input": "hi"}}, 422, "InvalidInputError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi"}, "headers": long_key}, 422, "InvalidInputError"),
+        ("GET", "/runs/" + "r" * 65, {}, 422, "InvalidInputError"),
+        ("GET", "/runs/r%00x", {}, 422, "InvalidInputError"),
+        ("POST", "/runs/r1/continue", {"json": {"input": ""}}, 422, "InvalidInputError"),
+        ("POST", "/runs/r1/continue", {"json": {"fork": "x"}}, 422, "RequestValidationError"),
+        ("GET", "/runs/r1/wait", {"params": {"timeout": "soon"}}, 422, "RequestValidationError"),
+        ("GET", "/runs/r1/wait", {"params": {"timeout": "0"}}, 422, "RequestValidationError"),
+        ("GET", "/runs/r1/wait", {"params": {"timeout": "nan"}}, 422, "RequestValidationError"),
+        ("GET", "/runs/r1/wait", {"params": {"timeout": "1e9"}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "x" * BODY_LIMIT}}, 413, "ContentTooLarge"),
+        ("POST", "/runs", raw(chunked), 413, "ContentTooLarge"),
+    ]
+
+
+def test_every_mistake_of_a_user_is_a_4xx_with_a_json_error(api: ApiServer) -> None:
+    with api.client() as http:
+        for method, path, kwargs, status, kind in mistakes():
+            response = http.request(method, path, **kwargs)
+            assert response.status_code == status, (method, path, response.status_code, response.text)
+            error_of(response, status, kind)
+    assert "Traceback" not in api.log.read_text()
+
+
+def test_the_openapi_schema_is_served_and_names_every_endpoint(api: ApiServer) -> None:
+    with api.client() as http:
+        schema = http.get("/openapi.json").json()
+    assert set(schema["paths"]) >= {
+        "/runs", "/runs/{run_id}", "/runs/{run_id}/wait", "/runs/{run_id}/continue", "/runs/{run_id}/cancel",
+        "/runs/{run_id}/events", "/sessions/{session_id}/runs", "/health",
+    }  # fmt: skip
+    assert "Idempotency-Key" in {p["name"].title() for p in schema["paths"]["/runs"]["post"]["parameters"]}
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_without_tokens_it_listens_on_loopback_only_and_says_so(api: ApiServer, api_settings: Settings) -> None:
+    assert "RATCHET_API_TOKENS is not set" in api.log.read_text()
+    refused = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "api", "--app", APP, "--host", "0.0.0.0", "--port", "0"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **settings_env(api_settings)}, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "refusing to serve the API on '0.0.0.0' without authentication: set RATCHET_API_TOKENS" in (
+        refused.stderr.decode()
+    )
+
+
+@pytest.mark.usefixtures("worker", "scripted")
+def test_with_tokens_every_request_needs_one_and_no_token_is_logged(api_settings: Settings, tmp_path: Path) -> None:
+    first, second = "tok-first-5f0c2e9a", "tok-second-77d1b3c4"
+    server = start_api(api_settings, tmp_path / "api.log", env={"RATCHET_API_TOKENS": f"{first}, {second}"})
+    try:
+        with server.client() as anonymous, server.client(first) as one, server.client(second) as two:
+            refused = anonymous.get("/runs/r1")
+            assert refused.headers["www-authenticate"] == "Bearer"
+            error_of(refused, 401, "Unauthorized")
+            # Refused before the body is read: a malformed or oversized one is still a 401
+            error_of(anonymous.post("/runs", **raw(b"{")), 401, "Unauthorized")
+            error_of(anonymous.post("/runs", **raw(b"x" * (BODY_LIMIT + 1))), 401, "Unauthorized")
+            with server.client("tok-first") as prefix:
+                error_of(prefix.get("/runs/r1"), 401, "Unauthorized")
+            basic = anonymous.get("/runs/r1", headers={"Authorization": f"Basic {first}"})
+            error_of(basic, 401, "Unauthorized")
+            assert anonymous.get("/health").status_code == 200
+            assert anonymous.get("/openapi.json").status_code == 200
+
+            started = one.post("/runs", json={"agent": AGENT, "input": "hello"})
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            assert two.get(f"/runs/{run_id}/wait", params={"timeout": 30}).json()["status"] == "COMPLETED"
+            error_of(two.get("/runs/no-such-run"), 404, "RunNotFoundError")
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    assert "bearer-token auth is on: 2 token(s)" in log
+    assert first not in log and second not in log

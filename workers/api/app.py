@@ -1,0 +1,292 @@
+"""The HTTP API: runs started, read, waited for, continued, cancelled and streamed over HTTP.
+
+A producer like the command line: every route calls an `orchestrator.Client`, and the workers
+run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`workers.api.serve`).
+
+    POST /runs                      start a run (Idempotency-Key: the same key starts one run)
+    GET  /runs/{run_id}             the run, its messages and member runs
+    GET  /runs/{run_id}/wait        the run once it stops, or as it is after `timeout` seconds
+    POST /runs/{run_id}/continue    continue it (ERROR/PAUSED in place; COMPLETED forks)
+    POST /runs/{run_id}/cancel      cancel it and its member runs
+    GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
+                                    (204 once the run has stopped and nothing is left to send)
+    GET  /sessions/{id}/runs        a session's runs, oldest first
+    GET  /health                    liveness (no token needed), as are /openapi.json and /docs
+
+Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.security import HTTPBearer
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator import validation
+from orchestrator.agent import get_agent
+from orchestrator.client import Client
+from orchestrator.control import derived_run_id
+from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout
+from orchestrator.events import RunEvent
+from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.settings import Settings
+from workers.api import errors
+from workers.api.errors import ApiError
+from workers.api.gate import Gate
+
+#: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
+MAX_WAIT = 300.0
+
+
+class StartRequest(BaseModel):
+    """The body of `POST /runs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(description="the name of an agent or team defined in the server's --app modules")
+    input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
+    session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
+    stream: bool = Field(
+        default=False, description="publish the model's text as it is written (RunContent events), not only each step"
+    )
+
+
+class ContinueRequest(BaseModel):
+    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str | None = Field(default=None, description="a new user message to add first")
+    fork_key: str | None = Field(
+        default=None, description="a COMPLETED run forks once per key (default: the input); another key forks again"
+    )
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: the error's type name and a message saying what to do."""
+
+    type: str
+    message: str
+    run_id: str | None = Field(
+        default=None, description="503 only: the run, saved as QUEUED, that the sweeper will publish"
+    )
+    details: list[dict[str, Any]] | None = Field(
+        default=None, description="422 only: each field that does not fit, and why"
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    """The answer of `GET /health`."""
+
+    status: Literal["ok"] = "ok"
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+def _client(request: Request) -> Client:
+    client: Client = request.app.state.client
+    return client
+
+
+ClientDep = Annotated[Client, Depends(_client)]
+# The token itself is checked by the Gate, before the body is read; this declares the scheme in
+# the OpenAPI schema, so that clients generated from it send the header.
+router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+
+
+def create_app(settings: Settings | None = None, *, client: Client | None = None) -> FastAPI:
+    """The API's ASGI app over `client` (default: a Client of `settings`, default from the env)."""
+    settings = settings or Settings.from_env()
+    client = client or Client(settings)
+
+    @asynccontextmanager
+    async def opened(app: FastAPI) -> AsyncIterator[None]:
+        # Open the store and build the dispatcher at start, not in the first requests' threads at
+        # once: a database that cannot be opened stops the server before it takes a request.
+        _ = client.store, client.dispatcher
+        yield
+
+    app = FastAPI(
+        title="Ratchet",
+        summary="Durable LLM agents and teams on Celery: start, follow and steer runs over HTTP.",
+        version="0.1.0",
+        lifespan=opened,
+    )
+    app.state.client = client
+    errors.install(app)
+    app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
+    app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
+    app.include_router(router)
+    app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
+    return app
+
+
+def _health() -> Health:
+    """The server is up (needs no token)."""
+    return Health()
+
+
+@router.post(
+    "/runs", status_code=202, response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 413, 422, 503)
+)
+def start_run(
+    body: StartRequest,
+    response: Response,
+    client: ClientDep,
+    idempotency_key: Annotated[
+        str | None, Header(description="the same key (with the same body) starts one run and returns it again")
+    ] = None,
+) -> RunOutput:
+    """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
+    the same Idempotency-Key started it before). Location: the run's URL."""
+    _served(validation.agent_name(body.agent))
+    key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
+    run_id = None if key is None else derived_run_id("idempotency", key)
+    handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream)
+    run = client.get_run(handle.run_id)
+    if key is not None and _first_input(run) != body.input:
+        # The control refuses another agent or session for the run id; another input is ours to catch.
+        raise RunConflictError(
+            f"Idempotency-Key {key!r} started run {run.run_id} with another input; a new request needs a new key"
+        )
+    response.headers["Location"] = f"/runs/{run.run_id}"
+    return run
+
+
+def _served(agent: str) -> None:
+    """AgentNotFoundError (404) for a name no module of this server defines, said for an HTTP
+    client: the registry's own message tells an operator to restart a worker."""
+    try:
+        get_agent(agent)
+    except AgentNotFoundError:
+        raise AgentNotFoundError(
+            f"no agent or team named {agent!r} is served here: the server knows those its --app modules define"
+        ) from None
+
+
+def _first_input(run: RunOutput) -> str | None:
+    """The user message a run was started with."""
+    return next((m.content for m in run.messages if m.role == "user"), None)
+
+
+@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
+def get_run(run_id: str, client: ClientDep) -> RunOutput:
+    """The run with its messages and member runs."""
+    return client.get_run(run_id)
+
+
+@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
+async def wait_run(
+    run_id: str,
+    client: ClientDep,
+    timeout: Annotated[float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds to wait")] = 30.0,
+) -> RunOutput:
+    """The run once it stops (COMPLETED, ERROR, CANCELLED or PAUSED); if it is still going after
+    `timeout` seconds, 200 with the run as it is then: its `status` says which, so wait again."""
+    try:
+        return await client.await_run(run_id, timeout)
+    except RunWaitTimeout:
+        return await asyncio.to_thread(client.get_run, run_id)
+
+
+@router.post(
+    "/runs/{run_id}/continue",
+    status_code=202,
+    response_model=RunOutput,
+    tags=["runs"],
+    responses=_errors(401, 404, 409, 413, 422, 503),
+)
+def continue_run(run_id: str, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
+    """Continue a run: ERROR, PAUSED and an expired RUNNING resume in place; COMPLETED forks a new
+    run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
+    RUNNING one whose worker is alive."""
+    body = body or ContinueRequest()
+    handle = client.continue_run(run_id, input=body.input, fork_key=body.fork_key)
+    return client.get_run(handle.run_id)
+
+
+@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 422))
+def cancel_run(run_id: str, client: ClientDep) -> RunOutput:
+    """Cancel a run that has not finished, and its member runs; 409 for a COMPLETED run."""
+    return client.cancel(run_id)
+
+
+def _known_run(run_id: str, client: ClientDep) -> RunRecord:
+    """The run, once found: an unknown run is a 404, not an empty stream."""
+    return client.store.get_record(validation.known_run_id(run_id))
+
+
+class _NothingNew(Exception):
+    """A stopped run has no event after the one asked for (answered 204)."""
+
+
+async def _run_events(
+    record: Annotated[RunRecord, Depends(_known_run)],
+    client: ClientDep,
+    after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
+    last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
+) -> AsyncIterator[RunEvent]:
+    """The events to send, resolved before the response starts: a bad id is a 422, not a broken
+    stream. A run that has stopped has a stream of known length: if nothing is left in it, 204,
+    which tells a browser's EventSource to stop reconnecting."""
+    events = client.astream(record.run_id, after=last_event_id or after)
+    if not record.status.is_final:
+        return events
+    first = await anext(events, None)
+    if first is None:
+        raise _NothingNew
+    return _prepend(first, events)
+
+
+async def _prepend(first: RunEvent, rest: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_class=EventSourceResponse,
+    tags=["runs"],
+    responses={
+        200: {"content": {"text/event-stream": {}}},
+        204: {"description": "the run has stopped and has no event after the one asked for"},
+        **_errors(401, 404, 422),
+    },
+)
+async def run_events(
+    events: Annotated[AsyncIterator[RunEvent], Depends(_run_events)],
+) -> AsyncIterator[ServerSentEvent]:
+    """The run's events as server-sent events (`id:` the event's id, `event:` its type, `data:`
+    the event as JSON), from the start or after the given id, until the run stops (or pauses).
+    A client that reconnects with `Last-Event-ID` gets exactly the events it has not seen; a
+    RunContent delta sorted before a StepRestarted of its step belongs to an abandoned attempt.
+    Waiting on the run holds no server thread; a comment line keeps an idle connection open."""
+    async for event in events:
+        # ASCII: a lone surrogate in a live delta would otherwise fail the UTF-8 encoding of the stream.
+        data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+        yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
+
+
+@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
+def session_runs(session_id: str, client: ClientDep) -> Session:
+    """The session's runs, oldest first, each with its messages and member runs."""
+    session = client.get_session(session_id)
+    if session is None:
+        raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
+    return session

@@ -1,0 +1,122 @@
+"""How the HTTP API answers a failure: one JSON shape and one status per error.
+
+Every error body is `{"error": {"type": ..., "message": ...}}`, plus `run_id` where a run was
+saved anyway (503) and `details` for a request that does not fit its schema (422). A user's
+mistake is always a 4xx; a 500 means a fault of the server, logged with its traceback.
+
+    AgentNotFoundError, RunNotFoundError, SessionNotFound   404
+    RunConflictError, RunBusyError, RunNotContinuableError  409
+    InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
+    a body larger than RATCHET_API_MAX_BODY_BYTES           413
+    BrokerUnavailableError (the run is saved as QUEUED)     503
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from orchestrator.errors import (
+    AgentNotFoundError,
+    BrokerUnavailableError,
+    InvalidInputError,
+    RatchetError,
+    RunBusyError,
+    RunConflictError,
+    RunNotContinuableError,
+    RunNotFoundError,
+)
+
+log = logging.getLogger("ratchet.api")
+
+#: The status of each error a request can cause; the first class in an error's MRO found here wins.
+STATUS: dict[type[RatchetError], int] = {
+    AgentNotFoundError: 404,
+    RunNotFoundError: 404,
+    RunConflictError: 409,
+    RunBusyError: 409,
+    RunNotContinuableError: 409,
+    InvalidInputError: 422,
+    BrokerUnavailableError: 503,
+}
+
+
+class ApiError(Exception):
+    """A refusal of the API's own (not a Ratchet error): its status, type name and message."""
+
+    def __init__(self, status: int, type: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.headers = headers
+
+
+def error_response(status: int, type: str, message: str, **extra: Any) -> JSONResponse:
+    """The one error shape, `{"error": {"type", "message", ...extra}}`."""
+    headers = extra.pop("headers", None)
+    return JSONResponse({"error": {"type": type, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+def status_of(exc: RatchetError) -> int:
+    """The status for a Ratchet error: its class's (or an ancestor's) in STATUS, else 500."""
+    return next((STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS), 500)
+
+
+def install(app: FastAPI) -> None:
+    """Answer every failure in the one JSON shape."""
+    app.add_exception_handler(RatchetError, _ratchet_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+async def _ratchet_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RatchetError)
+    status = status_of(exc)
+    if status >= 500 and not isinstance(exc, BrokerUnavailableError):
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    if isinstance(exc, BrokerUnavailableError):  # the run is saved: say which, and when to look again
+        return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id, headers={"Retry-After": "5"})
+    return error_response(status, type(exc).__name__, str(exc))
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.type, str(exc), headers=exc.headers)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each field that does not fit and why. The offending values are left out: an
+    input can be a megabyte, and whatever was sent is the client's already."""
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()
+    ]
+    where = "; ".join(f"{'.'.join(str(p) for p in d['loc'])}: {d['msg']}" for d in details)
+    return error_response(422, "RequestValidationError", f"the request does not fit: {where}", details=details)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals (no such path, method not allowed, a body too large
+    or that cannot be decoded), in the one shape."""
+    assert isinstance(exc, HTTPException)
+    code = exc.status_code
+    if code == 400:  # FastAPI's one 400: a JSON body it could not decode (not UTF-8, nested too deep)
+        return error_response(
+            422, "RequestValidationError", "the request body cannot be decoded: send JSON in UTF-8", details=[]
+        )
+    message = {404: f"no endpoint {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
+    kind = "ContentTooLarge" if code == 413 else "HTTPError"
+    return error_response(code, kind, message.get(code, str(exc.detail)), headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A fault of the server's: the JSON shape still, and the traceback in the server's log
+    (Starlette raises the error on after this answer, and uvicorn logs it)."""
+    return error_response(500, "InternalError", "the server failed on this request; its log says why")
