@@ -16,6 +16,7 @@ from celery.signals import worker_process_init
 
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
+from workers.broker import FILESYSTEM_TRANSPORT
 from workers.broker import TRANSPORT as BROKER_TRANSPORT
 
 MODEL_TASK = "ratchet.model_call"
@@ -72,7 +73,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.control_queue,
         "broker_transport_options": transport,
         # kombu's Redis transport with one publishing client per pool, not one per message.
-        "broker_transport": BROKER_TRANSPORT if settings.broker_url.startswith("redis://") else None,
+        "broker_transport": _transport(settings.broker_url),
         "broker_connection_retry_on_startup": True,
         "broker_connection_retry": True,
         "broker_connection_max_retries": None,
@@ -83,6 +84,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
     }
+
+
+def _transport(url: str) -> str | None:
+    """Ratchet's own transport classes for the brokers it fixes (`workers.broker`), else kombu's."""
+    if url.startswith("redis://"):
+        return BROKER_TRANSPORT
+    return FILESYSTEM_TRANSPORT if url.startswith("filesystem://") else None
 
 
 def _transport_options(settings: Settings) -> dict[str, Any]:

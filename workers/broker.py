@@ -1,4 +1,8 @@
-"""kombu's Redis transport, minus a client object built per message.
+"""kombu's transports, with two of their flaws fixed: the Redis one builds a client object per
+message; the filesystem one (the embedded default's broker) can crash a worker that starts beside
+another process.
+
+Redis.
 
 kombu's Redis channel builds a new `redis.Redis` client for every message it publishes (and every
 task event), which copies the client's ~200 response callbacks each time: about 40% of a
@@ -10,17 +14,33 @@ brokers (see `workers.app.celery_config`).
 tests/integration/test_broker_transport.py passed on. Called after its connection was closed,
 it fails with kombu's own AttributeError ('NoneType' object has no attribute 'hostname', from
 `_connparams` building a new pool), exactly as kombu's method does.
+
+Filesystem. kombu's channel binds a queue by creating its exchange's table file empty and only
+then locking it to write the table: a second process binding at that moment (a producer and a
+worker started together, as the quick start does) reads the empty file and fails on it, which
+stops the worker. `FilesystemChannel` creates, reads and rewrites the table under one lock and
+reads an empty file as an empty table. `_queue_bind` and `get_table` are private to kombu: the
+same version bound and tests hold them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 
 TRANSPORT = "workers.broker:Transport"
+FILESYSTEM_TRANSPORT = "workers.broker:FilesystemTransport"
+#: kombu's file locks (fcntl's flock on POSIX, its own on Windows), typed.
+_lock = cast(Callable[[Any, int], None], kombu_fs.lock)
+_unlock = cast(Callable[[Any], None], kombu_fs.unlock)
 
 
 class Channel(kombu_redis.Channel):
@@ -43,3 +63,53 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with `Channel` above."""
 
     Channel = Channel
+
+
+class FilesystemChannel(kombu_fs.Channel):
+    """A filesystem channel whose exchange tables two processes can bind at once."""
+
+    def get_table(self, exchange: str) -> list[Any]:
+        file: Path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
+        try:
+            with file.open("rb") as f:
+                _lock(f, kombu_fs.LOCK_SH)
+                try:
+                    return _table(f.read())
+                finally:
+                    _unlock(f)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {file}") from exc
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        file: Path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
+        self.control_folder.mkdir(exist_ok=True)
+        entry = kombu_fs.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)  # never truncated: read under the lock
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {file}") from exc
+        with os.fdopen(fd, "rb+", buffering=0) as f:
+            _lock(f, kombu_fs.LOCK_EX)
+            try:
+                table = _table(f.read())
+                if entry not in table:
+                    table.insert(0, entry)
+                    f.seek(0)
+                    f.truncate()
+                    f.write(json.dumps(table).encode())
+            finally:
+                _unlock(f)
+
+
+def _table(raw: bytes) -> list[Any]:
+    """An exchange's table from its file's bytes; an empty file (being created) is an empty table."""
+    text = raw.decode()
+    return [kombu_fs.exchange_queue_t(*q) for q in json.loads(text)] if text.strip() else []
+
+
+class FilesystemTransport(kombu_fs.Transport):
+    """kombu's filesystem transport with `FilesystemChannel` above."""
+
+    Channel = FilesystemChannel

@@ -6,16 +6,21 @@ calls in its place, and the override being on the path Celery publishes through.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
+from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 
 from orchestrator.ports import StepRef
 from tests.conftest import make_settings
 from workers import broker
+from workers.app import celery_config
 from workers.dispatch import CeleryDispatcher
 
 POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -59,3 +64,67 @@ def test_celery_publishes_every_step_through_one_client_on_a_real_redis_channel(
             assert client.llen(settings.model_queue) == 2
     finally:
         dispatcher.app.close()
+
+
+# ---------------------------------------------------------------- the filesystem broker
+
+
+def filesystem_channel(folder: Path, transport: type[Any]) -> Any:
+    """A channel of `transport` on the embedded default's folders under `folder`."""
+    from kombu import Connection
+
+    for sub in ("queue", "control"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    options = {"data_folder_in": str(folder / "queue"), "data_folder_out": str(folder / "queue"),
+               "control_folder": str(folder / "control"), "store_processed": False}  # fmt: skip
+    return Connection("filesystem://", transport=transport, transport_options=options).channel()
+
+
+def test_kombus_filesystem_channel_still_has_what_the_override_relies_on() -> None:
+    base = kombu_fs.Channel
+    assert shape(base._queue_bind) == [
+        (n, POSITIONAL, EMPTY) for n in ("self", "exchange", "routing_key", "pattern", "queue")
+    ]
+    assert shape(base.get_table) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
+    assert shape(base._exchange_file) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
+    assert kombu_fs.exchange_queue_t._fields == ("routing_key", "pattern", "queue")
+    assert callable(kombu_fs.lock) and callable(kombu_fs.unlock)
+    assert broker.FilesystemTransport.Channel is broker.FilesystemChannel
+    assert celery_config(make_settings("sqlite:///x.db", "filesystem://localhost/"))["broker_transport"] == (
+        broker.FILESYSTEM_TRANSPORT
+    )
+
+
+def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_path: Path) -> None:
+    # Another process has created the table file and not yet written it: the moment kombu's own
+    # channel reads it as JSON and fails, which stopped a worker started beside its producer.
+    (tmp_path / "fs" / "control").mkdir(parents=True)
+    (tmp_path / "fs" / "control" / "ratchet.model.exchange").write_bytes(b"")
+    kombus = filesystem_channel(tmp_path / "fs", kombu_fs.Transport)
+    with pytest.raises(ValueError):
+        kombus._queue_bind("ratchet.model", "ratchet.model", "", "ratchet.model")
+
+    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    ours._queue_bind("ratchet.model", "ratchet.model", "", "ratchet.model")
+    ours._queue_bind("ratchet.model", "other", "", "other")
+    ours._queue_bind("ratchet.model", "other", "", "other")  # binding again changes nothing
+    assert [q.queue for q in ours.get_table("ratchet.model")] == ["other", "ratchet.model"]
+
+
+def test_processes_binding_one_exchange_at_once_keep_every_binding(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tests.integration.test_broker_transport import filesystem_channel\n"
+        "from workers import broker\n"
+        "channel = filesystem_channel(Path(sys.argv[1]), broker.FilesystemTransport)\n"
+        "for i in range(20):\n"
+        "    channel._queue_bind('shared', f'{sys.argv[2]}.{i}', '', f'{sys.argv[2]}.{i}')\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "fs"), f"p{n}"], cwd=root) for n in range(6)]
+    assert [p.wait(60) for p in procs] == [0] * 6
+    table = broker.FilesystemChannel.get_table(
+        filesystem_channel(tmp_path / "fs", broker.FilesystemTransport), "shared"
+    )
+    assert sorted(q.queue for q in table) == sorted(f"p{n}.{i}" for n in range(6) for i in range(20))
