@@ -317,7 +317,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     client = Client()
     handle = client.start(args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream)
-    print(handle.run_id, flush=True)
+    print(handle.run_id, flush=args.stream)  # before the events it streams
     if args.stream:
         return print_events(client, handle.run_id, timeout=args.timeout)
     if args.wait:
