@@ -203,7 +203,7 @@ def stream_call(base_url: str, run_id: str, key: str) -> str:
                 pipe = r.pipeline(transaction=False)
                 pipe.xadd(
                     key,
-                    {"d": json.dumps({"run_id": run_id, "k": len(parts), "text": text})},
+                    {"d": json.dumps({"run_id": run_id, "k": len(parts), "t": time.time(), "text": text})},
                     maxlen=100_000,
                     approximate=True,
                 )

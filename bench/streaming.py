@@ -22,6 +22,7 @@ No reader follows the streamed run: this is what the worker pays.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -49,42 +50,56 @@ def measure(rig: Rig, env: BenchEnv, *, runs: int, rounds: int, batches: int) ->
 def ttft(rig: Rig, env: BenchEnv, *, runs: int) -> Section:
     rig.server.configure(ScriptConfig(tool_batches=0, final_text=ANSWER))
     r = redis.Redis.from_url(env.redis_url)
+    # Where the time goes, in ms after the start on the wall clock (one machine): when the model
+    # request reached the server (its request log) and when the worker wrote the first delta.
+    marks: dict[str, list[float]] = {f"{side}_{m}": [] for side in ("ratchet", "floor") for m in ("request", "written")}
+
+    def mark(side: str, run_id: str, wall: float, written: float) -> None:
+        marks[f"{side}_request"].append((rig.server.requests_for(run_id)[0]["at"] - wall) * 1000)
+        marks[f"{side}_written"].append((written - wall) * 1000)
 
     def ratchet_once() -> float:
-        t0 = time.perf_counter()
+        t0, wall = time.perf_counter(), time.time()
         handle = rig.client.start("bench-chat", input="hello", stream=True, run_id=env.queue(uuid.uuid4().hex))
-        elapsed = next(
-            (time.perf_counter() - t0 for e in rig.client.stream(handle.run_id, timeout=30) if e.event == "RunContent"),
-            None,
-        )
+        first = next((e for e in rig.client.stream(handle.run_id, timeout=30) if e.event == "RunContent"), None)
+        elapsed = time.perf_counter() - t0
         out = handle.wait(timeout=30)
-        assert elapsed is not None and out.status == RunStatus.COMPLETED, out.error
+        assert first is not None and out.status == RunStatus.COMPLETED, out.error
+        mark("ratchet", handle.run_id, wall, first.created_at)
         return elapsed * 1000
 
     def floor_once(blocking: bool) -> float:
         run_id = uuid.uuid4().hex
         key = env.queue(f"ttft.{run_id}")
-        t0 = time.perf_counter()
+        t0, wall = time.perf_counter(), time.time()
         start_stream_hop(rig.floor_engine, rig.floor_app, run_id, rig.floor_queue, rig.server.url, key)
         waits = delays()
-        while not (r.xread({key: "0-0"}, count=1, block=1000) if blocking else r.xrange(key, count=1)):
+        while not (got := r.xread({key: "0-0"}, count=1, block=1000) if blocking else r.xrange(key, count=1)):
             if not blocking:
                 time.sleep(next(waits))
             assert time.perf_counter() - t0 < 30, "the floor's first delta never came"
         elapsed = time.perf_counter() - t0
+        if blocking:
+            mark("floor", run_id, wall, json.loads(got[0][1][0][1][b"d"])["t"])
         wait_until(lambda: chains_done(rig.floor_engine, [run_id]), 30, what="the floor hop", interval=0.002)
         return elapsed * 1000
 
     for _ in range(5):  # warm-up: connections, the openai client, compiled statements
         ratchet_once(), floor_once(True), floor_once(False)
+    for values in marks.values():
+        values.clear()
     floor, ratchet, polled = interleave(runs, lambda: floor_once(True), ratchet_once, lambda: floor_once(False))
     r.close()
-    return _ttft_section(rig, runs, floor, ratchet, polled)
+    return _ttft_section(rig, runs, floor, ratchet, polled, marks)
 
 
-def _ttft_section(rig: Rig, runs: int, floor: list[float], ratchet: list[float], polled: list[float]) -> Section:
+def _ttft_section(
+    rig: Rig, runs: int, floor: list[float], ratchet: list[float], polled: list[float], marks: dict[str, list[float]]
+) -> Section:
     db, name = rig.db, rig.name
     ratio, polled_ratio = median(ratchet) / median(floor), median(ratchet) / median(polled)
+    request_ratio = median(marks["ratchet_request"]) / median(marks["floor_request"])
+    written_ratio = median(marks["ratchet_written"]) / median(marks["floor_written"])
     setup = f"{rig.setup}, openai client streaming from the scripted HTTP server, {runs} runs"
     rows = [
         Row(f"Floor: enqueue -> 1 hop streams (openai client) -> first delta by XREAD ({db})", setup, floor, "ms",
@@ -97,12 +112,23 @@ def _ttft_section(rig: Rig, runs: int, floor: list[float], ratchet: list[float],
             ratio_note="vs polled floor (medians): Ratchet without its reader's polling", digits=1),
         Row(f"Ratchet: p99 of the same ({db})", setup, [percentile(ratchet, 99)], "ms",
             ratio=percentile(ratchet, 99) / percentile(floor, 99), ratio_note="vs floor p99", digits=1),
+        Row(f"Floor: enqueue -> its model request reaches the server ({db})", setup, marks["floor_request"], "ms",
+            digits=1),
+        Row(f"Ratchet: start -> its model request reaches the server ({db})", setup, marks["ratchet_request"], "ms",
+            ratio=request_ratio, ratio_note="vs floor (medians): the way to the model call", digits=1),
+        Row(f"Floor: enqueue -> its hop writes the first delta ({db})", setup, marks["floor_written"], "ms", digits=1),
+        Row(f"Ratchet: start -> its worker writes the first delta ({db})", setup, marks["ratchet_written"], "ms",
+            ratio=written_ratio, ratio_note="vs floor (medians): the worker's side, no reader in it", digits=1),
     ]  # fmt: skip
     section = Section(f"Time to the first streamed token on {name}", rows=rows)
     section.numbers.update({
         f"ttft_ratio_{db}": ratio, f"ttft_ms_median_{db}": median(ratchet),
         f"ttft_ms_p99_{db}": percentile(ratchet, 99), f"ttft_floor_ms_median_{db}": median(floor),
         f"ttft_polled_floor_ms_median_{db}": median(polled), f"ttft_polled_ratio_{db}": polled_ratio,
+        f"ttft_request_ms_median_{db}": median(marks["ratchet_request"]),
+        f"ttft_floor_request_ms_median_{db}": median(marks["floor_request"]), f"ttft_request_ratio_{db}": request_ratio,
+        f"ttft_written_ms_median_{db}": median(marks["ratchet_written"]),
+        f"ttft_floor_written_ms_median_{db}": median(marks["floor_written"]), f"ttft_written_ratio_{db}": written_ratio,
     })  # fmt: skip
     return section
 
