@@ -12,7 +12,9 @@ on XREAD of that stream, the cheapest way to get a delta to it, and stops the cl
 entry. The server sends the reply at once (no delay before or between its chunks), so what is
 timed is the path, not the model. A third producer reads the same floor by polling its stream on
 the schedule `Client.stream` polls (`orchestrator.reader.delays`): Ratchet's ratio to it is what
-is left of the gap once the reader's polling is taken out.
+is left of the gap once the reader's polling is taken out. Two more marks on each side say where
+the time goes: when the model request reached the server (its request log) and when the worker
+wrote the first delta (the delta's own timestamp), both on the wall clock of this one machine.
 
 Cost of a streamed step: one run of `TalkingModel` steps (a 29-word sentence at each model step,
 then its tool batch; bench/agents.py) started with stream=True, against the same run without,
@@ -37,7 +39,7 @@ from orchestrator.reader import delays
 from orchestrator.status import RunStatus
 from orchestrator.testing.script import ScriptConfig
 
-#: The scripted server's answer: 20 words, each its own chunk.
+#: The scripted server's answer: 21 words, each its own chunk.
 ANSWER = "Here is the answer, written a word at a time as a model streams it to whoever is reading the run."
 
 
@@ -48,6 +50,7 @@ def measure(rig: Rig, env: BenchEnv, *, runs: int, rounds: int, batches: int) ->
 
 
 def ttft(rig: Rig, env: BenchEnv, *, runs: int) -> Section:
+    """Time to the first delta: Ratchet's reader, the floor by XREAD, the floor polled; `runs` each."""
     rig.server.configure(ScriptConfig(tool_batches=0, final_text=ANSWER))
     r = redis.Redis.from_url(env.redis_url)
     # Where the time goes, in ms after the start on the wall clock (one machine): when the model
@@ -134,6 +137,7 @@ def _ttft_section(
 
 
 def step_cost(rig: Rig, env: BenchEnv, *, rounds: int, batches: int) -> Section:
+    """Time per step of a streamed run against the same run not streamed, `rounds` pairs."""
     steps, deltas = 2 * batches + 1, (batches + 1) * len(WORDS)
 
     def run_once(stream: bool) -> float:
