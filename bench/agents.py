@@ -7,6 +7,8 @@ bench.agents`), so every agent here is known on both sides of the broker.
   `batches=N gates=a,b,...` sets the run's length and the steps where it pauses for a reading.
 - `bench-chat` / `bench-io`: the real openai client against the scripted HTTP server
   (OPENAI_BASE_URL), one step / model-tool-model.
+- `bench-talk`: `TalkingModel`, `InstantModel` that also says a sentence at each model step
+  (streamed a word a delta when the run is), for the cost of a streamed step.
 - `bench-recovery`: its first tool call stalls until the worker is killed.
 - `bench-mem`: one model call on the scripted model, for the memory soak.
 """
@@ -68,6 +70,31 @@ class InstantModel(Model):
         return ModelReply(content="done", usage={"input_tokens": 1, "output_tokens": 1})
 
 
+#: What `TalkingModel` says at each model step: 29 words, a sentence or two such as a model writes
+#: before its tool calls and in its answer (bench/streaming.py).
+SENTENCE = (
+    "Let me look that up first: I will call the tool, read what it returns, and then tell you what "
+    "it found and what it means for your question."
+)
+WORDS = [w + " " for w in SENTENCE.split()]
+
+
+class TalkingModel(InstantModel):
+    """`InstantModel` whose every reply also carries `SENTENCE`: handed to `context.on_delta` a
+    word at a time when the run is streamed, returned whole when not, so a streamed run and a
+    plain one commit the same messages and differ only in the deltas published."""
+
+    def __init__(self) -> None:
+        self.id = "talking"
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        reply = super().invoke(messages, tools, context=context)
+        if context.on_delta is not None:
+            for word in WORDS:
+                context.on_delta(word)
+        return ModelReply(content="".join(WORDS), tool_calls=reply.tool_calls, usage=reply.usage)
+
+
 def _gate(run_id: str, seq: int) -> None:
     r = _redis()
     r.rpush(f"bench:gate:{run_id}:arrived", seq)
@@ -101,6 +128,7 @@ steps = Agent(
     max_tool_batches=UNLIMITED,
 )  # fmt: skip
 instant = Agent(name="bench-instant", model=InstantModel(), tools=[noop], max_tool_batches=UNLIMITED)
+talk = Agent(name="bench-talk", model=TalkingModel(), tools=[noop], max_tool_batches=UNLIMITED)
 chat = Agent(name="bench-chat", model=OpenAIChat(id="scripted"))
 io = Agent(name="bench-io", model=OpenAIChat(id="scripted"), tools=[noop])
 recovery = Agent(name="bench-recovery", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[stall])

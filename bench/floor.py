@@ -5,6 +5,8 @@ row, update the run row), then enqueues hop n+1 itself (not a canvas chain). Cel
 durability settings any such chain needs (JSON, acks_late, reject_on_worker_lost, prefetch 1)
 and nothing else: no task events, no result backend. With `io` set, even hops first make one
 HTTP call to the scripted model server (which delays as configured), like a model call.
+`bench.stream_hop(run_id, io, key)` is one such hop whose model call streams: each text delta
+goes to the producer through a Redis stream as it arrives (`stream_call`).
 
 Also the physical limit: a bare Redis hop (LPUSH, BRPOP) and one raw-driver transaction.
 
@@ -20,7 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -46,7 +48,12 @@ import bench.ready  # noqa: F401  (announces readiness)
 from bench.env import SQLITE_SYNCHRONOUS
 from orchestrator.store.database import open_engine
 
+if TYPE_CHECKING:
+    import openai
+
 HOP_TASK = "bench.hop"
+#: One hop that streams its model call and pushes each text delta to the producer (bench/streaming.py).
+STREAM_HOP_TASK = "bench.stream_hop"
 PAYLOAD = ("The tool returned its result; the model reads it on the next turn. " * 5)[:300]
 
 metadata = MetaData()
@@ -101,19 +108,28 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
     def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw") -> None:
         if io and n % 2 == 0:
             io_call(io, run_id, client=client)
-        now = time.time()
-        with engine().begin() as conn:
-            conn.execute(
-                insert(floor_messages).values(run_id=run_id, idx=n, role="assistant", content=PAYLOAD, created_at=now)
-            )
-            conn.execute(
-                update(floor_runs).where(floor_runs.c.run_id == run_id)
-                .values(seq=n + 1, updated_at=now, status="DONE" if n + 1 >= total else "QUEUED")
-            )  # fmt: skip
+        commit_hop(engine(), run_id, n, total, PAYLOAD)
         if n + 1 < total:
             hop.apply_async((run_id, n + 1, total, io, client), queue=queue)
 
+    @app.task(name=STREAM_HOP_TASK, acks_late=True, shared=False)
+    def stream_hop(run_id: str, io: str, key: str) -> None:
+        commit_hop(engine(), run_id, 0, 1, stream_call(io, run_id, key))
+
     return app
+
+
+def commit_hop(engine: Engine, run_id: str, n: int, total: int, content: str) -> None:
+    """A hop's one transaction: append its message row, update the run row."""
+    now = time.time()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(floor_messages).values(run_id=run_id, idx=n, role="assistant", content=content, created_at=now)
+        )
+        conn.execute(
+            update(floor_runs).where(floor_runs.c.run_id == run_id)
+            .values(seq=n + 1, updated_at=now, status="DONE" if n + 1 >= total else "QUEUED")
+        )  # fmt: skip
 
 
 _local = threading.local()
@@ -142,15 +158,66 @@ def io_call(base_url: str, run_id: str, *, client: str = "raw") -> None:
 
 def _openai_call(base_url: str, run_id: str) -> None:
     """The same request through the openai client, sent as Ratchet's adapter sends it (`post`)."""
-    import openai
     from openai.types.chat import ChatCompletion
+
+    body = {"model": "scripted", "messages": [{"role": "user", "content": "hop"}]}
+    headers = {"X-Ratchet-Run-Id": run_id}
+    _openai(base_url).post("/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": headers})
+
+
+def _openai(base_url: str) -> openai.OpenAI:
+    """This thread's openai client (kept alive between hops, as Ratchet's adapter keeps its own)."""
+    import openai
 
     client: openai.OpenAI | None = getattr(_local, "client", None)
     if client is None:
         client = _local.client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=30)
-    body = {"model": "scripted", "messages": [{"role": "user", "content": "hop"}]}
-    headers = {"X-Ratchet-Run-Id": run_id}
-    client.post("/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": headers})
+    return client
+
+
+def stream_call(base_url: str, run_id: str, key: str) -> str:
+    """Stream one reply through the openai client, opened as Ratchet's adapter opens it (`post`
+    with `stream: true`, the usage asked for in the last chunk), and XADD each text delta to the
+    Redis stream `key` with the stream's EXPIRE, one round trip a delta, as Ratchet's delta sink
+    writes its own; returns the whole text."""
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    r: redis.Redis | None = getattr(_local, "redis", None)
+    if r is None:
+        r = _local.redis = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    body = {
+        "model": "scripted", "messages": [{"role": "user", "content": "hop"}], "stream": True,
+        "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    stream = _openai(base_url).post(
+        "/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": {"X-Ratchet-Run-Id": run_id}},
+        stream=True, stream_cls=openai.Stream[ChatCompletionChunk],
+    )  # fmt: skip
+    parts: list[str] = []
+    with stream:
+        for chunk in stream:
+            text = chunk.choices[0].delta.content if chunk.choices else None
+            if text:
+                parts.append(text)
+                pipe = r.pipeline(transaction=False)
+                pipe.xadd(
+                    key,
+                    {"d": json.dumps({"run_id": run_id, "k": len(parts), "t": time.time(), "text": text})},
+                    maxlen=100_000,
+                    approximate=True,
+                )
+                pipe.expire(key, 3600)
+                pipe.execute()
+    return "".join(parts)
+
+
+def start_stream_hop(engine: Engine, app: Celery, run_id: str, queue: str, io: str, key: str) -> None:
+    """Write the floor run's row and enqueue its one streaming hop (`stream_call` into `key`)."""
+    now = time.time()
+    with engine.begin() as conn:
+        conn.execute(insert(floor_runs).values(run_id=run_id, status="QUEUED", seq=0, created_at=now, updated_at=now))
+    app.send_task(STREAM_HOP_TASK, args=[run_id, io, key], queue=queue)
 
 
 def start_chain(
