@@ -113,6 +113,8 @@ MESSAGES = (
     )
     .order_by(messages.c.idx)
 )
+#: Messages appended (`writes.insert_messages`); bind every column of `ratchet_messages` by name.
+INSERT_MESSAGES = insert(messages)
 #: SQLite: a new run; bind every column of `ratchet_runs` by name.
 CREATE_RUN = insert(runs).returning(*runs.c)
 #: SQLite: a run's session, unless it exists; bind `session_id` and `created_at`.

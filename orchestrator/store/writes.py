@@ -18,9 +18,10 @@ from sqlalchemy import Connection, func, insert, select, tuple_, update
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, transition
+from orchestrator.store import statements
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.outbox import due_at
-from orchestrator.store.schema import messages, runs, tool_starts
+from orchestrator.store.schema import runs, tool_starts
 from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
 
 S = RunStatus
@@ -39,7 +40,8 @@ def insert_messages(
     """Append `items` at index `start` on, written by step `seq` at `epoch` (see the schema)."""
     stamp = {"run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch}
     if items:
-        conn.execute(insert(messages), [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)])
+        rows = [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)]
+        conn.execute(statements.INSERT_MESSAGES, rows)
 
 
 def move(
