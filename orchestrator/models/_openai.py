@@ -184,6 +184,19 @@ def translate_error(
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
 
 
+def guarded_call(call: Callable[[], T], *, model: Model, api_key: str | None, timeout: float | None) -> T:
+    """`call()`, whose failure is raised as `call_failure` makes it: outside the except block, so
+    the SDK's exception (whose text or arguments may hold the key, as a UnicodeEncodeError's do) is
+    not chained into tracebacks and logs."""
+    try:
+        return call()
+    except Exception as exc:
+        failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+        if failure is None:
+            raise
+    raise failure
+
+
 def call_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
     """What a call that raised `exc` raises instead: a classified `ModelCallError`, or the
     exception the caller's runtime injected (which an old SDK wrapped); None when `exc` is not
@@ -278,17 +291,9 @@ class OpenAIModel(Model):
             from orchestrator.models._streaming import stream_reply
 
             return stream_reply(self, client, params, options, context.on_delta, api_key=api_key, timeout=call_timeout)
-        failure: BaseException | None = None
-        try:
-            raw = self.send(client, params, options)
-        except Exception as exc:
-            failure = call_failure(exc, model=self, api_key=api_key, timeout=call_timeout)
-            if failure is None:
-                raise
-        if failure is not None:
-            # Raised outside the except block so the SDK's exception (whose text or arguments may
-            # hold the key, as a UnicodeEncodeError's do) is not chained into tracebacks and logs.
-            raise failure
+        raw = guarded_call(
+            lambda: self.send(client, params, options), model=self, api_key=api_key, timeout=call_timeout
+        )
         return read_guarded(self, api_key, self.read_reply, raw)
 
     def _bad_key(self, problem: str) -> ModelCallError:

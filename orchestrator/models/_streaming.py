@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import ToolCall
 from orchestrator.models._keys import redact
-from orchestrator.models._openai import call_failure, is_context_length_error, read_guarded
+from orchestrator.models._openai import call_failure, guarded_call, is_context_length_error, read_guarded
 from orchestrator.models.base import Model, ModelReply
 
 if TYPE_CHECKING:
@@ -70,16 +70,9 @@ def stream_reply(
     timeout: float | None,
 ) -> ModelReply:
     """Make one streamed call: `on_delta(text)` per piece of text as it arrives, then the reply."""
-    failure: BaseException | None = None
-    try:
-        stream = model.open_stream(client, params, options)
-    except Exception as exc:
-        failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
-        if failure is None:
-            raise
-    if failure is not None:
-        # Outside the except block, as in `OpenAIModel.invoke`: no SDK exception chained.
-        raise failure
+    stream = guarded_call(
+        lambda: model.open_stream(client, params, options), model=model, api_key=api_key, timeout=timeout
+    )
     reader = model.stream_reader()
     with stream:
         for event in _events(stream, model=model, api_key=api_key, timeout=timeout):
