@@ -40,3 +40,10 @@ class RedisDeltaSink:
         events = [RunEvent.model_validate_json(fields[b"e"]) for _, fields in entries if fields]
         last = entries[-1][0]
         return events, last.decode() if isinstance(last, bytes) else str(last)
+
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+        """Block on the stream (XREAD BLOCK, at least 1 ms) until an entry after `cursor` is there."""
+        self.client.xread({KEY.format(run_id=run_id): cursor or "0-0"}, count=1, block=max(1, round(timeout * 1000)))
+
+    def flush(self, run_id: str) -> None:
+        """Nothing to do: `write` stores each event before it returns."""
