@@ -50,12 +50,19 @@ class Follower:
 
     def poll(self) -> list[RunEvent]:
         """The events that are new since the last poll, in id order (sets `done` at the end)."""
-        record, durable = self.store.run_events(self.run_id, after=self.last)
+        for _ in range(2):
+            record, durable = self.store.run_events(self.run_id, after=self.last)
+            if not record.stream:
+                break
+            live, self.cursor = self.sink.read(self.run_id, self.cursor)
+            self.held += [e for e in live if self.last is None or e.key > self.last]
+            if all(e.key[1] <= record.epoch + 1 for e in self.held):
+                break
+            # The snapshot came before a claim whose delta came after it: a claim commits before
+            # its deltas are written, so a second snapshot (then read, as always) shows it.
         ready: list[RunEvent] = []
         self.stream = record.stream
         if record.stream:
-            live, self.cursor = self.sink.read(self.run_id, self.cursor)
-            self.held += [e for e in live if self.last is None or e.key > self.last]
             # Live keys carry the claim's epoch + 1: ready once the snapshot shows that claim.
             ready = [e for e in self.held if e.key[1] <= record.epoch + 1]
             self.held = [e for e in self.held if e.key[1] > record.epoch + 1]
