@@ -87,12 +87,24 @@ class DeltaSink(Protocol):
     that makes them to every reader. Only runs started with stream=True write to it."""
 
     def write(self, event: RunEvent) -> None:
-        """Append one live event of `event.run_id`; its id is higher than the step's earlier ones."""
+        """Append one live event of `event.run_id`; its id is higher than the step's earlier ones.
+        It may be stored later, in the order written, but by the next `flush` of its run."""
         ...
 
     def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
         """The run's live events written after `cursor` (None: from the first kept), in the
         order written, and the cursor to pass next time."""
+        ...
+
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+        """Return once the run may have live events after `cursor`, or after `timeout` seconds: a
+        reader's wait between polls, woken by a delta at once where the sink can block on one."""
+        ...
+
+    def flush(self, run_id: str) -> None:
+        """Return once every event of the run this process wrote is stored (or given up on). A
+        step calls it at the end of its model call, before its commit: the reader's id rule
+        (`orchestrator.reader`) needs every delta stored before a durable event sorting above it."""
         ...
 
 

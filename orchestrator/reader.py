@@ -7,6 +7,12 @@ snapshot shows is in the sink by the time it is read. A delta of a claim the sna
 show yet (its epoch is higher than the run's) is held back until one does, so no durable event
 can later turn up below an id already handed out. The reader ends once the run is final or
 PAUSED and everything that snapshot showed is out.
+
+Between polls `follow` waits on the sink (`DeltaSink.wait`): on Redis a blocking read of the
+run's stream, so a delta wakes the reader at once and the next poll hands it out; the wait's
+timeout is the polling schedule (`delays`), so a durable event is seen as soon as before.
+`afollow` sleeps instead: a blocking wait would hold one of the event loop's few worker threads
+for each reader.
 """
 
 from __future__ import annotations
@@ -39,15 +45,24 @@ class Follower:
         self.last: Key | None = parse_id(after) if after is not None else None
         self.cursor: str | None = None
         self.held: list[RunEvent] = []
+        self.stream = False
         self.done = False
 
     def poll(self) -> list[RunEvent]:
         """The events that are new since the last poll, in id order (sets `done` at the end)."""
-        record, durable = self.store.run_events(self.run_id, after=self.last)
-        ready: list[RunEvent] = []
-        if record.stream:
+        for _ in range(2):
+            record, durable = self.store.run_events(self.run_id, after=self.last)
+            if not record.stream:
+                break
             live, self.cursor = self.sink.read(self.run_id, self.cursor)
             self.held += [e for e in live if self.last is None or e.key > self.last]
+            if all(e.key[1] <= record.epoch + 1 for e in self.held):
+                break
+            # The snapshot came before a claim whose delta came after it: a claim commits before
+            # its deltas are written, so a second snapshot (then read, as always) shows it.
+        ready: list[RunEvent] = []
+        self.stream = record.stream
+        if record.stream:
             # Live keys carry the claim's epoch + 1: ready once the snapshot shows that claim.
             ready = [e for e in self.held if e.key[1] <= record.epoch + 1]
             self.held = [e for e in self.held if e.key[1] > record.epoch + 1]
@@ -58,6 +73,14 @@ class Follower:
                 self.last = event.key
         self.done = record.status.is_final
         return out
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds before the next poll, less if a streamed run's sink gets a
+        live event (a poll still reads the store first: the order above is what keeps ids right)."""
+        if self.stream:
+            self.sink.wait(self.run_id, self.cursor, timeout)
+        else:
+            time.sleep(timeout)
 
 
 def follow(follower: Follower, timeout: float | None = None) -> Iterator[RunEvent]:
@@ -73,7 +96,7 @@ def follow(follower: Follower, timeout: float | None = None) -> Iterator[RunEven
         if events:
             waits = delays()
         _check(follower, deadline, timeout)
-        time.sleep(next(waits))
+        follower.wait(next(waits))
 
 
 async def afollow(follower: Follower, timeout: float | None = None) -> AsyncIterator[RunEvent]:

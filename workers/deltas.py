@@ -1,11 +1,23 @@
 """The delta sink on Redis: one stream per streamed run, `ratchet:deltas:{run_id}`.
 
-Each live event is one XADD (trimmed to about RATCHET_STREAM_MAXLEN entries) sent with an EXPIRE
+Each live event is an XADD (trimmed to about RATCHET_STREAM_MAXLEN entries) sent with an EXPIRE
 of RATCHET_STREAM_TTL in the same round trip, so a stream expires that long after its last write,
 also when the worker that wrote it died and nothing would ever have cleaned it up.
+
+Writes leave the model call's thread: `write` queues the event and a flusher thread (one per
+sink and process, started on first use) sends whatever has piled up in one pipeline, in the
+order written, so a step pays no round trip per delta. A step's first event (its StepRestarted or
+first delta) goes out at once on the caller's thread when nothing is queued or in flight: the
+first token does not wait for a thread switch. `flush(run_id)` waits until the run's queued
+events are sent; a step calls it before its commit. A batch that fails is logged and dropped, and
+its runs' later events are dropped until their step flushes: a reader sees a prefix of a step's
+text, never one with a hole in it.
 """
 
 from __future__ import annotations
+
+import logging
+import threading
 
 import redis
 
@@ -13,6 +25,9 @@ from orchestrator.events import RunEvent
 from orchestrator.settings import Settings
 
 KEY = "ratchet:deltas:{run_id}"
+#: Seconds `flush` waits for a Redis that does not answer before the step goes on without it.
+FLUSH_TIMEOUT = 10.0
+log = logging.getLogger("ratchet.worker")
 
 
 class RedisDeltaSink:
@@ -22,14 +37,75 @@ class RedisDeltaSink:
         self.client = redis.Redis.from_url(settings.broker_url)
         self.ttl = max(1, round(settings.stream_ttl))
         self.maxlen = settings.stream_maxlen
+        self._cond = threading.Condition()
+        self._queue: list[RunEvent] = []
+        self._busy = False  # a batch is on its way to Redis
+        self._taken = 0  # how many queued events that batch stood for (broken runs' are dropped)
+        self._queued = self._sent = 0  # events queued, and of those sent or given up, in order
+        self._last: dict[str, int] = {}  # run_id -> the number of its last queued event
+        self._broken: set[str] = set()  # runs whose events are dropped until their step flushes
+        self._flusher: threading.Thread | None = None
 
     def write(self, event: RunEvent) -> None:
-        """XADD the event and renew the stream's expiry, in one round trip."""
-        key = KEY.format(run_id=event.run_id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xadd(key, {"e": event.model_dump_json()}, maxlen=self.maxlen, approximate=True)
-        pipe.expire(key, self.ttl)
-        pipe.execute()
+        """Queue the event; send it at once if it starts a step and nothing is ahead of it."""
+        with self._cond:
+            if event.run_id in self._broken:
+                return
+            self._queue.append(event)
+            self._queued += 1
+            self._last[event.run_id] = self._queued
+            if self._busy or len(self._queue) > 1 or event.key[3] > 1:
+                if self._flusher is None or not self._flusher.is_alive():  # not alive: a forked child
+                    self._flusher = threading.Thread(target=self._flush_loop, name="ratchet-deltas", daemon=True)
+                    self._flusher.start()
+                self._cond.notify_all()
+                return
+            batch = self._take()
+        self._send(batch)
+
+    def flush(self, run_id: str) -> None:
+        """Wait until every event of the run queued so far is sent (or given up)."""
+        with self._cond:
+            n = self._last.get(run_id, 0)
+            if not self._cond.wait_for(lambda: self._sent >= n, FLUSH_TIMEOUT):
+                log.warning("run %s: live events not sent after %ss; the run goes on", run_id, FLUSH_TIMEOUT)
+            if self._last.get(run_id) == n:
+                del self._last[run_id]
+            self._broken.discard(run_id)
+
+    def _take(self) -> list[RunEvent]:
+        """Everything queued but broken runs' events, as the next batch (the caller holds the lock)."""
+        batch = [e for e in self._queue if e.run_id not in self._broken]
+        self._busy, self._taken, self._queue = True, len(self._queue), []
+        return batch
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) and not self._busy)
+                batch = self._take()
+            self._send(batch)
+
+    def _send(self, batch: list[RunEvent]) -> None:
+        """XADD the batch and renew each stream's expiry, in one round trip."""
+        failed: set[str] = set()
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for event in batch:
+                pipe.xadd(KEY.format(run_id=event.run_id), {"e": event.model_dump_json()}, maxlen=self.maxlen,
+                          approximate=True)  # fmt: skip
+            for run_id in dict.fromkeys(e.run_id for e in batch):
+                pipe.expire(KEY.format(run_id=run_id), self.ttl)
+            if batch:
+                pipe.execute()
+        except Exception as exc:  # a live view never fails a step
+            failed = {e.run_id for e in batch}
+            log.warning("runs %s: live events stopped for this step (%s); the runs go on", sorted(failed), exc)
+        with self._cond:
+            self._sent += self._taken  # counted once sent: `flush` relies on the order
+            self._busy = False
+            self._broken |= failed
+            self._cond.notify_all()
 
     def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
         """The stream's entries after the entry id `cursor`, in the order written."""
@@ -40,3 +116,7 @@ class RedisDeltaSink:
         events = [RunEvent.model_validate_json(fields[b"e"]) for _, fields in entries if fields]
         last = entries[-1][0]
         return events, last.decode() if isinstance(last, bytes) else str(last)
+
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+        """Block on the stream (XREAD BLOCK, at least 1 ms) until an entry after `cursor` is there."""
+        self.client.xread({KEY.format(run_id=run_id): cursor or "0-0"}, count=1, block=max(1, round(timeout * 1000)))

@@ -41,6 +41,18 @@ class LiveStep:
             self.k += 1
             self._write("RunContent", text)
 
+    def end(self) -> None:
+        """Wait until the sink has stored this step's live events (it may send them in the
+        background): called when the model call ends, before the step commits anything, so no
+        durable event can be read before a delta that sorts below it (`orchestrator.reader`)."""
+        if self.broken:
+            return
+        try:
+            self.sink.flush(self.claim.record.run_id)
+        except Exception as exc:
+            log.warning("run %s step %s: live events not flushed (%s); the run goes on", self.claim.record.run_id,
+                        self.claim.record.seq, exc)  # fmt: skip
+
     def _write(self, name: EventName, content: str | None) -> None:
         if self.broken:
             return

@@ -54,9 +54,8 @@ class ModelStep:
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
         batches = claim.transcript.tool_batches
-        context = self._context(claim)
         try:
-            reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            reply = self._call(agent, prompt, claim)
         except ModelCallError as exc:
             if self._retry(claim, agent, exc):
                 self.runner.end(claim)
@@ -77,15 +76,20 @@ class ModelStep:
             )
         return self._commit(claim, message, new_system)
 
-    def _context(self, claim: Claim) -> CallContext:
-        """The call's context; a streamed run's gets the callback that publishes each delta."""
-        on_delta = None
-        if claim.record.stream:  # only streamed runs write live events: no cost to any other step
-            live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock)
-            live.begin()
-            on_delta = live.delta
+    def _call(self, agent: Agent, prompt: list[Message], claim: Claim) -> ModelReply:
+        """The model call. A streamed run's gets the callback that publishes each delta, and its
+        deltas are all stored when this returns or raises, before anything of the step commits."""
         timeout = self.runner.settings.model_timeout
-        return CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=on_delta)
+        if not claim.record.stream:  # only streamed runs write live events: no cost to any other step
+            context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout)
+            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+        live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock)
+        live.begin()
+        context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta)
+        try:
+            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+        finally:
+            live.end()
 
     def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
         """Commit the reply and publish what follows: the tool step, or a member's woken team."""

@@ -8,6 +8,8 @@ one. Rows older than the TTL are deleted when a step starts streaming, so no swe
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import delete, insert, select
 
 from orchestrator.events import RunEvent
@@ -44,3 +46,10 @@ class TableDeltaSink:
         if not rows:
             return [], cursor
         return [RunEvent.model_validate_json(r.body) for r in rows], str(rows[-1].id)
+
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+        """Sleep `timeout` seconds: a table cannot be blocked on, so a reader polls it."""
+        time.sleep(timeout)
+
+    def flush(self, run_id: str) -> None:
+        """Nothing to do: `write` stores each event before it returns."""

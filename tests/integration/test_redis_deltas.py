@@ -1,0 +1,88 @@
+"""The Redis delta sink on a real Redis: deltas sent in the background, in order, all stored when
+their run's `flush` returns; a reader's `wait` woken by a delta; a Redis that is gone never
+fails the writer."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from orchestrator.events import RunEvent, event_id, live_key
+from orchestrator.settings import Settings
+from workers.deltas import KEY, RedisDeltaSink
+
+
+def delta(run_id: str, k: int) -> RunEvent:
+    return RunEvent(
+        id=event_id(live_key(0, 1, k)), event="RunContent", run_id=run_id, seq=0, attempt=1, created_at=time.time(),
+        content=f"w{k} ",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def run_ids(redis_url: str) -> Iterator[list[str]]:
+    ids = [f"sink-{uuid.uuid4().hex}" for _ in range(4)]
+    yield ids
+    redis.Redis.from_url(redis_url).delete(*(KEY.format(run_id=r) for r in ids))
+
+
+def test_deltas_written_by_several_steps_at_once_are_all_stored_in_order_when_each_run_flushes(
+    settings: Settings, run_ids: list[str]
+) -> None:
+    sink = RedisDeltaSink(settings)
+    stored: dict[str, list[str | None]] = {}
+
+    def step(run_id: str) -> None:
+        for k in range(1, 101):
+            sink.write(delta(run_id, k))
+        sink.flush(run_id)
+        # Read at once, before the other steps flush: this run's own flush is what stored them.
+        stored[run_id] = [e.content for e in sink.read(run_id, None)[0]]
+
+    threads = [threading.Thread(target=step, args=(r,)) for r in run_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    assert stored == {r: [f"w{k} " for k in range(1, 101)] for r in run_ids}
+
+
+def test_a_reader_waiting_on_a_streamed_run_wakes_when_a_delta_is_written_not_at_its_timeout(
+    settings: Settings, run_ids: list[str]
+) -> None:
+    sink = RedisDeltaSink(settings)
+    run_id = run_ids[0]
+    writer = threading.Timer(0.1, lambda: sink.write(delta(run_id, 1)))
+    writer.start()
+
+    started = time.monotonic()
+    sink.wait(run_id, None, timeout=10)
+    waited = time.monotonic() - started
+    writer.join()
+
+    assert waited < 5, f"the wait ran to its timeout ({waited:.1f}s) although a delta came after 0.1s"
+    events, cursor = sink.read(run_id, None)
+    assert [e.content for e in events] == ["w1 "]
+    started = time.monotonic()
+    sink.wait(run_id, cursor, timeout=0.05)  # nothing after the cursor: it waits its timeout
+    assert time.monotonic() - started >= 0.04
+
+
+def test_a_sink_whose_redis_is_gone_drops_the_deltas_and_never_fails_or_holds_up_the_step(
+    settings: Settings, run_ids: list[str]
+) -> None:
+    sink = RedisDeltaSink(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+    run_id = run_ids[0]
+
+    started = time.monotonic()
+    for k in range(1, 30):
+        sink.write(delta(run_id, k))
+    sink.flush(run_id)
+
+    assert time.monotonic() - started < 5
