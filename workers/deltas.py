@@ -23,6 +23,7 @@ import redis
 
 from orchestrator.events import RunEvent
 from orchestrator.settings import Settings
+from workers.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
 
 KEY = "ratchet:deltas:{run_id}"
 #: Seconds `flush` waits for a Redis that does not answer before the step goes on without it.
@@ -34,7 +35,11 @@ class RedisDeltaSink:
     """A `DeltaSink` (orchestrator.ports) on the broker's Redis."""
 
     def __init__(self, settings: Settings) -> None:
-        self.client = redis.Redis.from_url(settings.broker_url)
+        # Bounded like the broker's client (workers.app): a Redis that stops answering holds the
+        # sender thread, and so a streamed step's flush, for seconds, not for ever.
+        self.client = redis.Redis.from_url(
+            settings.broker_url, socket_timeout=BROKER_SOCKET_TIMEOUT, socket_connect_timeout=BROKER_CONNECT_TIMEOUT
+        )
         self.ttl = max(1, round(settings.stream_ttl))
         self.maxlen = settings.stream_maxlen
         self._cond = threading.Condition()
