@@ -120,7 +120,7 @@ def event_id(key: Key) -> str:
 def parse_id(text: str) -> Key:
     """The key of an id string; InvalidInputError if it is not four non-negative integers."""
     parts = text.split("-")
-    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 18 for p in parts):
+    if len(parts) != 4 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
         raise InvalidInputError(f"event id {text!r} is not four non-negative integers joined by '-' (e.g. 3-2-1-0)")
     return (int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]))
 

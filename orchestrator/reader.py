@@ -18,6 +18,7 @@ for each reader.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -25,6 +26,8 @@ from orchestrator.errors import RunWaitTimeout
 from orchestrator.events import Key, RunEvent, parse_id
 from orchestrator.ports import DeltaSink
 from orchestrator.store import Store
+
+log = logging.getLogger("ratchet.reader")
 
 
 def delays() -> Iterator[float]:
@@ -47,6 +50,8 @@ class Follower:
         self.held: list[RunEvent] = []
         self.stream = False
         self.done = False
+        #: The sink failed its last read: live events are skipped until it answers again.
+        self.sink_down = False
 
     def poll(self) -> list[RunEvent]:
         """The events that are new since the last poll, in id order (sets `done` at the end)."""
@@ -54,7 +59,7 @@ class Follower:
             record, durable = self.store.run_events(self.run_id, after=self.last)
             if not record.stream:
                 break
-            live, self.cursor = self.sink.read(self.run_id, self.cursor)
+            live = self._read_live()
             self.held += [e for e in live if self.last is None or e.key > self.last]
             if all(e.key[1] <= record.epoch + 1 for e in self.held):
                 break
@@ -74,13 +79,29 @@ class Follower:
         self.done = record.status.is_final
         return out
 
+    def _read_live(self) -> list[RunEvent]:
+        """The sink's new live events; none while it cannot be read (Redis down): the durable
+        events, rebuilt from the database, still tell the whole run."""
+        try:
+            live, self.cursor = self.sink.read(self.run_id, self.cursor)
+        except Exception as exc:
+            if not self.sink_down:
+                log.warning("run %s: live events unreadable (%s); following its stored events", self.run_id, exc)
+            self.sink_down = True
+            return []
+        self.sink_down = False
+        return live
+
     def wait(self, timeout: float) -> None:
         """Wait up to `timeout` seconds before the next poll, less if a streamed run's sink gets a
         live event (a poll still reads the store first: the order above is what keeps ids right)."""
-        if self.stream:
-            self.sink.wait(self.run_id, self.cursor, timeout)
-        else:
-            time.sleep(timeout)
+        if self.stream and not self.sink_down:
+            try:
+                self.sink.wait(self.run_id, self.cursor, timeout)
+                return
+            except Exception:  # logged by the read that finds it down
+                self.sink_down = True
+        time.sleep(timeout)
 
 
 def follow(follower: Follower, timeout: float | None = None) -> Iterator[RunEvent]:

@@ -139,6 +139,8 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_SWEEP_SECONDS must be positive")
         if self.api_max_body_bytes < 1:
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
+        if self.stream_ttl <= 0 or self.stream_maxlen < 1:
+            raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
         return self
 
     @classmethod

@@ -89,28 +89,41 @@ class RedisDeltaSink:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue) and not self._busy)
                 batch = self._take()
-            self._send(batch)
+            try:
+                self._send(batch)
+            except BaseException:  # the process's only sender must outlive any one batch
+                log.exception("live events: a batch failed in the sender thread")
 
     def _send(self, batch: list[RunEvent]) -> None:
-        """XADD the batch and renew each stream's expiry, in one round trip."""
+        """XADD the batch and renew each stream's expiry, in one round trip. A Redis error gives
+        up the batch's runs for their step; anything else (a step's soft time limit, when the
+        step's own thread sends) propagates, with the sender's state left consistent."""
         failed: set[str] = set()
         try:
-            pipe = self.client.pipeline(transaction=False)
+            payloads: list[tuple[str, str]] = []
             for event in batch:
-                pipe.xadd(KEY.format(run_id=event.run_id), {"e": event.model_dump_json()}, maxlen=self.maxlen,
-                          approximate=True)  # fmt: skip
-            for run_id in dict.fromkeys(e.run_id for e in batch):
-                pipe.expire(KEY.format(run_id=run_id), self.ttl)
-            if batch:
+                try:
+                    payloads.append((event.run_id, event.model_dump_json()))
+                except ValueError as exc:  # this event's run only, not the batch's other runs
+                    failed.add(event.run_id)
+                    log.warning("run %s: a live event could not be written (%s); its step goes on", event.run_id, exc)
+            payloads = [(run_id, body) for run_id, body in payloads if run_id not in failed]
+            if payloads:
+                pipe = self.client.pipeline(transaction=False)
+                for run_id, body in payloads:
+                    pipe.xadd(KEY.format(run_id=run_id), {"e": body}, maxlen=self.maxlen, approximate=True)
+                for run_id in dict.fromkeys(run_id for run_id, _ in payloads):
+                    pipe.expire(KEY.format(run_id=run_id), self.ttl)
                 pipe.execute()
-        except Exception as exc:  # a live view never fails a step
-            failed = {e.run_id for e in batch}
+        except (redis.RedisError, OSError) as exc:  # a live view never fails a step
+            failed |= {e.run_id for e in batch}
             log.warning("runs %s: live events stopped for this step (%s); the runs go on", sorted(failed), exc)
-        with self._cond:
-            self._sent += self._taken  # counted once sent: `flush` relies on the order
-            self._busy = False
-            self._broken |= failed
-            self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._sent += self._taken  # counted once sent: `flush` relies on the order
+                self._busy = False
+                self._broken |= failed
+                self._cond.notify_all()
 
     def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
         """The stream's entries after the entry id `cursor`, in the order written."""

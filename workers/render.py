@@ -4,6 +4,8 @@ happen (`print_events`), text deltas inline as a chat shows them."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -22,7 +24,7 @@ def show(out: RunOutput, indent: str = "") -> int:
     if out.forked_from:
         print(f"{indent}  forked from {out.forked_from}")
     if out.error:
-        print(f"{indent}  error: {out.error}")
+        print(terminal(f"{indent}  error: {out.error}"))
     if out.retry:
         when = datetime.fromtimestamp(out.retry.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         left = max(0.0, out.retry.until - time.time())
@@ -31,7 +33,7 @@ def show(out: RunOutput, indent: str = "") -> int:
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
         text = (m.content or "").replace("\n", " ")
-        print(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}")
+        print(terminal(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}"))
     for member in out.member_runs:
         show(member, indent + "    ")
     return 0 if out.status != "ERROR" else 1
@@ -56,10 +58,10 @@ def print_events(
             print(json.dumps(event.model_dump(mode="json")), flush=True)
             continue
         if event.event == "RunContent":
-            print(event.content or "", end="", flush=True)
+            print(terminal(event.content or ""), end="", flush=True)
             inline = True
             continue
-        print(("\n" if inline else "") + describe(event), flush=True)
+        print(("\n" if inline else "") + terminal(describe(event)), flush=True)
         inline = False
     return 1 if client.store.get_record(run_id).status == "ERROR" else 0
 
@@ -81,6 +83,18 @@ def describe(event: RunEvent) -> str:
     if event.event == "StepRestarted":
         parts.append(f"step {event.seq} attempt {event.attempt}: drop its earlier partial text")
     return "  ".join(parts)
+
+
+#: Control characters but newline and tab: a model's text must not drive the reader's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal(text: str) -> str:
+    """Untrusted text as a terminal may show it: control characters (ANSI escapes) written as
+    `\\x1b`, and what stdout's encoding cannot hold (or a lone surrogate) backslash-escaped."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    encoding = sys.stdout.encoding or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
 def _line(text: str | None, limit: int = 200) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from orchestrator.events import EventName, RunEvent, event_id, live_key
 from orchestrator.ports import DeltaSink
 from orchestrator.store import Claim
+from orchestrator.untrusted import escape
 
 log = logging.getLogger("ratchet.engine")
 
@@ -21,10 +22,19 @@ log = logging.getLogger("ratchet.engine")
 class LiveStep:
     """Writes one claimed step's live events, keyed at the message count and epoch of its claim."""
 
-    def __init__(self, sink: DeltaSink, claim: Claim, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        sink: DeltaSink,
+        claim: Claim,
+        clock: Callable[[], float],
+        *,
+        timeouts: tuple[type[BaseException], ...] = (),
+    ) -> None:
         self.sink = sink
         self.claim = claim
         self.clock = clock
+        #: What ends the step at its soft time limit: never taken for a sink's failure.
+        self.timeouts = timeouts
         self.k = 0
         self.broken = False
 
@@ -39,7 +49,9 @@ class LiveStep:
         """Publish one text delta of the model's reply (the model adapter calls this)."""
         if text:
             self.k += 1
-            self._write("RunContent", text)
+            # What a model says is untrusted: a lone surrogate would fail the delta's JSON (and,
+            # batched, other runs' deltas with it). Escaped as the committed reply is.
+            self._write("RunContent", escape(text)[0])
 
     def end(self) -> None:
         """Wait until the sink has stored this step's live events (it may send them in the
@@ -49,6 +61,8 @@ class LiveStep:
             return
         try:
             self.sink.flush(self.claim.record.run_id)
+        except self.timeouts:
+            raise
         except Exception as exc:
             log.warning("run %s step %s: live events not flushed (%s); the run goes on", self.claim.record.run_id,
                         self.claim.record.seq, exc)  # fmt: skip
@@ -63,6 +77,8 @@ class LiveStep:
         )  # fmt: skip
         try:
             self.sink.write(event)
+        except self.timeouts:
+            raise
         except Exception as exc:
             self.broken = True
             log.warning("run %s step %s: live events stopped (%s); the run goes on", record.run_id, record.seq, exc)

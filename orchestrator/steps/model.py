@@ -83,7 +83,7 @@ class ModelStep:
         if not claim.record.stream:  # only streamed runs write live events: no cost to any other step
             context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout)
             return agent.model.invoke(prompt, agent.tool_specs(), context=context)
-        live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock)
+        live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock, timeouts=self.runner.timeouts)
         live.begin()
         context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta)
         try:

@@ -7,6 +7,7 @@ Hosts that run workers keep their clocks in sync (NTP), since leases compare the
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -129,7 +130,9 @@ Index("ix_ratchet_events_run", events.c.run_id, events.c.id)
 deltas = Table(
     "ratchet_deltas",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    # One row per token: 64 bits on PostgreSQL (a 32-bit serial runs out within weeks at a
+    # thousand tokens a second); SQLite's INTEGER PRIMARY KEY is 64 bits already.
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
     Column("run_id", String(64), nullable=False),
     Column("event_id", String(96), nullable=False),
     Column("body", Text, nullable=False),

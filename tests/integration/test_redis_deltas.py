@@ -86,3 +86,17 @@ def test_a_sink_whose_redis_is_gone_drops_the_deltas_and_never_fails_or_holds_up
     sink.flush(run_id)
 
     assert time.monotonic() - started < 5
+
+
+def test_an_event_that_cannot_be_written_drops_its_own_run_only_not_the_others_in_its_batch(
+    settings: Settings, run_ids: list[str]
+) -> None:
+    sink = RedisDeltaSink(settings)
+    bad, good = run_ids[0], run_ids[1]
+    unwritable = delta(bad, 1).model_copy(update={"content": "\ud800"})  # no JSON holds a lone surrogate
+
+    sink._send([unwritable, delta(good, 1), delta(good, 2)])  # one batch, as the sender thread takes it
+    sink.flush(good)
+
+    assert [e.content for e in sink.read(good, None)[0]] == ["w1 ", "w2 "]
+    assert sink.read(bad, None)[0] == []

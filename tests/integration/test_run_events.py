@@ -308,3 +308,51 @@ def test_a_run_on_a_worker_that_was_not_streamed_writes_no_delta_and_still_yield
         "RunStarted", "ToolCallStarted", "ToolCallStarted", "ToolCallCompleted", "ToolCallCompleted", "RunCompleted",
     ]  # fmt: skip
     assert not redis.Redis.from_url(redis_url).exists(KEY.format(run_id=handle.run_id))
+
+
+# ---------------------------------------------------------------- untrusted text, a sink that is down
+
+
+def test_a_streamed_reply_with_a_lone_surrogate_streams_it_escaped_as_the_committed_reply_holds_it(
+    inline: InMemoryDispatcher,
+) -> None:
+    agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="odd \ud800 text")))
+
+    events = list(agent.run("hello", stream=True))
+
+    out = inline.client.get_run(events[0].run_id)
+    assert out.status == S.COMPLETED and "\\ud800" in (out.content or "")
+    assert (out.content or "").startswith(text_of(events))  # the deltas are the escaped text, before its note
+
+
+def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_is_down(
+    inline: InMemoryDispatcher, settings: Settings
+) -> None:
+    from orchestrator.reader import Follower, follow
+    from workers.deltas import RedisDeltaSink
+
+    agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="all there")))
+    run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
+    durable = inline.store.run_events(run_id)[1]
+    gone = RedisDeltaSink(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+
+    events = list(follow(Follower(inline.store, gone, run_id), timeout=30))
+
+    assert events == durable and events[-1].event == "RunCompleted"
+
+
+def test_an_event_id_of_digits_that_are_not_ascii_is_refused_as_input() -> None:
+    with pytest.raises(InvalidInputError, match="four non-negative integers"):
+        parse_id("\u00b2-0-0-0")
+
+
+def test_the_delta_tables_ids_are_64_bits_so_a_busy_deployment_never_runs_out(db_url: str) -> None:
+    from sqlalchemy import inspect
+
+    from orchestrator.store import Store
+
+    engine = Store.open(db_url).engine
+    [column] = [c for c in inspect(engine).get_columns("ratchet_deltas") if c["name"] == "id"]
+    # PostgreSQL: BIGINT (a 32-bit serial runs out within weeks at a thousand tokens a second);
+    # SQLite: INTEGER, the 64-bit rowid, which BIGINT would not alias.
+    assert str(column["type"]) == ("BIGINT" if engine.dialect.name == "postgresql" else "INTEGER")

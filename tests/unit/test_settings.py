@@ -72,3 +72,10 @@ def test_api_tokens_are_a_comma_separated_secret_never_shown() -> None:
 def test_the_api_body_limit_must_be_positive() -> None:
     with pytest.raises(ConfigurationError, match="RATCHET_API_MAX_BODY_BYTES"):
         Settings.from_env({"RATCHET_API_MAX_BODY_BYTES": "0"})
+
+
+def test_a_streamed_runs_deltas_must_be_kept_a_while_and_some_of_them() -> None:
+    # A TTL of 0 would have the table sink delete live runs' deltas at every step start.
+    for bad in ({"RATCHET_STREAM_TTL": "0"}, {"RATCHET_STREAM_MAXLEN": "0"}):
+        with pytest.raises(ConfigurationError, match="RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive"):
+            Settings.from_env(bad)

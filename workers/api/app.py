@@ -244,7 +244,8 @@ async def _run_events(
     """The events to send, resolved before the response starts: a bad id is a 422, not a broken
     stream. A run that has stopped has a stream of known length: if nothing is left in it, 204,
     which tells a browser's EventSource to stop reconnecting."""
-    events = client.astream(record.run_id, after=last_event_id or after)
+    # Off the event loop: it reads the run (a database round trip) before returning the iterator.
+    events = await asyncio.to_thread(client.astream, record.run_id, after=last_event_id or after)
     if not record.status.is_final:
         return events
     first = await anext(events, None)

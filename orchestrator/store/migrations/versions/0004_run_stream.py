@@ -27,7 +27,7 @@ def upgrade() -> None:
     op.add_column("ratchet_runs", sa.Column("stream", sa.Boolean, nullable=False, server_default=sa.false()))
     op.create_table(
         "ratchet_deltas",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
         sa.Column("run_id", sa.String(64), nullable=False),
         sa.Column("event_id", sa.String(96), nullable=False),
         sa.Column("body", sa.Text, nullable=False),
