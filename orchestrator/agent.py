@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from pydantic import BaseModel
+
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
@@ -44,6 +46,7 @@ class Agent:
         retries: int = 3,
         retry_policy: RetryPolicy | None = None,
         max_tool_batches: int = 50,
+        output_schema: type[BaseModel] | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -66,6 +69,11 @@ class Agent:
         self.retry_policy = retry_policy or RetryPolicy()
         #: A guard against a model that never stops calling tools: the run errors after this many.
         self.max_tool_batches = max_tool_batches
+        if output_schema is not None and not (isinstance(output_schema, type) and issubclass(output_schema, BaseModel)):
+            raise ConfigurationError(f"{name}: output_schema must be a pydantic model class, got {output_schema!r}")
+        #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
+        #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
+        self.output_schema = output_schema
         self._client = client
         register(self)
 
@@ -263,6 +271,12 @@ def _definition_site(agent: Agent) -> _Site:
 
 def _constructs(frame: FrameType, agent: Agent) -> bool:
     return frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is agent
+
+
+def find_agent(name: str) -> Agent | None:
+    """The agent or team registered under `name` in this process, or None."""
+    with _registry_lock:
+        return _registry.get(name)
 
 
 def get_agent(name: str) -> Agent:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from orchestrator import structured
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus
 
@@ -111,7 +112,9 @@ class RunOutput:
     session_id: str
     agent_name: str
     status: RunStatus
-    content: str | None
+    #: The final answer: text, or for an agent with an `output_schema` an instance of it when the
+    #: agent is registered in this process (else the JSON text as stored).
+    content: Any
     messages: list[Message]
     error: RunError | None = None
     parent_run_id: str | None = None
@@ -158,7 +161,7 @@ class RunOutput:
             session_id=record.session_id,
             agent_name=record.agent_name,
             status=record.status,
-            content=record.content,
+            content=structured.content_of(record.agent_name, record.content),
             messages=transcript,
             error=error,
             parent_run_id=record.parent_run_id,

@@ -11,6 +11,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput
@@ -42,6 +44,8 @@ def show(out: RunOutput, indent: str = "") -> int:
 def jsonable(out: RunOutput) -> dict[str, Any]:
     """The run as JSON values (`ratchet show --json`)."""
     data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
+    if isinstance(out.content, BaseModel):  # an output_schema's instance, when the agent is imported
+        data["content"] = out.content.model_dump(mode="json")
     data["messages"] = [m.model_dump(mode="json") for m in out.messages]
     data["member_runs"] = [jsonable(m) for m in out.member_runs]
     return data

@@ -33,7 +33,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
 from orchestrator.models._keys import key_problem, redact
-from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, ToolSpec
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 
 if TYPE_CHECKING:
@@ -318,6 +318,8 @@ class OpenAIModel(Model):
         extras = {k: v for k, v in self.request_params.items() if k in _SDK_OPTIONS}
         params = {k: v for k, v in self.request_params.items() if k not in _SDK_OPTIONS}
         params.update(self.build_request(messages, tools))
+        if context.output is not None:
+            params.update(self.output_params(context.output))
         options: RequestOptions = {
             "headers": {**(extras.get("extra_headers") or {}), **self.default_headers, **context.headers()}
         }
@@ -332,6 +334,10 @@ class OpenAIModel(Model):
     @abstractmethod
     def build_request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The API's request parameters (model, messages/input, tools, sampling)."""
+
+    @abstractmethod
+    def output_params(self, output: OutputFormat) -> dict[str, Any]:
+        """The request parameters that ask for a reply following `output`'s JSON schema."""
 
     @abstractmethod
     def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:

@@ -26,6 +26,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OutputFormat:
+    """The JSON schema a reply must follow (an agent's `output_schema`), strict as OpenAI's
+    structured outputs want it: the adapter asks for it the way its API does."""
+
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class CallContext:
     """Who is calling: sent to the model as headers so a test server can count calls per step."""
 
@@ -36,6 +45,8 @@ class CallContext:
     timeout: float | None = None
     #: Called with each piece of the reply's text as it arrives; when set, the model streams its reply.
     on_delta: Callable[[str], None] | None = None
+    #: When set, the reply's text must be JSON that follows this schema.
+    output: OutputFormat | None = None
 
     def headers(self) -> dict[str, str]:
         """Headers that name the run and step (harmless to real providers)."""
@@ -74,4 +85,4 @@ class Model(ABC):
         return f"{type(self).__name__}(id={self.id!r})"
 
 
-__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "ToolSpec"]
+__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "ToolSpec"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
-from orchestrator.models.base import ModelReply, ToolSpec
+from orchestrator.models.base import ModelReply, OutputFormat, ToolSpec
 
 if TYPE_CHECKING:
     import openai
@@ -80,6 +80,15 @@ class OpenAIChat(OpenAIModel):
             if self.parallel_tool_calls is not None:
                 params["parallel_tool_calls"] = self.parallel_tool_calls
         return params
+
+    def output_params(self, output: OutputFormat) -> dict[str, Any]:
+        """`response_format` with a strict JSON schema."""
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": output.name, "schema": output.schema, "strict": True},
+            }
+        }
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /chat/completions (see `OpenAIModel.send` for why not `chat.completions.create`)."""

@@ -16,7 +16,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
-from orchestrator.models.base import ModelReply, ToolSpec
+from orchestrator.models.base import ModelReply, OutputFormat, ToolSpec
 
 if TYPE_CHECKING:
     import openai
@@ -84,6 +84,13 @@ class OpenAIResponses(OpenAIModel):
             if self.parallel_tool_calls is not None:
                 params["parallel_tool_calls"] = self.parallel_tool_calls
         return params
+
+    def output_params(self, output: OutputFormat) -> dict[str, Any]:
+        """`text.format` with a strict JSON schema (kept beside any `text` options of `request_params`)."""
+        text = self.request_params.get("text")
+        options = dict(text) if isinstance(text, Mapping) else {}
+        fmt = {"type": "json_schema", "name": output.name, "schema": output.schema, "strict": True}
+        return {"text": {**options, "format": fmt}}
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /responses (see `OpenAIModel.send` for why not `responses.create`)."""

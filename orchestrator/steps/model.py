@@ -11,7 +11,7 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from orchestrator import delegation
+from orchestrator import delegation, structured
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
@@ -22,7 +22,7 @@ from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
-from orchestrator.store import Claim
+from orchestrator.store import Claim, reads
 from orchestrator.untrusted import storable_name, storable_text
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class ModelStep:
         flight.system_message = new_system
         system = record.system_message if record.system_message is not None else new_system
         prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
+        prompt += self._correction(agent, claim)
         batches = claim.transcript.tool_batches
         try:
             reply = self._call(agent, prompt, claim)
@@ -62,9 +63,15 @@ class ModelStep:
                 return "retry"
             raise
         message = _assistant_message(reply, claim.transcript.call_ids, record.seq)
+        invalid = _invalid_output(agent, message)
+        if invalid is not None and self._retry(claim, agent, invalid):
+            self.runner.end(claim)  # the reply is not kept: the retry shows the model its error instead
+            return "retry"
         # Kept for the failure handler until committed: a commit that fails for good must not
         # lose a paid-for reply (its calls, flushed onto the ERROR row, are what continue runs).
         flight.messages.append(message)
+        if invalid is not None:
+            raise invalid  # retries spent: the run goes to ERROR with the invalid reply on its row
         if message.tool_calls and batches >= agent.max_tool_batches:
             # The calls are answered as not run, so the run owes nothing and a new user message
             # can continue it (the count starts again at each user message).
@@ -80,16 +87,30 @@ class ModelStep:
         """The model call. A streamed run's gets the callback that publishes each delta, and its
         deltas are all stored when this returns or raises, before anything of the step commits."""
         timeout = self.runner.settings.model_timeout
+        output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         if not claim.record.stream:  # only streamed runs write live events: no cost to any other step
-            context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout)
+            context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, output=output)
             return agent.model.invoke(prompt, agent.tool_specs(), context=context)
         live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock, timeouts=self.runner.timeouts)
         live.begin()
-        context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta)
+        context = CallContext(
+            run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta, output=output
+        )
         try:
             return agent.model.invoke(prompt, agent.tool_specs(), context=context)
         finally:
             live.end()
+
+    def _correction(self, agent: Agent, claim: Claim) -> list[Message]:
+        """For a retry of a reply that did not follow the agent's output schema, the message that
+        shows the model why (built from the error the retry recorded, so every redelivery of the
+        step sends the same request; kept in flight, never stored)."""
+        if agent.output_schema is None or not claim.record.retries:
+            return []
+        with self.runner.store.engine.connect() as conn:
+            error = reads.retry_error(conn, claim.run_id, claim.record.seq)
+        message = structured.correction(error)
+        return [message] if message is not None else []
 
     def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
         """Commit the reply and publish what follows: the tool step, or a member's woken team."""
@@ -178,6 +199,14 @@ def _assistant_message(reply: ModelReply, used: Collection[str], seq: int) -> Me
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
     return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message()
+
+
+def _invalid_output(agent: Agent, message: Message) -> ModelCallError | None:
+    """The error of a final answer that does not follow the agent's output schema (a reply with
+    tool calls is not a final answer: it is checked when the model answers)."""
+    if agent.output_schema is None or message.tool_calls:
+        return None
+    return structured.validate(agent.output_schema, message.content)
 
 
 def _system_message(agent: Agent) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Row, select
 
 from orchestrator.errors import RunNotFoundError
 from orchestrator.events import Key, RunEvent, derive
@@ -62,18 +62,30 @@ def output_of(conn: Connection, record: RunRecord, transcript: list[Message] | N
 
 def _retry_wait(conn: Connection, record: RunRecord) -> RetryWait | None:
     """Why a QUEUED run waits: the last retry its step recorded (one read, only for such runs)."""
-    row = conn.execute(
-        select(events.c.at, events.c.detail)
-        .where(events.c.run_id == record.run_id, events.c.kind == "retry", events.c.seq == record.seq)
-        .order_by(events.c.id.desc())
-        .limit(1)
-    ).first()
+    row = _retry_row(conn, record.run_id, record.seq)
     if row is None:
         return None
     detail = json.loads(row.detail) if row.detail else {}
     error = detail.get("error") or {}
     reason = f"{error.get('type', 'Error')}: {error.get('message', '')}"
     return RetryWait(attempt=record.retries, until=row.at + float(detail.get("delay", 0.0)), reason=reason)
+
+
+def retry_error(conn: Connection, run_id: str, seq: int) -> dict[str, Any] | None:
+    """The error ({"type", "message"}) that parked the retry numbered `seq`, if step `seq` is one."""
+    row = _retry_row(conn, run_id, seq)
+    detail = json.loads(row.detail) if row is not None and row.detail else {}
+    error = detail.get("error")
+    return error if isinstance(error, dict) else None
+
+
+def _retry_row(conn: Connection, run_id: str, seq: int) -> Row[Any, Any] | None:
+    return conn.execute(
+        select(events.c.at, events.c.detail)
+        .where(events.c.run_id == run_id, events.c.kind == "retry", events.c.seq == seq)
+        .order_by(events.c.id.desc())
+        .limit(1)
+    ).first()
 
 
 def get_session(conn: Connection, session_id: str) -> Session | None:

@@ -8,6 +8,7 @@ become one, so the two APIs count turns and see tool results the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -76,3 +77,29 @@ def _text(content: Any) -> str | None:
     if isinstance(content, list):
         return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
     return str(content)
+
+
+def output_format_name(body: Mapping[str, Any]) -> str | None:
+    """The schema name of a structured-output request: Chat's `response_format`, Responses' `text.format`."""
+    fmt = body.get("response_format") or {}
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        return str((fmt.get("json_schema") or {}).get("name"))
+    text = body.get("text") or {}
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        return str(fmt.get("name"))
+    return None
+
+
+def last_user_text(conversation: list[dict[str, Any]]) -> str:
+    """The text of the conversation's last user message ("" if none)."""
+    return next((str(m.get("content") or "") for m in reversed(conversation) if m.get("role") == "user"), "")
+
+
+def request_conversation(api: str, body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The conversation and the function tools of a request body of `api` ("chat" or "responses")."""
+    if api == "chat":
+        tools = [t["function"] for t in body.get("tools") or [] if t.get("type") == "function"]
+        return chat_conversation(body.get("messages") or []), tools
+    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    return responses_conversation(body.get("input"), body.get("instructions")), tools

@@ -93,6 +93,9 @@ class ScriptConfig(BaseModel):
     batches: list[list[dict[str, Any]]] | None = None
     #: Template of the final answer; placeholders {user}, {tool_results} and {turn}.
     final_text: str = "Summary: {tool_results}"
+    #: Final answers sent as they are instead of `final_text` (JSON, valid or not, for an `output_schema`): the
+    #: one at index (user messages - 1), the last repeating: the correction after an invalid reply gets the next.
+    final_replies: list[str] | None = None
     #: Seconds to wait before answering, applied by whoever serves the decision.
     delay_s: float = 0.0
     #: Seconds between the bytes of each answer's body, which the HTTP server then sends one byte
@@ -285,6 +288,9 @@ def _reply(
             delay_s=cfg.delay_s,
         )
     content = _final_text(cfg.final_text, conversation, turn)
+    if cfg.final_replies:
+        users = sum(1 for m in conversation if m.get("role") == "user")
+        content = cfg.final_replies[min(max(users - 1, 0), len(cfg.final_replies) - 1)]
     return ScriptedReply(
         content=content,
         usage={"input_tokens": prompt_tokens, "output_tokens": estimate_tokens(content)},

@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
-from orchestrator.testing.conversation import chat_conversation, responses_conversation
+from orchestrator.testing.conversation import last_user_text, output_format_name, request_conversation
 from orchestrator.testing.replies import chat_completion, error_reply, model_list, response_object
 from orchestrator.testing.script import (
     ScriptConfig,
@@ -223,12 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, api: str, body: dict[str, Any]) -> None:
         owner = self.server.owner
         model = str(body.get("model") or "scripted")
-        if api == "chat":
-            conversation = chat_conversation(body.get("messages") or [])
-            tools = [t["function"] for t in body.get("tools") or [] if t.get("type") == "function"]
-        else:
-            conversation = responses_conversation(body.get("input"), body.get("instructions"))
-            tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+        conversation, tools = request_conversation(api, body)
         run_id = self.headers.get(RUN_ID_HEADER)
         key = conversation_key(run_id, conversation)
         stream = body.get("stream") is True
@@ -259,6 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
                 # The request's parameter names (not their values): what the client sent besides the transcript.
                 "params": sorted(k for k in body if k not in ("messages", "input")),
                 "query": sorted(parse_qs(urlsplit(self.path).query)),
+                # The name of the JSON schema the reply was asked to follow, and the last user text.
+                "output_format": output_format_name(body),
+                "last_user": last_user_text(conversation),
                 # At most the last 4 characters, and only of keys long enough that they give nothing away.
                 "key_last4": api_key[-4:] if api_key and len(api_key) >= 12 else None,
                 "at": time.time(),
