@@ -157,3 +157,17 @@ def test_a_team_answers_in_its_output_schema_after_delegating(
     assert [m.content for m in out.member_runs] == ["big"]
     leader_requests = [r for r in scripted.requests_for(out.run_id) if r["model"] == "leader"]
     assert [r["output_format"] for r in leader_requests] == ["CityFacts"] * 3
+
+
+def test_a_streamed_run_asks_for_the_schema_and_retries_an_invalid_reply_too(
+    api: type[OpenAIModel], settings: Settings, scripted: ScriptedServer, worker: object
+) -> None:
+    scripted.configure(ScriptConfig(final_replies=[NOT_JSON, VALID]))
+    agent = city_agent(api, settings)
+
+    events = list(agent.run("Tell me about Paris", stream=True, timeout=30))
+
+    run_id = events[0].run_id
+    out = Client(settings).get_run(run_id)
+    assert out.status == S.COMPLETED and out.content == CityFacts(city="Paris", population=2100000)
+    assert [(r["stream"], r["output_format"]) for r in scripted.requests_for(run_id)] == [(True, "CityFacts")] * 2
