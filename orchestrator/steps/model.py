@@ -2,7 +2,8 @@
 
 A final answer completes the run (and, for a team's member, reaches its team in the same
 transaction); tool calls queue the tool step. A failed call is parked for a retry as the agent's
-retry policy decides, or fails the step.
+retry policy decides, or fails the step; so is a final answer that does not follow the agent's
+`output_schema` (`orchestrator.structured`), whose retry shows the model why.
 """
 
 from __future__ import annotations
