@@ -200,6 +200,13 @@ def turn_of(conversation: Sequence[Mapping[str, Any]]) -> int:
     return 1 + sum(1 for m in conversation if m.get("role") == "assistant")
 
 
+def _usage(prompt_tokens: int, out: int) -> dict[str, int]:
+    """As if half the prompt were a cached prefix and half the output reasoning: each count distinct."""
+    return dict(
+        input_tokens=prompt_tokens, output_tokens=out, cached_tokens=prompt_tokens // 2, reasoning_tokens=out // 2
+    )
+
+
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters a token) so usage numbers move with the conversation."""
     return max(1, len(text) // 4) if text else 0
@@ -277,17 +284,16 @@ def _reply(
             )
             for i, (name, args) in enumerate(calls)
         ]
-        out = sum(estimate_tokens(name + args) for _, name, args in tool_calls)
         return ScriptedReply(
             tool_calls=tool_calls,
-            usage={"input_tokens": prompt_tokens, "output_tokens": out},
+            usage=_usage(prompt_tokens, sum(estimate_tokens(name + args) for _, name, args in tool_calls)),
             turn=turn,
             delay_s=cfg.delay_s,
         )
     content = _final_text(cfg.final_text, conversation, turn)
     return ScriptedReply(
         content=content,
-        usage={"input_tokens": prompt_tokens, "output_tokens": estimate_tokens(content)},
+        usage=_usage(prompt_tokens, estimate_tokens(content)),
         turn=turn,
         delay_s=cfg.delay_s,
     )
