@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class OpenAIChat(OpenAIModel):
-    """A Chat Completions model. Sampling arguments left at None are not sent."""
+    """A Chat Completions model. Sampling arguments left at None are not sent; `prices` (per million
+    tokens) give each call's cost (`orchestrator.usage`)."""
 
     def __init__(
         self,

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class OpenAIResponses(OpenAIModel):
-    """A Responses API model. Sampling arguments left at None are not sent."""
+    """A Responses API model. Sampling arguments left at None are not sent; `prices` (per million
+    tokens) give each call's cost (`orchestrator.usage`)."""
 
     def __init__(
         self,
