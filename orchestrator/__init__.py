@@ -35,6 +35,7 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.team import Team
 from orchestrator.tools import Tool, ToolContext, tool
+from orchestrator.usage import Metrics, Prices
 
 __all__ = [
     "Agent",
@@ -45,8 +46,10 @@ __all__ = [
     "InvalidInputError",
     "MemberRunError",
     "Message",
+    "Metrics",
     "ModelCallError",
     "PoisonStepError",
+    "Prices",
     "RatchetError",
     "RetryPolicy",
     "RunBusyError",

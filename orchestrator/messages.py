@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.untrusted import TOOL_CALL_ID_MAX, TOOL_NAME_MAX, escape, storable_name
+from orchestrator.usage import USAGE_COLUMNS, Metrics
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -60,6 +61,9 @@ class Message(BaseModel):
     tool_call_error: bool = False
     #: When the message was committed (UNIX seconds); None until it is stored.
     created_at: float | None = None
+    #: An assistant message's usage as the provider reported it (Agno's `Message.metrics`); None
+    #: when it reported none, on other roles, and on rows stored before usage was (migration 0005).
+    metrics: Metrics | None = None
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -81,6 +85,7 @@ class Message(BaseModel):
             "tool_name": _name(self.tool_name, TOOL_NAME_MAX),
             "tool_args": _args_json(self.tool_args),
             "tool_call_error": self.tool_call_error,
+            **{c: getattr(self.metrics, c) if self.metrics is not None else None for c in USAGE_COLUMNS},
         }
 
     @classmethod
@@ -95,7 +100,14 @@ class Message(BaseModel):
             tool_args=json.loads(row.tool_args) if row.tool_args is not None else None,
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
+            metrics=_metrics(row),
         )
+
+
+def _metrics(row: Any) -> Metrics | None:
+    """The usage columns of a row (NULL on rows older than migration 0005): None if all are."""
+    values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}
+    return Metrics(**values) if any(v is not None for v in values.values()) else None
 
 
 def _args_json(args: dict[str, Any] | None) -> str | None:

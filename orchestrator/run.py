@@ -7,9 +7,12 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from pydantic import computed_field
+
 from orchestrator import structured
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus
+from orchestrator.usage import Metrics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +142,14 @@ class RunOutput:
             if m.role == "tool"
         ]  # fmt: skip
 
+    @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's run carries it
+    @property
+    def metrics(self) -> Metrics:
+        """The tokens and cost of this run's model calls and of its member runs' (Agno's
+        `RunOutput.metrics`); a count is None if any call's is unknown (`orchestrator.usage`)."""
+        own = (m.metrics for m in self.messages if m.role == "assistant")
+        return Metrics.total([*own, *(member.metrics for member in self.member_runs)])
+
     @classmethod
     def from_record(
         cls,
@@ -180,3 +191,9 @@ class Session:
 
     session_id: str
     runs: list[RunOutput]
+
+    @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's session carries it
+    @property
+    def metrics(self) -> Metrics:
+        """The tokens and cost of every run of the session, member runs included."""
+        return Metrics.total(run.metrics for run in self.runs)

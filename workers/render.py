@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput
+from orchestrator.usage import Metrics
 
 
 def show(out: RunOutput, indent: str = "") -> int:
@@ -31,6 +32,7 @@ def show(out: RunOutput, indent: str = "") -> int:
         when = datetime.fromtimestamp(out.retry.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         left = max(0.0, out.retry.until - time.time())
         print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
+    print(f"{indent}  usage: {usage_line(out.metrics)}")
     for i, m in enumerate(out.messages):
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
@@ -48,7 +50,21 @@ def jsonable(out: RunOutput) -> dict[str, Any]:
         data["content"] = out.content.model_dump(mode="json")
     data["messages"] = [m.model_dump(mode="json") for m in out.messages]
     data["member_runs"] = [jsonable(m) for m in out.member_runs]
+    data["metrics"] = out.metrics.model_dump(mode="json")
     return data
+
+
+def usage_line(metrics: Metrics) -> str:
+    """Tokens and cost on one line, "unknown" where a count is (a call before usage was stored)."""
+
+    def shown(value: float | None, spec: str = "d") -> str:
+        return "unknown" if value is None else format(value, spec)
+
+    return (
+        f"input={shown(metrics.input_tokens)} (cached {shown(metrics.cache_read_tokens)})  "
+        f"output={shown(metrics.output_tokens)} (reasoning {shown(metrics.reasoning_tokens)})  "
+        f"total={shown(metrics.total_tokens)}  cost={shown(metrics.cost, '.6f')}"
+    )
 
 
 def print_events(

@@ -35,6 +35,7 @@ from orchestrator.models._clients import client_for
 from orchestrator.models._keys import key_problem, redact
 from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, ToolSpec
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
     import openai
@@ -236,8 +237,10 @@ class OpenAIModel(Model):
         organization: str | None = None,
         default_headers: Mapping[str, str] | None = None,
         request_params: Mapping[str, Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         self.id = id
+        self.prices = prices
         # Kept private and out of describe(); only an explicitly passed key is ever held here.
         self._api_key = api_key
         self.base_url = base_url

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
+from orchestrator.usage import Metrics, Prices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,14 +60,18 @@ class ModelReply:
 
     content: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    #: The tokens the provider reported: `input_tokens`, `output_tokens`, and when it says them
+    #: `cached_tokens` and `reasoning_tokens`; empty when it reported none.
     usage: dict[str, int] = field(default_factory=dict)
 
-    def to_message(self) -> Message:
-        """The assistant message this reply becomes in the transcript."""
+    def to_message(self, prices: Prices | None = None) -> Message:
+        """The assistant message this reply becomes in the transcript, with its usage (and its
+        cost at `prices`)."""
         return Message(
             role="assistant",
             content=self.content,
             tool_calls=[c.to_openai() for c in self.tool_calls] or None,
+            metrics=Metrics.reported(self.usage, prices),
         )
 
 
@@ -75,6 +80,8 @@ class Model(ABC):
     anything that is persisted or sent to the broker."""
 
     id: str
+    #: What the model's tokens cost per million; None: costs are unknown.
+    prices: Prices | None = None
 
     @abstractmethod
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
@@ -85,4 +92,4 @@ class Model(ABC):
         return f"{type(self).__name__}(id={self.id!r})"
 
 
-__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "ToolSpec"]
+__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "Prices", "ToolSpec"]

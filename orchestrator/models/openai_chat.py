@@ -16,6 +16,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, ToolSpec
+from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
     import openai
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class OpenAIChat(OpenAIModel):
-    """A Chat Completions model. Sampling arguments left at None are not sent."""
+    """A Chat Completions model. Sampling arguments left at None are not sent; `prices` (per million
+    tokens) give each call's cost (`orchestrator.usage`)."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class OpenAIChat(OpenAIModel):
         organization: str | None = None,
         default_headers: Mapping[str, str] | None = None,
         request_params: Mapping[str, Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         super().__init__(
             id,
@@ -54,6 +57,7 @@ class OpenAIChat(OpenAIModel):
             organization=organization,
             default_headers=default_headers,
             request_params=request_params,
+            prices=prices,
         )
         self.sampling = sampling(
             temperature=temperature,
@@ -134,11 +138,7 @@ class OpenAIChat(OpenAIModel):
         return ModelReply(
             content=message.content,
             tool_calls=calls,
-            usage=(
-                {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens or 0}
-                if usage is not None
-                else {}
-            ),
+            usage=chat_usage(usage),
         )
 
 
@@ -156,7 +156,7 @@ class ChatStreamReader(StreamReader):
         """Take one chunk; its text delta, if it has one."""
         usage = getattr(event, "usage", None)
         if usage is not None:
-            self._usage = {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens or 0}
+            self._usage = chat_usage(usage)
         choice = next((c for c in event.choices or [] if c.index == 0), None)
         if choice is None:
             return None
@@ -189,6 +189,20 @@ class ChatStreamReader(StreamReader):
             tool_calls=[self._calls[i].done() for i in sorted(self._calls)],
             usage=self._usage,
         )
+
+
+def chat_usage(usage: Any) -> dict[str, int]:
+    """`ModelReply.usage` from a Chat Completions `usage` (None: the provider reported none)."""
+    if usage is None:
+        return {}
+    found = {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens or 0}
+    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+    if cached is not None:
+        found["cached_tokens"] = cached
+    if reasoning is not None:
+        found["reasoning_tokens"] = reasoning
+    return found
 
 
 def chat_message(message: Message) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, ToolSpec
+from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
     import openai
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class OpenAIResponses(OpenAIModel):
-    """A Responses API model. Sampling arguments left at None are not sent."""
+    """A Responses API model. Sampling arguments left at None are not sent; `prices` (per million
+    tokens) give each call's cost (`orchestrator.usage`)."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class OpenAIResponses(OpenAIModel):
         organization: str | None = None,
         default_headers: Mapping[str, str] | None = None,
         request_params: Mapping[str, Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         super().__init__(
             id,
@@ -54,6 +57,7 @@ class OpenAIResponses(OpenAIModel):
             organization=organization,
             default_headers=default_headers,
             request_params=request_params,
+            prices=prices,
         )
         self.sampling = sampling(
             temperature=temperature,
@@ -145,11 +149,7 @@ class OpenAIResponses(OpenAIModel):
         return ModelReply(
             content="".join(texts) if saw_message else None,
             tool_calls=calls,
-            usage=(
-                {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}
-                if usage is not None
-                else {}
-            ),
+            usage=responses_usage(usage),
         )
 
 
@@ -201,12 +201,22 @@ class ResponsesStreamReader(StreamReader):
         return ModelReply(
             content="".join(self._text) if self._saw_message else None,
             tool_calls=calls,
-            usage=(
-                {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}
-                if usage is not None
-                else {}
-            ),
+            usage=responses_usage(usage),
         )
+
+
+def responses_usage(usage: Any) -> dict[str, int]:
+    """`ModelReply.usage` from a Responses API `usage` (None: the provider reported none)."""
+    if usage is None:
+        return {}
+    found = {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}
+    cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
+    reasoning = getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None)
+    if cached is not None:
+        found["cached_tokens"] = cached
+    if reasoning is not None:
+        found["reasoning_tokens"] = reasoning
+    return found
 
 
 def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:

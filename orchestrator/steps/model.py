@@ -25,6 +25,7 @@ from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
 from orchestrator.store import Claim, reads
 from orchestrator.untrusted import storable_name, storable_text
+from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
     from orchestrator.steps.runner import StepRunner
@@ -63,7 +64,7 @@ class ModelStep:
                 self.runner.end(claim)
                 return "retry"
             raise
-        message = _assistant_message(reply, claim.transcript.call_ids, record.seq)
+        message = _assistant_message(reply, claim.transcript.call_ids, record.seq, agent.model.prices)
         invalid = _invalid_output(agent, message)
         if invalid is not None and self._retry(claim, agent, invalid):
             self.runner.end(claim)  # the reply is not kept: the retry shows the model its error instead
@@ -194,12 +195,12 @@ class ModelStep:
         return True
 
 
-def _assistant_message(reply: ModelReply, used: Collection[str], seq: int) -> Message:
+def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, prices: Prices | None) -> Message:
     """The reply as the message the store will hold: call ids unique and storable, text storable
-    (what a model says is untrusted: DESIGN.md, "Untrusted data")."""
+    (what a model says is untrusted: DESIGN.md, "Untrusted data"), its usage costed at `prices`."""
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
-    return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message()
+    return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message(prices)
 
 
 def _invalid_output(agent: Agent, message: Message) -> ModelCallError | None:

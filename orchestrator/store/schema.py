@@ -94,6 +94,14 @@ messages = Table(
     # results) carries the seq and epoch that write left the run at.
     Column("seq", Integer, nullable=True),
     Column("epoch", Integer, nullable=True),
+    # An assistant message's usage as the provider reported it, and its cost at the model's
+    # prices when it was made (migration 0005; NULL when unknown: not reported, no prices, or a
+    # row older than the migration). See `orchestrator.usage`.
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("cache_read_tokens", Integer, nullable=True),
+    Column("reasoning_tokens", Integer, nullable=True),
+    Column("cost", Float, nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # A tool call has at most one result: a second append of the same result fails loudly.

@@ -44,6 +44,7 @@ from orchestrator.messages import Message
 from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
 from orchestrator.store.schema import messages, runs, sessions
+from orchestrator.usage import USAGE_COLUMNS
 
 S = RunStatus
 NO_CAP = 2**31 - 1
@@ -122,8 +123,17 @@ CREATE_SESSION = sqlite.insert(sessions).on_conflict_do_nothing()
 
 
 #: The message columns a write appends, in the order `message_arrays` gives them.
-_APPENDED = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error")
-_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean)
+_APPENDED = (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "tool_args",
+    "tool_call_error",
+    *USAGE_COLUMNS,
+)
+_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, Integer, Integer, Integer, Integer, Float)
 
 
 def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any) -> CTE:
@@ -196,6 +206,7 @@ MESSAGE_COLUMNS = (
     "tool_args",
     "tool_call_error",
     "created_at",
+    *USAGE_COLUMNS,
 )
 _MessageRow = namedtuple("_MessageRow", MESSAGE_COLUMNS)  # type: ignore[misc]
 

@@ -21,15 +21,21 @@ from orchestrator.models._openai import is_context_length_error, kind_for_status
 from orchestrator.models._streaming import stream_error
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
 from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptedReply, ScriptState, decide
+from orchestrator.usage import Prices
 
 
 class ScriptedModel(Model):
     """A model that follows a `ScriptConfig`. Fault budgets are counted per run id, per instance."""
 
     def __init__(
-        self, id: str = "scripted", script: ScriptConfig | None = None, api_key: str | None = "scripted"
+        self,
+        id: str = "scripted",
+        script: ScriptConfig | None = None,
+        api_key: str | None = "scripted",
+        prices: Prices | None = None,
     ) -> None:
         self.id = id
+        self.prices = prices
         self.script = script or ScriptConfig()
         # A test value, compared against the script's accept/reject lists; not a credential.
         self.api_key = api_key

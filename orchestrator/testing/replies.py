@@ -26,7 +26,7 @@ from openai.types.chat import (
 )
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import Function
-from openai.types.completion_usage import CompletionUsage
+from openai.types.completion_usage import CompletionTokensDetails, CompletionUsage, PromptTokensDetails
 from openai.types.responses import (
     FunctionTool,
     Response,
@@ -64,11 +64,7 @@ def chat_completion(model: str, reply: ScriptedReply) -> dict[str, Any]:
             model=model,
             system_fingerprint=None,
             choices=[Choice(index=0, message=message, finish_reason=reply.finish_reason, logprobs=None)],
-            usage=CompletionUsage(
-                prompt_tokens=usage["input_tokens"],
-                completion_tokens=usage["output_tokens"],
-                total_tokens=usage["input_tokens"] + usage["output_tokens"],
-            ),
+            usage=chat_usage(usage),
         )
     )
 
@@ -117,10 +113,20 @@ def response_model(model: str, reply: ScriptedReply, request: Mapping[str, Any])
             input_tokens=usage["input_tokens"],
             output_tokens=usage["output_tokens"],
             total_tokens=usage["input_tokens"] + usage["output_tokens"],
-            input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
-            output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+            input_tokens_details=InputTokensDetails(cached_tokens=usage.get("cached_tokens", 0), cache_write_tokens=0),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=usage.get("reasoning_tokens", 0)),
         ),
     )
+
+
+def chat_usage(usage: Mapping[str, int]) -> CompletionUsage:
+    """A Chat Completions `usage` for a reply's usage (a stream sends it in its last chunk)."""
+    tokens_in, tokens_out = usage["input_tokens"], usage["output_tokens"]
+    return CompletionUsage(
+        prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.get("cached_tokens", 0)),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=usage.get("reasoning_tokens", 0)),
+    )  # fmt: skip
 
 
 def error_reply(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.testing.arguments import arguments_from_schema
+
 NO_TOOLS_TEXT = "no tools were called"
 
 # Error `type`/`code` per status, as OpenAI sends them, so clients classify our faults like real ones.
@@ -203,6 +205,13 @@ def turn_of(conversation: Sequence[Mapping[str, Any]]) -> int:
     return 1 + sum(1 for m in conversation if m.get("role") == "assistant")
 
 
+def _usage(prompt_tokens: int, out: int) -> dict[str, int]:
+    """As if half the prompt were a cached prefix and half the output reasoning: each count distinct."""
+    return dict(
+        input_tokens=prompt_tokens, output_tokens=out, cached_tokens=prompt_tokens // 2, reasoning_tokens=out // 2
+    )
+
+
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters a token) so usage numbers move with the conversation."""
     return max(1, len(text) // 4) if text else 0
@@ -280,10 +289,9 @@ def _reply(
             )
             for i, (name, args) in enumerate(calls)
         ]
-        out = sum(estimate_tokens(name + args) for _, name, args in tool_calls)
         return ScriptedReply(
             tool_calls=tool_calls,
-            usage={"input_tokens": prompt_tokens, "output_tokens": out},
+            usage=_usage(prompt_tokens, sum(estimate_tokens(name + args) for _, name, args in tool_calls)),
             turn=turn,
             delay_s=cfg.delay_s,
         )
@@ -293,42 +301,10 @@ def _reply(
         content = cfg.final_replies[min(max(users - 1, 0), len(cfg.final_replies) - 1)]
     return ScriptedReply(
         content=content,
-        usage={"input_tokens": prompt_tokens, "output_tokens": estimate_tokens(content)},
+        usage=_usage(prompt_tokens, estimate_tokens(content)),
         turn=turn,
         delay_s=cfg.delay_s,
     )
-
-
-def arguments_from_schema(parameters: Mapping[str, Any] | None, user_text: str) -> dict[str, Any]:
-    """Arguments that satisfy a JSON schema's required properties, with the user's text for strings."""
-    if not parameters:
-        return {}
-    properties = parameters.get("properties") or {}
-    args: dict[str, Any] = {}
-    for name in parameters.get("required") or []:
-        args[name] = _value_for(properties.get(name) or {}, user_text)
-    return args
-
-
-def _value_for(schema: Mapping[str, Any], user_text: str) -> Any:
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        # ["string", "null"] is how optional values are spelled; pick the real type.
-        kind = next((k for k in kind if k != "null"), None)
-    if kind is None and schema.get("anyOf"):
-        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
-        return _value_for(options[0], user_text) if options else None
-    defaults: dict[str, Any] = {
-        "string": user_text,
-        "integer": 1,
-        "number": 1.0,
-        "boolean": True,
-        "array": [],
-        "object": {},
-    }
-    return defaults.get(str(kind))
 
 
 def _check_key(cfg: ScriptConfig, api_key: str | None) -> str | None:

@@ -229,15 +229,9 @@ class _Handler(BaseHTTPRequestHandler):
         stream = body.get("stream") is True
         api_key = _bearer(self.headers.get("Authorization"))
         decision = decide(
-            owner.config,
-            owner.state,
-            model=model,
-            api_key=api_key,
-            conversation=conversation,
-            tools=tools,
-            conversation_key=key,
-            stream=stream,
-        )
+            owner.config, owner.state, model=model, api_key=api_key, conversation=conversation, tools=tools,
+            conversation_key=key, stream=stream,
+        )  # fmt: skip
         # Logged on arrival, before the scripted delay: a test can then see a call in flight, and
         # a call whose client was killed while it waited still counts.
         owner._record(
@@ -250,6 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "step": self.headers.get(STEP_HEADER),
                 "status": decision.status if isinstance(decision, ScriptedError) else 200,
                 "tool_calls": 0 if isinstance(decision, ScriptedError) else len(decision.tool_calls),
+                "usage": None if isinstance(decision, ScriptedError) else dict(decision.usage),
                 "stream": stream,
                 # The request's parameter names (not their values): what the client sent besides the transcript.
                 "params": sorted(k for k in body if k not in ("messages", "input")),

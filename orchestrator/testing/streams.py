@@ -27,7 +27,6 @@ from openai.types.chat.chat_completion_chunk import (
     ChoiceDeltaToolCall,
     ChoiceDeltaToolCallFunction,
 )
-from openai.types.completion_usage import CompletionUsage
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseContentPartAddedEvent,
@@ -47,7 +46,7 @@ from openai.types.responses import (
 )
 from pydantic import BaseModel
 
-from orchestrator.testing.replies import error_reply, response_model
+from orchestrator.testing.replies import chat_usage, error_reply, response_model
 from orchestrator.testing.script import ScriptedReply
 
 #: The last event of a Chat Completions stream.
@@ -91,13 +90,10 @@ def chat_chunks(model: str, reply: ScriptedReply, *, include_usage: bool) -> lis
         events += [chunk(ChoiceDelta(content=word)) for word in words(reply.content or "")]
     events.append(chunk(ChoiceDelta(), finish=reply.finish_reason))
     if include_usage:
-        tokens_in, tokens_out = reply.usage["input_tokens"], reply.usage["output_tokens"]
-        usage = CompletionUsage(
-            prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out
-        )
         last = ChatCompletionChunk(
-            id=ident, object="chat.completion.chunk", created=created, model=model, choices=[], usage=usage
-        )
+            id=ident, object="chat.completion.chunk", created=created, model=model, choices=[],
+            usage=chat_usage(reply.usage),
+        )  # fmt: skip
         events.append(_data(last))
     return [*events, CHAT_DONE]
 

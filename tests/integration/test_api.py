@@ -124,6 +124,9 @@ def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: Ap
         roles = [m["role"] for m in done["messages"]]
         assert roles == ["system", "user", "assistant", "tool", "assistant"]
         assert done["messages"][3]["content"] == "found find celery"
+        # The run's token usage: its total and each model call's
+        calls = [m["metrics"] for m in done["messages"] if m["role"] == "assistant"]
+        assert done["metrics"]["input_tokens"] == sum(c["input_tokens"] for c in calls) > 0
         assert http.get(f"/runs/{run_id}").json() == done
 
         # Continuing a COMPLETED run forks it; cancelling it is refused
@@ -137,6 +140,7 @@ def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: Ap
         session = http.get("/sessions/api-s/runs").json()
         assert session["session_id"] == "api-s"
         assert [r["run_id"] for r in session["runs"]] == [run_id, fork_id]
+        assert session["metrics"]["output_tokens"] == sum(r["metrics"]["output_tokens"] for r in session["runs"]) > 0
 
 
 def test_a_wait_that_times_out_answers_with_the_run_as_it_is(api: ApiServer) -> None:

@@ -11,6 +11,7 @@ import pytest
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ToolSpec
+from orchestrator.testing.arguments import arguments_from_schema
 from orchestrator.testing.conversation import chat_conversation, responses_conversation
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import (
@@ -19,7 +20,6 @@ from orchestrator.testing.script import (
     ScriptedError,
     ScriptedReply,
     ScriptState,
-    arguments_from_schema,
     conversation_key,
     decide,
     turn_of,

@@ -1,0 +1,83 @@
+"""Token usage and its cost, with Agno's names: `Metrics` of one model call, of a run, of a session.
+
+Each assistant message stores the usage the provider reported for the call that produced it.
+A count the provider did not report (or a row written before migration 0005) is None, unknown:
+a total of counts one of which is unknown is unknown too, never a smaller number that looks
+exact. Input tokens include the cached ones and output tokens the reasoning ones, as OpenAI
+counts them.
+
+The cost is computed when the message is made, from the model's `Prices`, and stored with the
+tokens: it is what the call cost at the prices the worker ran with, and a reader needs neither
+the agent's definition nor today's price list to total it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+#: The columns of a message row that hold its usage, in `Metrics`' field order.
+USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "cost")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prices:
+    """What a model's tokens cost, per million: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`."""
+
+    #: Per million input tokens (cached ones included).
+    input: float
+    #: Per million output tokens (reasoning ones included).
+    output: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost of one call's tokens."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+class Metrics(BaseModel):
+    """Token counts and cost (Agno's `Metrics` names); None where unknown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    #: In the currency of the model's prices; None without prices or without the token counts.
+    cost: float | None = None
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Input and output tokens together, or None if either is unknown."""
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
+        return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def reported(cls, usage: Mapping[str, int], prices: Prices | None = None) -> Metrics | None:
+        """A call's metrics from the usage a model adapter parsed (`ModelReply.usage`); None when
+        the provider reported none."""
+        if not usage:
+            return None
+        tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
+        cost = None
+        if prices is not None and tokens_in is not None and tokens_out is not None:
+            cost = prices.cost(tokens_in, tokens_out)
+        return cls(
+            input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=usage.get("cached_tokens"),
+            reasoning_tokens=usage.get("reasoning_tokens"), cost=cost,
+        )  # fmt: skip
+
+    @classmethod
+    def total(cls, parts: Iterable[Metrics | None]) -> Metrics:
+        """The sum of `parts` field by field; a field is None if it is None in any part (an
+        unknown part makes the total unknown). No parts: all zero."""
+        sums: dict[str, int | float | None] = dict.fromkeys(USAGE_COLUMNS, 0)
+        for part in parts:
+            for name in USAGE_COLUMNS:
+                value = None if part is None else getattr(part, name)
+                current = sums[name]
+                sums[name] = None if value is None or current is None else current + value
+        return cls.model_validate(sums)
