@@ -34,7 +34,7 @@ from orchestrator.run import RunError, RunOutput, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.team import Team
-from orchestrator.tools import Tool, ToolContext, tool
+from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 
 __all__ = [
     "Agent",
@@ -67,6 +67,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolBatchLimitError",
     "ToolContext",
+    "Toolkit",
     "ToolInterruptedError",
     "tool",
 ]

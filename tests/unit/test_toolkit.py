@@ -1,0 +1,188 @@
+"""Tools as Agno users write them: descriptions from the docstring's Args section, toolkits that
+group methods, and async tools on one long-lived loop per thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Literal
+
+import pytest
+
+from orchestrator import Agent, Toolkit
+from orchestrator.errors import ConfigurationError
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.tools import Tool, ToolContext, tool
+from orchestrator.tools.loop import ToolLoop, thread_loop
+from orchestrator.tools.schema import docstring_parts
+
+
+def get_weather(city: str, days: int = 1, units: Literal["c", "f"] = "c", context: ToolContext | None = None) -> str:
+    """Get the forecast for a city.
+
+    Looks it up in the weather service.
+
+    Args:
+        city: The city's name,
+            as people write it.
+        days (int): How many days ahead.
+        units (str, optional): Celsius or Fahrenheit.
+
+    Returns:
+        The forecast as text.
+    """
+    return city
+
+
+def test_each_parameter_takes_its_description_from_the_args_section() -> None:
+    spec = Tool(get_weather).spec
+    props = spec.parameters["properties"]
+    assert props["city"] == {"type": "string", "description": "The city's name, as people write it."}
+    assert props["days"] == {"type": "integer", "default": 1, "description": "How many days ahead."}
+    assert props["units"]["enum"] == ["c", "f"]
+    assert props["units"]["default"] == "c"
+    assert props["units"]["description"] == "Celsius or Fahrenheit."
+    assert spec.parameters["required"] == ["city"]
+
+
+def test_the_summary_before_the_sections_stays_the_description() -> None:
+    assert Tool(get_weather).spec.description == "Get the forecast for a city.\n\nLooks it up in the weather service."
+
+
+def test_numpy_style_parameters_are_read_too() -> None:
+    summary, params = docstring_parts(
+        """Add two numbers.
+
+        Parameters
+        ----------
+        a : int
+            The first.
+        b : int
+            The second,
+            on two lines.
+        """
+    )
+    assert summary == "Add two numbers."
+    assert params == {"a": "The first.", "b": "The second, on two lines."}
+
+
+def test_a_parameter_the_docstring_does_not_name_has_no_description() -> None:
+    def f(a: int, b: int) -> int:
+        """Sum.
+
+        Args:
+            a: the first
+        """
+        return a + b
+
+    props = Tool(f).spec.parameters["properties"]
+    assert props == {"a": {"type": "integer", "description": "the first"}, "b": {"type": "integer"}}
+
+
+class Shelf(Toolkit):
+    def __init__(self, **kwargs: object) -> None:
+        self.books = ["Dune"]
+        super().__init__(name="shelf", tools=[self.list_books, self.add_book, self.burn_all], **kwargs)  # type: ignore[arg-type]
+
+    def list_books(self) -> str:
+        """The books on the shelf."""
+        return ", ".join(self.books)
+
+    def add_book(self, title: str) -> str:
+        """Put a book on the shelf.
+
+        Args:
+            title: The book's title.
+        """
+        self.books.append(title)
+        return "ok"
+
+    def burn_all(self) -> str:
+        """Empty the shelf."""
+        self.books.clear()
+        return "gone"
+
+
+def test_a_toolkit_registers_its_methods_as_tools_bound_to_its_state() -> None:
+    shelf = Shelf()
+    assert [t.name for t in shelf.tools] == ["list_books", "add_book", "burn_all"]
+    add = shelf.functions["add_book"]
+    assert add.spec.parameters["properties"]["title"] == {"type": "string", "description": "The book's title."}
+    assert "self" not in add.spec.parameters["properties"]
+    add.call(add.parse_arguments('{"title": "Emma"}'), ToolContext(run_id="r", tool_call_id="c"))
+    assert shelf.books == ["Dune", "Emma"]
+
+
+def test_include_and_exclude_choose_the_tools_offered() -> None:
+    assert [t.name for t in Shelf(include_tools=["list_books"]).tools] == ["list_books"]
+    assert [t.name for t in Shelf(exclude_tools=["burn_all"]).tools] == ["list_books", "add_book"]
+
+
+def test_include_or_exclude_naming_a_missing_tool_is_refused_when_the_agent_is_defined() -> None:
+    kit = Shelf(exclude_tools=["burn_everything"])
+    with pytest.raises(ConfigurationError, match="burn_everything"):
+        Agent(name="typo-shelf", model=ScriptedModel(script=[]), tools=[kit])
+
+
+def test_a_toolkit_can_be_built_from_functions_and_tools() -> None:
+    @tool(at_most_once=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    kit = Toolkit(name="money", tools=[pay, get_weather])
+    assert [t.name for t in kit.tools] == ["pay", "get_weather"]
+    assert kit.functions["pay"].at_most_once
+
+
+def test_an_agent_offers_every_tool_of_its_toolkits_and_their_instructions() -> None:
+    kit = Shelf(instructions="Only list books when asked.", add_instructions=True)
+    agent = Agent(
+        name="librarian-unit", model=ScriptedModel(script=[]), tools=[kit, get_weather], instructions="Be brief."
+    )
+    assert [s.name for s in agent.tool_specs()] == ["list_books", "add_book", "burn_all", "get_weather"]
+    assert agent.render_system_message() == "Be brief.\n\nOnly list books when asked."
+
+
+def test_an_agent_refuses_two_toolkits_offering_the_same_name() -> None:
+    with pytest.raises(ConfigurationError, match="share a name"):
+        Agent(name="twin-shelves", model=ScriptedModel(script=[]), tools=[Shelf(), Shelf()])
+
+
+def test_async_calls_in_one_thread_share_one_loop_that_outlives_each_call() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def where() -> str:
+        loops.append(asyncio.get_running_loop())
+        return "here"
+
+    t = Tool(where)
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    assert t.call({}, ctx) == "here"
+    assert t.call({}, ctx) == "here"
+    assert loops[0] is loops[1] and not loops[0].is_closed()
+
+    other: list[ToolLoop] = []
+    thread = threading.Thread(target=lambda: other.append(thread_loop()))
+    thread.start()
+    thread.join()
+    assert other[0] is not thread_loop()
+
+
+def test_a_system_exit_inside_an_async_tool_reaches_the_caller_and_the_loop_keeps_running() -> None:
+    async def exits() -> None:
+        raise SystemExit(2)
+
+    async def fine() -> str:
+        return "still here"
+
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    with pytest.raises(SystemExit):
+        Tool(exits).call({}, ctx)
+    assert Tool(fine).call({}, ctx) == "still here"
+
+
+def test_a_closed_loop_ends_its_thread() -> None:
+    loop = ToolLoop()
+    loop.close()
+    assert not loop._thread.is_alive()
