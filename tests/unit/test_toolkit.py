@@ -4,6 +4,7 @@ group methods, and async tools on one long-lived loop per thread."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from typing import Literal
 
@@ -186,3 +187,37 @@ def test_a_closed_loop_ends_its_thread() -> None:
     loop = ToolLoop()
     loop.close()
     assert not loop._thread.is_alive()
+
+
+class TimeUp(Exception):
+    """Stands for Celery's SoftTimeLimitExceeded, which a signal raises in the waiting thread."""
+
+
+def test_an_async_call_interrupted_in_its_waiting_thread_is_cancelled_and_does_not_finish() -> None:
+    events: list[str] = []
+    cancelled = threading.Event()
+
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        events.append("finished")
+        return "late"
+
+    def time_up(signum: int, frame: object) -> None:
+        raise TimeUp
+
+    # As Celery's pool does at the soft limit: SIGUSR1 to the thread waiting for the call.
+    previous = signal.signal(signal.SIGUSR1, time_up)
+    timer = threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(TimeUp):
+            Tool(slow).call({}, ToolContext(run_id="r", tool_call_id="c"))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert cancelled.wait(timeout=5), "the interrupted call was not cancelled"
+    assert events == []
