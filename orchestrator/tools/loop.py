@@ -16,11 +16,16 @@ synchronous tool's.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 from collections.abc import Awaitable
 from typing import Any
 
 _local = threading.local()
+#: Loops a forked child inherited from its parent: their threads did not survive the fork, so they
+#: are kept here, never used and never closed (closing would see them as running).
+_inherited: list[threading.local] = []
 
 
 class ToolLoop:
@@ -53,7 +58,9 @@ class ToolLoop:
 
     def __del__(self) -> None:
         # The worker thread that owned this loop has ended: its thread-local holder is released.
-        self.close()
+        # At interpreter exit the loop's daemon thread may already be frozen: nothing to join.
+        if not sys.is_finalizing():
+            self.close()
 
 
 class _Escaped:
@@ -76,3 +83,12 @@ def thread_loop() -> ToolLoop:
     if loop is None:
         loop = _local.loop = ToolLoop()
     return loop
+
+
+def _forget_after_fork() -> None:
+    global _local
+    _inherited.append(_local)
+    _local = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

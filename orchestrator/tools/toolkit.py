@@ -59,7 +59,7 @@ class Toolkit:
 
     def register(self, function: Tool | Callable[..., Any], name: str | None = None) -> None:
         """Add a tool (a function, a bound method or a `Tool`), unless include/exclude leave it out."""
-        found = as_tool(function) if name is None else Tool(_fn(function), name=name)
+        found = as_tool(function) if name is None else _renamed(function, name)
         self._offered.add(found.name)
         if found.name in self.exclude_tools:
             return
@@ -85,8 +85,10 @@ class Toolkit:
         return f"{type(self).__name__}({self.name!r}, tools={list(self.functions)})"
 
 
-def _fn(function: Tool | Callable[..., Any]) -> Callable[..., Any]:
-    return function.fn if isinstance(function, Tool) else function
+def _renamed(function: Tool | Callable[..., Any], name: str) -> Tool:
+    if isinstance(function, Tool):
+        return Tool(function.fn, name=name, description=function.description, at_most_once=function.at_most_once)
+    return Tool(function, name=name)
 
 
 def flatten(tools: Sequence[Toolkit | Tool | Callable[..., Any]]) -> list[Tool]:

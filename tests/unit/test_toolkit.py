@@ -4,8 +4,10 @@ group methods, and async tools on one long-lived loop per thread."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
+import warnings
 from typing import Literal
 
 import pytest
@@ -221,3 +223,37 @@ def test_an_async_call_interrupted_in_its_waiting_thread_is_cancelled_and_does_n
         signal.signal(signal.SIGUSR1, previous)
     assert cancelled.wait(timeout=5), "the interrupted call was not cancelled"
     assert events == []
+
+
+def test_a_tool_registered_under_another_name_keeps_its_settings() -> None:
+    @tool(at_most_once=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    kit = Toolkit(name="money")
+    kit.register(pay, name="pay_invoice")
+    assert [t.name for t in kit.tools] == ["pay_invoice"]
+    assert kit.functions["pay_invoice"].at_most_once
+    assert kit.functions["pay_invoice"].spec.description == "Pay."
+
+
+def test_a_forked_child_starts_its_own_loop_instead_of_the_parents() -> None:
+    async def pid() -> int:
+        return os.getpid()
+
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    assert Tool(pid).call({}, ctx) == os.getpid()  # the parent's loop exists before the fork
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of forking a process with threads: that is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
+    if child == 0:  # the child answers through the pipe and exits without pytest's teardown
+        try:
+            os.write(write, str(Tool(pid).call({}, ctx)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        assert answer.read() == str(child)
+    os.waitpid(child, 0)
