@@ -26,7 +26,6 @@ from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Claim
 from orchestrator.store.transient import retry_transient
 from orchestrator.tools import ToolContext
-from orchestrator.tools.loop import ToolLoop, thread_loop
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
 
 if TYPE_CHECKING:
@@ -102,10 +101,8 @@ class ToolStep:
             # In this thread: the soft limit is raised inside the tool, which so does not finish.
             flight.messages.append(self._call_tool(claim, agent, calls[0], session))
             return list(flight.messages)
-        # Async calls of the batch share this worker thread's long-lived loop, not their pool thread's.
-        loop = thread_loop() if any((t := agent.tool(c.name)) is not None and t.is_async for c in calls) else None
         pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
-        pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session, loop) for c in calls}
+        pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session) for c in calls}
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -153,9 +150,7 @@ class ToolStep:
             what=f"run {claim.run_id} tool result {call_id}",
         )
 
-    def _call_tool(
-        self, claim: Claim, agent: Agent, call: ToolCall, session_id: str, loop: ToolLoop | None = None
-    ) -> Message:
+    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
         tool = agent.tool(call.name)
         store = self.runner.store
 
@@ -180,8 +175,7 @@ class ToolStep:
                 what=f"run {claim.run_id} start of {call.id}",
             )
         try:
-            context = ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id)
-            value = tool.call(args, context, loop=loop)
+            value = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
         except self.runner.timeouts:  # the step's time is up: not the tool's error, the step's
             raise
         except BaseException as exc:

@@ -1,10 +1,13 @@
-"""The event loop async tools run on: one per worker thread, kept for the thread's life.
+"""The event loop async tools run on: one per worker process, kept for the process's life.
 
 A tool may hold what belongs to a loop (an `httpx.AsyncClient`, a database pool) across calls,
 which a new loop per call would break: the second call would find its connections bound to a
-closed loop. So each worker thread owns one loop, running in a helper thread of its own; the
-calls of a step's batch, which run in the step's pool threads, use the loop of the worker thread
-that runs the step (`ToolStep` passes it), and so run concurrently on it.
+closed loop. So async tools run on one long-lived loop in a helper thread. It is one per process,
+not one per worker thread: an agent's tools (a toolkit and the client it holds) are shared by
+every worker thread of a threads pool, and a client bound to one thread's loop fails on another's
+("bound to a different event loop"). A prefork pool process has one worker thread, so there the
+two are the same. The calls of a step's batch, each waiting in its own pool thread, run
+concurrently on the loop; an async tool that blocks (`time.sleep`) stalls the others.
 
 The caller waits on the call's future. When the wait is interrupted (the step's soft time limit,
 raised in the waiting thread), the call is cancelled, so it does not finish, as a synchronous
@@ -17,15 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import threading
 from collections.abc import Awaitable
 from typing import Any
-
-_local = threading.local()
-#: Loops a forked child inherited from its parent: their threads did not survive the fork, so they
-#: are kept here, never used and never closed (closing would see them as running).
-_inherited: list[threading.local] = []
 
 
 class ToolLoop:
@@ -56,12 +53,6 @@ class ToolLoop:
         self._thread.join()
         self._loop.close()
 
-    def __del__(self) -> None:
-        # The worker thread that owned this loop has ended: its thread-local holder is released.
-        # At interpreter exit the loop's daemon thread may already be frozen: nothing to join.
-        if not sys.is_finalizing():
-            self.close()
-
 
 class _Escaped:
     """A SystemExit or KeyboardInterrupt a tool raised, carried past the loop as a value."""
@@ -77,18 +68,27 @@ async def _carried(awaitable: Awaitable[Any]) -> Any:
         return _Escaped(exc)
 
 
-def thread_loop() -> ToolLoop:
-    """The calling thread's tool loop, started on its first async tool call."""
-    loop: ToolLoop | None = getattr(_local, "loop", None)
-    if loop is None:
-        loop = _local.loop = ToolLoop()
-    return loop
+_lock = threading.Lock()
+_process_loop: ToolLoop | None = None
+#: A loop a forked child inherited from its parent: its thread did not survive the fork, so it
+#: is kept here, never used and never closed (closing would see it as running).
+_inherited: list[ToolLoop] = []
+
+
+def process_loop() -> ToolLoop:
+    """This process's tool loop, started on the first async tool call."""
+    global _process_loop
+    with _lock:
+        if _process_loop is None:
+            _process_loop = ToolLoop()
+        return _process_loop
 
 
 def _forget_after_fork() -> None:
-    global _local
-    _inherited.append(_local)
-    _local = threading.local()
+    global _process_loop, _lock
+    if _process_loop is not None:
+        _inherited.append(_process_loop)
+    _process_loop, _lock = None, threading.Lock()  # the lock may have been held at the fork
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

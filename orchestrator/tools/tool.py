@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.models.base import ToolSpec
-from orchestrator.tools.loop import ToolLoop, thread_loop
+from orchestrator.tools.loop import ToolLoop, process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
 from orchestrator.untrusted import safe_str
 
@@ -58,8 +58,6 @@ class Tool:
         self.description = description or summary or self.name
         #: If True, a call that started and never finished is not run again (see DESIGN.md).
         self.at_most_once = at_most_once
-        #: Whether calls run on a tool loop (`loop.py`) rather than in the calling thread alone.
-        self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext)
 
     @functools.cached_property
@@ -102,13 +100,13 @@ class Tool:
 
     def call(self, arguments: dict[str, Any], context: ToolContext, *, loop: ToolLoop | None = None) -> Any:
         """Run the function with validated arguments. An async function runs on `loop`, by default
-        the calling thread's long-lived tool loop (see `orchestrator.tools.loop`)."""
+        the process's long-lived tool loop (see `orchestrator.tools.loop`)."""
         kwargs = dict(arguments)
         if self._context_param:
             kwargs[self._context_param] = context
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
-            result = (loop or thread_loop()).run(result)
+            result = (loop or process_loop()).run(result)
         return result
 
     def __repr__(self) -> str:

@@ -1,12 +1,11 @@
 """Tools as Agno users write them, on a real Celery worker and the real openai client against
 the scripted model, on SQLite and PostgreSQL: an agent given a Toolkit calls its methods, and an
 async tool keeps the `httpx2.AsyncClient` it opened on its first call for its later calls, because
-async tools of a worker thread run on one long-lived event loop."""
+async tools run on one long-lived event loop per worker process, whichever worker thread calls."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 
 import httpx2
@@ -51,7 +50,6 @@ class ModelsApi(Toolkit):
         self.client: httpx2.AsyncClient | None = None
         self.clients: list[int] = []
         self.loops: list[int] = []
-        self.threads: list[int] = []
         super().__init__(name="models_api", tools=[self.count_models])
 
     async def count_models(self) -> str:
@@ -60,7 +58,6 @@ class ModelsApi(Toolkit):
             self.client = httpx2.AsyncClient(base_url=self.base_url)
         self.clients.append(id(self.client))
         self.loops.append(id(asyncio.get_running_loop()))
-        self.threads.append(threading.get_ident())
         response = await self.client.get("/models")
         response.raise_for_status()
         return f"{len(response.json()['data'])} models"
@@ -96,20 +93,20 @@ def test_an_agent_with_a_toolkit_calls_its_methods_on_the_toolkit_instance(
     assert shelf.books == ["Dune", "Emma"]
 
 
-def test_an_async_tool_reuses_its_client_across_steps_of_one_worker_thread(
+def test_an_async_tool_reuses_its_client_across_steps_and_batches_on_a_worker(
     settings: Settings, scripted: ScriptedServer
 ) -> None:
-    # Given an async tool that opens an AsyncClient on its first call, on a one-thread worker
+    # Given an async tool that opens an AsyncClient on its first call, on a worker of 4 threads
     api = ModelsApi(scripted.url)
     agent = Agent(name=f"counter-{uuid.uuid4().hex[:8]}", model=OpenAIChat(id="gpt-4o-mini"), tools=[api])
-    scripted.configure(ScriptConfig(batches=[[{"tool": "count_models", "arguments": {}}]] * 2))
-    # When the model calls it in two tool steps
-    with EmbeddedWorker(settings, concurrency=1):
-        out = Client(settings).start(agent.name, input="count twice").wait(timeout=60)
-    # Then the second call used the client the first opened, on the same loop, and both answered
+    one = {"tool": "count_models", "arguments": {}}
+    scripted.configure(ScriptConfig(batches=[[one], [one], [one, one]]))
+    # When the model calls it in three tool steps, the last a batch of two concurrent calls
+    with EmbeddedWorker(settings, concurrency=4):
+        out = Client(settings).start(agent.name, input="count").wait(timeout=60)
+    # Then every call used the client the first opened, on one loop, and all answered
     assert out.status == S.COMPLETED, out.error
-    assert [(m.content, m.tool_call_error) for m in tool_messages(out.messages)] == [("1 models", False)] * 2
-    assert len(api.clients) == 2 and len(set(api.clients)) == 1
+    assert [(m.content, m.tool_call_error) for m in tool_messages(out.messages)] == [("1 models", False)] * 4
+    assert len(api.clients) == 4 and len(set(api.clients)) == 1
     assert len(set(api.loops)) == 1
-    assert len(set(api.threads)) == 1
-    assert [r["step"] for r in scripted.requests_for(out.run_id)] == ["0", "2", "4"]
+    assert [r["step"] for r in scripted.requests_for(out.run_id)] == ["0", "2", "4", "6"]

@@ -16,7 +16,7 @@ from orchestrator import Agent, Toolkit
 from orchestrator.errors import ConfigurationError
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.tools import Tool, ToolContext, tool
-from orchestrator.tools.loop import ToolLoop, thread_loop
+from orchestrator.tools.loop import ToolLoop, process_loop
 from orchestrator.tools.schema import docstring_parts
 
 
@@ -152,7 +152,7 @@ def test_an_agent_refuses_two_toolkits_offering_the_same_name() -> None:
         Agent(name="twin-shelves", model=ScriptedModel(script=[]), tools=[Shelf(), Shelf()])
 
 
-def test_async_calls_in_one_thread_share_one_loop_that_outlives_each_call() -> None:
+def test_async_calls_from_every_thread_share_one_loop_that_outlives_each_call() -> None:
     loops: list[asyncio.AbstractEventLoop] = []
 
     async def where() -> str:
@@ -163,13 +163,12 @@ def test_async_calls_in_one_thread_share_one_loop_that_outlives_each_call() -> N
     ctx = ToolContext(run_id="r", tool_call_id="c")
     assert t.call({}, ctx) == "here"
     assert t.call({}, ctx) == "here"
-    assert loops[0] is loops[1] and not loops[0].is_closed()
-
-    other: list[ToolLoop] = []
-    thread = threading.Thread(target=lambda: other.append(thread_loop()))
+    # A worker thread of a threads pool shares the agent's tools, and so what they hold, with the others.
+    thread = threading.Thread(target=t.call, args=({}, ctx))
     thread.start()
     thread.join()
-    assert other[0] is not thread_loop()
+    assert len(loops) == 3 and len(set(map(id, loops))) == 1 and not loops[0].is_closed()
+    assert process_loop()._loop is loops[0]
 
 
 def test_a_system_exit_inside_an_async_tool_reaches_the_caller_and_the_loop_keeps_running() -> None:
