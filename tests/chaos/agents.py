@@ -119,7 +119,7 @@ def effect(key: str, ctx: ToolContext) -> str:
 
 @tool
 async def effect_async(key: str, ctx: ToolContext) -> str:
-    """`effect` as an async tool: its hold awaits on the worker thread's tool loop."""
+    """`effect` as an async tool: its hold awaits on the worker process's tool loop."""
     with _ledger().begin() as conn:
         conn.execute(
             insert(attempts).values(

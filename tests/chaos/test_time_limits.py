@@ -78,7 +78,7 @@ def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(clus
 
 @pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_continue(cluster: Cluster) -> None:
-    # Given an async tool awaiting on its worker thread's tool loop when the soft limit strikes
+    # Given an async tool awaiting on its worker process's tool loop when the soft limit strikes
     cluster.script(batches=[calls("a", name="effect_async")])
     cluster.flag("hold-a")
     cluster.start_worker()

@@ -1,5 +1,5 @@
 """Tools as Agno users write them: descriptions from the docstring's Args section, toolkits that
-group methods, and async tools on one long-lived loop per thread."""
+group methods, and async tools on one long-lived loop per process."""
 
 from __future__ import annotations
 
