@@ -45,14 +45,6 @@ class ToolLoop:
             raise outcome.exc
         return outcome
 
-    def close(self) -> None:
-        """Stop the loop and close it (its thread ends)."""
-        if self._loop.is_closed():
-            return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-
 
 class _Escaped:
     """A SystemExit or KeyboardInterrupt a tool raised, carried past the loop as a value."""

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.models.base import ToolSpec
-from orchestrator.tools.loop import ToolLoop, process_loop
+from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
 from orchestrator.untrusted import safe_str
 
@@ -98,15 +98,15 @@ class Tool:
             ) from None
         return {k: getattr(validated, k) for k in type(validated).model_fields}
 
-    def call(self, arguments: dict[str, Any], context: ToolContext, *, loop: ToolLoop | None = None) -> Any:
-        """Run the function with validated arguments. An async function runs on `loop`, by default
-        the process's long-lived tool loop (see `orchestrator.tools.loop`)."""
+    def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run the function with validated arguments; an async function runs on the process's
+        long-lived tool loop (see `orchestrator.tools.loop`)."""
         kwargs = dict(arguments)
         if self._context_param:
             kwargs[self._context_param] = context
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
-            result = (loop or process_loop()).run(result)
+            result = process_loop().run(result)
         return result
 
     def __repr__(self) -> str:

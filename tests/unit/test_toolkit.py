@@ -16,7 +16,7 @@ from orchestrator import Agent, Toolkit
 from orchestrator.errors import ConfigurationError
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.tools import Tool, ToolContext, tool
-from orchestrator.tools.loop import ToolLoop, process_loop
+from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts
 
 
@@ -182,12 +182,6 @@ def test_a_system_exit_inside_an_async_tool_reaches_the_caller_and_the_loop_keep
     with pytest.raises(SystemExit):
         Tool(exits).call({}, ctx)
     assert Tool(fine).call({}, ctx) == "still here"
-
-
-def test_a_closed_loop_ends_its_thread() -> None:
-    loop = ToolLoop()
-    loop.close()
-    assert not loop._thread.is_alive()
 
 
 class TimeUp(Exception):
