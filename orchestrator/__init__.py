@@ -34,7 +34,7 @@ from orchestrator.run import RunError, RunOutput, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.team import Team
-from orchestrator.tools import Tool, ToolContext, tool
+from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 from orchestrator.usage import Metrics, Prices
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolBatchLimitError",
     "ToolContext",
+    "Toolkit",
     "ToolInterruptedError",
     "tool",
 ]

@@ -23,7 +23,7 @@ from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunOutput
-from orchestrator.tools import Tool, as_tool
+from orchestrator.tools import Tool, Toolkit, flatten
 
 if TYPE_CHECKING:
     from orchestrator.client import Client, RunHandle
@@ -39,7 +39,7 @@ class Agent:
         *,
         name: str,
         model: Model,
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | Toolkit | Callable[..., Any]] = (),
         instructions: str | Sequence[str] | None = None,
         description: str | None = None,
         role: str | None = None,
@@ -55,7 +55,10 @@ class Agent:
             raise ConfigurationError(f"{name}: model must be a Model (e.g. OpenAIChat(id=...)), got {model!r}")
         self.name = name
         self.model = model
-        self.tools = [as_tool(t) for t in tools]
+        self.tools = flatten(tools)
+        self._toolkit_instructions = [
+            t.instructions for t in tools if isinstance(t, Toolkit) and t.add_instructions and t.instructions
+        ]
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"{name}: two tools share a name: {sorted(names)}")
@@ -100,6 +103,7 @@ class Agent:
             parts.append(self.instructions)
         elif self.instructions:
             parts.append("\n".join(f"- {line}" for line in self.instructions))
+        parts.extend(self._toolkit_instructions)
         return "\n\n".join(parts) or None
 
     # ---------------------------------------------------------------- what a producer uses

@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.agent import Agent
 from orchestrator.errors import ConfigurationError
 from orchestrator.models.base import Model
-from orchestrator.tools import Tool
+from orchestrator.tools import Tool, Toolkit
 
 TO_MEMBER = "delegate_task_to_member"
 TO_MEMBERS = "delegate_task_to_members"
@@ -43,7 +43,7 @@ class Team(Agent):
         name: str,
         model: Model,
         members: Sequence[Agent] = (),
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | Toolkit | Callable[..., Any]] = (),
         instructions: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:

@@ -21,6 +21,7 @@ shows whether a call ran again, effect or not.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -116,6 +117,28 @@ def effect(key: str, ctx: ToolContext) -> str:
     return f"{key}: applied"
 
 
+@tool
+async def effect_async(key: str, ctx: ToolContext) -> str:
+    """`effect` as an async tool: its hold awaits on the worker process's tool loop."""
+    with _ledger().begin() as conn:
+        conn.execute(
+            insert(attempts).values(
+                run_id=ctx.run_id, tool_call_id=ctx.tool_call_id, key=key, pid=os.getpid(), at=time.time()
+            )
+        )
+    (chaos_dir() / f"started-{key}.{os.getpid()}").touch()
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while (chaos_dir() / f"hold-{key}").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the soft limit cancels the call here
+    with _ledger().begin() as conn:
+        conn.execute(
+            insert(effects).values(
+                run_id=ctx.run_id, tool_call_id=ctx.tool_call_id, key=key, pid=os.getpid(), at=time.time()
+            )
+        )
+    return f"{key}: applied"
+
+
 def _effect_once(key: str, ctx: ToolContext) -> str:
     """Apply a side effect that must never run twice (at-most-once)."""
     return effect.fn(key, ctx)  # type: ignore[no-any-return]
@@ -146,7 +169,7 @@ AGENT = "chaos-agent"
 Agent(
     name=AGENT,
     model=MarkedChat(id="scripted"),
-    tools=[effect, effect_once, crash],
+    tools=[effect, effect_once, crash, effect_async],
     instructions="Do what the script says.",
     retries=2,
     retry_policy=FAST_RETRIES,

@@ -76,6 +76,29 @@ def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(clus
     cluster.assert_invariants([run_id])
 
 
+@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
+def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_continue(cluster: Cluster) -> None:
+    # Given an async tool awaiting on its worker process's tool loop when the soft limit strikes
+    cluster.script(batches=[calls("a", name="effect_async")])
+    cluster.flag("hold-a")
+    cluster.start_worker()
+    run_id = cluster.start_run()
+
+    # Then the step times out with no result for the call
+    out = cluster.wait_status(run_id, RunStatus.ERROR, timeout=20)
+    assert out.error is not None and out.error.type == "StepTimeoutError"
+    assert out.tools == []
+
+    # And a continue runs it again to the end; the cancelled first call never took effect (one row)
+    cluster.unflag("hold-a")
+    cluster.client.continue_run(run_id)
+    done = cluster.assert_invariants([run_id])[run_id]
+    assert done.status == RunStatus.COMPLETED
+    assert [t.result for t in done.tools] == ["a: applied"]
+    assert cluster.attempts(run_id) == {"a": 2}
+    assert sorted(cluster.effects(run_id).values()) == ["a"]
+
+
 def test_a_step_killed_at_the_hard_limit_is_recovered_by_the_sweeper(cluster: Cluster) -> None:
     # Given a tool that ignores the soft limit and holds until the hard limit kills it
     cluster.script(batches=[calls("a")])

@@ -1,6 +1,6 @@
 """Tools: plain Python functions the model may call.
 
-A tool's JSON schema comes from its signature and docstring. The model's arguments are
+A tool's JSON schema comes from its signature and docstring (`schema.py`). The model's arguments are
 validated with pydantic (unknown keys forbidden, types checked) before the function runs; invalid
 arguments, like an exception raised by the tool, become a tool message with
 `tool_call_error=True` that the model sees on its next turn. They never fail the run.
@@ -11,18 +11,19 @@ run id and an idempotency key `run_id:tool_call_id` that stays the same when a s
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, get_type_hints, overload
+from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import ValidationError
 
-from orchestrator.errors import ConfigurationError, ToolArgumentsError
+from orchestrator.errors import ToolArgumentsError
 from orchestrator.models.base import ToolSpec
+from orchestrator.tools.loop import process_loop
+from orchestrator.tools.schema import docstring_parts, signature_model
 from orchestrator.untrusted import safe_str
 
 
@@ -53,10 +54,11 @@ class Tool:
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
-        self.description = description or inspect.cleandoc(fn.__doc__ or "") or self.name
+        summary, params = docstring_parts(fn.__doc__)
+        self.description = description or summary or self.name
         #: If True, a call that started and never finished is not run again (see DESIGN.md).
         self.at_most_once = at_most_once
-        self._context_param, self._args_model = _signature_model(fn, self.name)
+        self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext)
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -97,41 +99,18 @@ class Tool:
         return {k: getattr(validated, k) for k in type(validated).model_fields}
 
     def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        """Run the function with validated arguments (async functions run on their own loop)."""
+        """Run the function with validated arguments; an async function runs on the process's
+        long-lived tool loop (see `orchestrator.tools.loop`)."""
         kwargs = dict(arguments)
         if self._context_param:
             kwargs[self._context_param] = context
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
+            result = process_loop().run(result)
         return result
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _signature_model(fn: Callable[..., Any], name: str) -> tuple[str | None, type[BaseModel]]:
-    try:
-        hints = get_type_hints(fn, include_extras=True)  # keep Annotated constraints and validators
-    except Exception as exc:  # an unresolvable annotation is the user's to fix, named here
-        raise ConfigurationError(f"tool {name}: cannot read its type hints: {exc}") from exc
-    context_param = None
-    fields: dict[str, Any] = {}
-    for pname, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ConfigurationError(f"tool {name}: *args/**kwargs cannot be described to a model")
-        annotation = hints.get(pname, Any)
-        if annotation is ToolContext:
-            context_param = pname
-            continue
-        default = ... if param.default is param.empty else param.default
-        fields[pname] = (annotation, default)
-    model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    return context_param, model
 
 
 @overload

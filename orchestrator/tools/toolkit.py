@@ -1,0 +1,99 @@
+"""Toolkits: tools grouped under a name, in the shape Agno users write them.
+
+    class Weather(Toolkit):
+        def __init__(self, api_key: str) -> None:
+            self.api_key = api_key
+            super().__init__(name="weather", tools=[self.forecast, self.alerts])
+
+        def forecast(self, city: str) -> str:
+            \"\"\"Tomorrow's forecast for a city.
+
+            Args:
+                city: The city's name, e.g. "Lisbon".
+            \"\"\"
+
+    Agent(name="forecaster", model=..., tools=[Weather(api_key=...)])
+
+An agent given a toolkit offers each of its tools to the model under the tool's own name (a
+toolkit is a grouping, not a namespace). A toolkit is built again in every worker process with
+the agent's module, so what it holds (a client, a key) is runtime state, never persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.tools.tool import Tool, as_tool
+
+
+class Toolkit:
+    """A named group of tools, with optional instructions for the model on how to use them.
+
+    `include_tools` keeps only the named tools, `exclude_tools` drops the named ones; naming a
+    tool the toolkit does not have is a configuration error. With `add_instructions=True` the
+    toolkit's `instructions` join the system message of the agent that uses it.
+    """
+
+    def __init__(
+        self,
+        name: str = "toolkit",
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        *,
+        instructions: str | None = None,
+        add_instructions: bool = False,
+        include_tools: Sequence[str] | None = None,
+        exclude_tools: Sequence[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.instructions = instructions
+        self.add_instructions = add_instructions
+        self.include_tools = list(include_tools) if include_tools is not None else None
+        self.exclude_tools = list(exclude_tools or ())
+        #: The toolkit's tools by name, in the order they were registered.
+        self.functions: dict[str, Tool] = {}
+        self._offered: set[str] = set()  # every name registered, kept or left out
+        for t in tools:
+            self.register(t)
+
+    def register(self, function: Tool | Callable[..., Any], name: str | None = None) -> None:
+        """Add a tool (a function, a bound method or a `Tool`), unless include/exclude leave it out."""
+        found = as_tool(function) if name is None else _renamed(function, name)
+        self._offered.add(found.name)
+        if found.name in self.exclude_tools:
+            return
+        if self.include_tools is not None and found.name not in self.include_tools:
+            return
+        if found.name in self.functions:
+            raise ConfigurationError(f"toolkit {self.name}: two tools share the name {found.name!r}")
+        self.functions[found.name] = found
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The toolkit's tools, checked against include/exclude (call after registering)."""
+        self._check_names()
+        return list(self.functions.values())
+
+    def _check_names(self) -> None:
+        named = set(self.include_tools or ()) | set(self.exclude_tools)
+        missing = sorted(named - self._offered)
+        if missing:
+            raise ConfigurationError(f"toolkit {self.name}: include/exclude name tools it does not have: {missing}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, tools={list(self.functions)})"
+
+
+def _renamed(function: Tool | Callable[..., Any], name: str) -> Tool:
+    if isinstance(function, Tool):
+        return Tool(function.fn, name=name, description=function.description, at_most_once=function.at_most_once)
+    return Tool(function, name=name)
+
+
+def flatten(tools: Sequence[Toolkit | Tool | Callable[..., Any]]) -> list[Tool]:
+    """An agent's tools with each toolkit replaced by its tools."""
+    flat: list[Tool] = []
+    for t in tools:
+        flat.extend(t.tools if isinstance(t, Toolkit) else [as_tool(t)])
+    return flat

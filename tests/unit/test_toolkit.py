@@ -1,0 +1,252 @@
+"""Tools as Agno users write them: descriptions from the docstring's Args section, toolkits that
+group methods, and async tools on one long-lived loop per process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import warnings
+from typing import Literal
+
+import pytest
+
+from orchestrator import Agent, Toolkit
+from orchestrator.errors import ConfigurationError
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.tools import Tool, ToolContext, tool
+from orchestrator.tools.loop import process_loop
+from orchestrator.tools.schema import docstring_parts
+
+
+def get_weather(city: str, days: int = 1, units: Literal["c", "f"] = "c", context: ToolContext | None = None) -> str:
+    """Get the forecast for a city.
+
+    Looks it up in the weather service.
+
+    Args:
+        city: The city's name,
+            as people write it.
+        days (int): How many days ahead.
+        units (str, optional): Celsius or Fahrenheit.
+
+    Returns:
+        The forecast as text.
+    """
+    return city
+
+
+def test_each_parameter_takes_its_description_from_the_args_section() -> None:
+    spec = Tool(get_weather).spec
+    props = spec.parameters["properties"]
+    assert props["city"] == {"type": "string", "description": "The city's name, as people write it."}
+    assert props["days"] == {"type": "integer", "default": 1, "description": "How many days ahead."}
+    assert props["units"]["enum"] == ["c", "f"]
+    assert props["units"]["default"] == "c"
+    assert props["units"]["description"] == "Celsius or Fahrenheit."
+    assert spec.parameters["required"] == ["city"]
+
+
+def test_the_summary_before_the_sections_stays_the_description() -> None:
+    assert Tool(get_weather).spec.description == "Get the forecast for a city.\n\nLooks it up in the weather service."
+
+
+def test_numpy_style_parameters_are_read_too() -> None:
+    summary, params = docstring_parts(
+        """Add two numbers.
+
+        Parameters
+        ----------
+        a : int
+            The first.
+        b : int
+            The second,
+            on two lines.
+        """
+    )
+    assert summary == "Add two numbers."
+    assert params == {"a": "The first.", "b": "The second, on two lines."}
+
+
+def test_a_parameter_the_docstring_does_not_name_has_no_description() -> None:
+    def f(a: int, b: int) -> int:
+        """Sum.
+
+        Args:
+            a: the first
+        """
+        return a + b
+
+    props = Tool(f).spec.parameters["properties"]
+    assert props == {"a": {"type": "integer", "description": "the first"}, "b": {"type": "integer"}}
+
+
+class Shelf(Toolkit):
+    def __init__(self, **kwargs: object) -> None:
+        self.books = ["Dune"]
+        super().__init__(name="shelf", tools=[self.list_books, self.add_book, self.burn_all], **kwargs)  # type: ignore[arg-type]
+
+    def list_books(self) -> str:
+        """The books on the shelf."""
+        return ", ".join(self.books)
+
+    def add_book(self, title: str) -> str:
+        """Put a book on the shelf.
+
+        Args:
+            title: The book's title.
+        """
+        self.books.append(title)
+        return "ok"
+
+    def burn_all(self) -> str:
+        """Empty the shelf."""
+        self.books.clear()
+        return "gone"
+
+
+def test_a_toolkit_registers_its_methods_as_tools_bound_to_its_state() -> None:
+    shelf = Shelf()
+    assert [t.name for t in shelf.tools] == ["list_books", "add_book", "burn_all"]
+    add = shelf.functions["add_book"]
+    assert add.spec.parameters["properties"]["title"] == {"type": "string", "description": "The book's title."}
+    assert "self" not in add.spec.parameters["properties"]
+    add.call(add.parse_arguments('{"title": "Emma"}'), ToolContext(run_id="r", tool_call_id="c"))
+    assert shelf.books == ["Dune", "Emma"]
+
+
+def test_include_and_exclude_choose_the_tools_offered() -> None:
+    assert [t.name for t in Shelf(include_tools=["list_books"]).tools] == ["list_books"]
+    assert [t.name for t in Shelf(exclude_tools=["burn_all"]).tools] == ["list_books", "add_book"]
+
+
+def test_include_or_exclude_naming_a_missing_tool_is_refused_when_the_agent_is_defined() -> None:
+    kit = Shelf(exclude_tools=["burn_everything"])
+    with pytest.raises(ConfigurationError, match="burn_everything"):
+        Agent(name="typo-shelf", model=ScriptedModel(script=[]), tools=[kit])
+
+
+def test_a_toolkit_can_be_built_from_functions_and_tools() -> None:
+    @tool(at_most_once=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    kit = Toolkit(name="money", tools=[pay, get_weather])
+    assert [t.name for t in kit.tools] == ["pay", "get_weather"]
+    assert kit.functions["pay"].at_most_once
+
+
+def test_an_agent_offers_every_tool_of_its_toolkits_and_their_instructions() -> None:
+    kit = Shelf(instructions="Only list books when asked.", add_instructions=True)
+    agent = Agent(
+        name="librarian-unit", model=ScriptedModel(script=[]), tools=[kit, get_weather], instructions="Be brief."
+    )
+    assert [s.name for s in agent.tool_specs()] == ["list_books", "add_book", "burn_all", "get_weather"]
+    assert agent.render_system_message() == "Be brief.\n\nOnly list books when asked."
+
+
+def test_an_agent_refuses_two_toolkits_offering_the_same_name() -> None:
+    with pytest.raises(ConfigurationError, match="share a name"):
+        Agent(name="twin-shelves", model=ScriptedModel(script=[]), tools=[Shelf(), Shelf()])
+
+
+def test_async_calls_from_every_thread_share_one_loop_that_outlives_each_call() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def where() -> str:
+        loops.append(asyncio.get_running_loop())
+        return "here"
+
+    t = Tool(where)
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    assert t.call({}, ctx) == "here"
+    assert t.call({}, ctx) == "here"
+    # A worker thread of a threads pool shares the agent's tools, and so what they hold, with the others.
+    thread = threading.Thread(target=t.call, args=({}, ctx))
+    thread.start()
+    thread.join()
+    assert len(loops) == 3 and len(set(map(id, loops))) == 1 and not loops[0].is_closed()
+    assert process_loop()._loop is loops[0]
+
+
+def test_a_system_exit_inside_an_async_tool_reaches_the_caller_and_the_loop_keeps_running() -> None:
+    async def exits() -> None:
+        raise SystemExit(2)
+
+    async def fine() -> str:
+        return "still here"
+
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    with pytest.raises(SystemExit):
+        Tool(exits).call({}, ctx)
+    assert Tool(fine).call({}, ctx) == "still here"
+
+
+class TimeUp(Exception):
+    """Stands for Celery's SoftTimeLimitExceeded, which a signal raises in the waiting thread."""
+
+
+def test_an_async_call_interrupted_in_its_waiting_thread_is_cancelled_and_does_not_finish() -> None:
+    events: list[str] = []
+    cancelled = threading.Event()
+
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        events.append("finished")
+        return "late"
+
+    def time_up(signum: int, frame: object) -> None:
+        raise TimeUp
+
+    # As Celery's pool does at the soft limit: SIGUSR1 to the thread waiting for the call.
+    previous = signal.signal(signal.SIGUSR1, time_up)
+    timer = threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(TimeUp):
+            Tool(slow).call({}, ToolContext(run_id="r", tool_call_id="c"))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert cancelled.wait(timeout=5), "the interrupted call was not cancelled"
+    assert events == []
+
+
+def test_a_tool_registered_under_another_name_keeps_its_settings() -> None:
+    @tool(at_most_once=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    kit = Toolkit(name="money")
+    kit.register(pay, name="pay_invoice")
+    assert [t.name for t in kit.tools] == ["pay_invoice"]
+    assert kit.functions["pay_invoice"].at_most_once
+    assert kit.functions["pay_invoice"].spec.description == "Pay."
+
+
+def test_a_forked_child_starts_its_own_loop_instead_of_the_parents() -> None:
+    async def pid() -> int:
+        return os.getpid()
+
+    ctx = ToolContext(run_id="r", tool_call_id="c")
+    assert Tool(pid).call({}, ctx) == os.getpid()  # the parent's loop exists before the fork
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of forking a process with threads: that is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
+    if child == 0:  # the child answers through the pipe and exits without pytest's teardown
+        try:
+            os.write(write, str(Tool(pid).call({}, ctx)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        assert answer.read() == str(child)
+    os.waitpid(child, 0)
