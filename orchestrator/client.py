@@ -19,7 +19,7 @@ from orchestrator import validation
 from orchestrator.control import RunControl
 from orchestrator.errors import RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.ports import DeltaSink, Dispatcher, get_delta_sink, get_dispatcher
+from orchestrator.ports import DeltaSink, Dispatcher, get_delta_sink
 from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import RunOutput, Session
 from orchestrator.settings import Settings
@@ -92,10 +92,8 @@ class Client:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        """Where steps are published (RATCHET_DISPATCHER, Celery by default)."""
-        if self._dispatcher is None:
-            self._dispatcher = get_dispatcher(self.settings)
-        return self._dispatcher
+        """Where steps are published (RATCHET_DISPATCHER, Celery by default): run control's."""
+        return self.control.dispatcher
 
     @property
     def control(self) -> RunControl:
