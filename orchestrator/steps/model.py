@@ -23,7 +23,7 @@ from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
-from orchestrator.store import Claim, reads
+from orchestrator.store import Claim
 from orchestrator.untrusted import storable_name, storable_text
 from orchestrator.usage import Prices
 
@@ -109,9 +109,10 @@ class ModelStep:
         step sends the same request; kept in flight, never stored)."""
         if agent.output_schema is None or not claim.record.retries:
             return []
-        with self.runner.store.engine.connect() as conn:
-            error = reads.retry_error(conn, claim.run_id, claim.record.seq)
-        message = structured.correction(error)
+        # The retry parked at this seq recorded why (`Store.park_for_retry`): a read on retries only.
+        retries = [e for e in self.runner.store.get_events(claim.run_id) if e["kind"] == "retry"]
+        detail = next((e["detail"] for e in reversed(retries) if e["seq"] == claim.record.seq), None) or {}
+        message = structured.correction(detail.get("error"))
         return [message] if message is not None else []
 
     def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:

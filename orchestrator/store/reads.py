@@ -71,14 +71,6 @@ def _retry_wait(conn: Connection, record: RunRecord) -> RetryWait | None:
     return RetryWait(attempt=record.retries, until=row.at + float(detail.get("delay", 0.0)), reason=reason)
 
 
-def retry_error(conn: Connection, run_id: str, seq: int) -> dict[str, Any] | None:
-    """The error ({"type", "message"}) that parked the retry numbered `seq`, if step `seq` is one."""
-    row = _retry_row(conn, run_id, seq)
-    detail = json.loads(row.detail) if row is not None and row.detail else {}
-    error = detail.get("error")
-    return error if isinstance(error, dict) else None
-
-
 def _retry_row(conn: Connection, run_id: str, seq: int) -> Row[Any, Any] | None:
     return conn.execute(
         select(events.c.at, events.c.detail)
