@@ -85,7 +85,7 @@ class Message(BaseModel):
             "tool_name": _name(self.tool_name, TOOL_NAME_MAX),
             "tool_args": _args_json(self.tool_args),
             "tool_call_error": self.tool_call_error,
-            **{c: getattr(self.metrics, c) if self.metrics is not None else None for c in USAGE_COLUMNS},
+            **_usage_values(self.metrics),
         }
 
     @classmethod
@@ -104,10 +104,15 @@ class Message(BaseModel):
         )
 
 
+def _usage_values(metrics: Metrics | None) -> dict[str, Any]:
+    return {c: getattr(metrics, c) for c in USAGE_COLUMNS} if metrics is not None else dict.fromkeys(USAGE_COLUMNS)
+
+
 def _metrics(row: Any) -> Metrics | None:
-    """The usage columns of a row (NULL on rows older than migration 0005): None if all are."""
+    """The usage columns of a row (NULL on rows older than migration 0005): None if all are.
+    Typed columns, validated when the reply was stored: not validated again on every claim."""
     values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}
-    return Metrics(**values) if any(v is not None for v in values.values()) else None
+    return Metrics.model_construct(**values) if any(v is not None for v in values.values()) else None
 
 
 def _args_json(args: dict[str, Any] | None) -> str | None:
