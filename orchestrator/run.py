@@ -45,6 +45,10 @@ class RunRecord:
     parent_tool_call_id: str | None = None
     #: Started with stream=True: its steps publish live events (text deltas, step restarts).
     stream: bool = False
+    #: Who the run is for, as its producer said.
+    user_id: str | None = None
+    #: The earlier runs of the session its context includes, as JSON (`orchestrator.history`).
+    history: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -100,7 +100,7 @@ class PostgresBackend(Backend):
 
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         params = {f"b_r_{k}": v for k, v in values.items()}
-        params.update(b_session_id=values["session_id"], b_now=values["created_at"])
+        params.update(b_session_id=values["session_id"], b_now=values["created_at"], b_user_id=values["user_id"])
         params.update(statements.message_arrays(input_messages))
         return RunRecord.from_row(conn.execute(statements.CREATE_PG, params).one())
 

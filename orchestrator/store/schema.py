@@ -29,6 +29,10 @@ sessions = Table(
     metadata,
     Column("session_id", String(128), primary_key=True),
     Column("created_at", Float, nullable=False),
+    # Who the session belongs to, as the producer of its first run said (migration 0006).
+    Column("user_id", String(128), nullable=True),
+    # The session's state, a JSON object tools read and change (`ToolContext.session_state`).
+    Column("session_state", Text, nullable=True),
 )
 
 runs = Table(
@@ -69,8 +73,14 @@ runs = Table(
     Column("updated_at", Float, nullable=False),
     # Started with stream=True: its steps publish live events (deltas) too (migration 0004).
     Column("stream", Boolean, nullable=False, default=False, server_default=false()),
+    # Who the run is for, as its producer said (migration 0006).
+    Column("user_id", String(128), nullable=True),
+    # Which earlier runs of the session its context includes, JSON [[run_id, n_messages], ...],
+    # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
+    Column("history", Text, nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
+Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
 

@@ -51,7 +51,10 @@ class SqliteBackend(Backend):
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         now = values["created_at"]
         # Prebuilt: building an insert of 24 values costs more than running it (bench/FINDINGS.md).
-        conn.execute(statements.CREATE_SESSION, {"session_id": values["session_id"], "created_at": now})
+        conn.execute(
+            statements.CREATE_SESSION,
+            {"session_id": values["session_id"], "created_at": now, "user_id": values["user_id"]},
+        )
         record = RunRecord.from_row(conn.execute(statements.CREATE_RUN, values).one())
         writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
         return record

@@ -178,7 +178,11 @@ COMMIT_PG_FINAL = _commit_pg(notify=True)
 def _create_pg() -> Select[Any]:
     session = (
         postgresql.insert(sessions)
-        .values(session_id=bindparam("b_session_id", type_=String), created_at=bindparam("b_now", type_=Float))
+        .values(
+            session_id=bindparam("b_session_id", type_=String),
+            created_at=bindparam("b_now", type_=Float),
+            user_id=bindparam("b_user_id", type_=String),
+        )
         .on_conflict_do_nothing()
         .cte("new_session")
     )

@@ -23,17 +23,17 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, insert
 
 from orchestrator.errors import FencedError
-from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
-from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import reads, statements, writes
+from orchestrator.store import statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
+from orchestrator.store.reading import StoreReads
 from orchestrator.store.schema import events, runs
 from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.transcripts import TranscriptCache
@@ -42,7 +42,7 @@ S = RunStatus
 T = TypeVar("T")
 
 
-class Store:
+class Store(StoreReads):
     """Reads and guarded writes of the run store. Thread-safe; one per process and URL."""
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
@@ -77,55 +77,6 @@ class Store:
         `close=False`, after a fork, leaves the parent's pooled connections open."""
         self._backend.dispose(close=close)
 
-    # ---------------------------------------------------------------- reads
-
-    def _read(self, conn: Connection | None, read: Callable[[Connection], T]) -> T:
-        return read(conn) if conn is not None else self._backend.quick(read)
-
-    def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
-        """The run's row, or RunNotFoundError."""
-        return self._read(conn, lambda c: reads.get_record(c, run_id))
-
-    def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
-        """The run's stored messages in order (the system message lives on the run row)."""
-        return self._read(conn, lambda c: reads.get_messages(c, run_id))
-
-    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
-        """The run's direct child runs, oldest first."""
-        return self._read(conn, lambda c: reads.children(c, run_id))
-
-    def get_output(self, run_id: str) -> RunOutput:
-        """The run with its transcript and its member runs (recursively)."""
-        return self._backend.quick(lambda c: self._backend.output(c, run_id))
-
-    def final_output(self, run_id: str) -> RunOutput | None:
-        """The run's output if it stopped, else None, in one read: what a waiter polls."""
-        return self._backend.quick(lambda c: reads.final_output(c, run_id))
-
-    def get_session(self, session_id: str) -> Session | None:
-        """The session's top-level runs, oldest first; None if the session does not exist."""
-        return self._backend.quick(lambda c: reads.get_session(c, session_id))
-
-    def get_events(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's events (errors, retries, continues, sweeps), oldest first."""
-        return self._backend.quick(lambda c: reads.get_events(c, run_id))
-
-    def run_events(self, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
-        """The run's row and its durable events after `after` in id order, read in one snapshot."""
-        return self._backend.snapshot(lambda c: reads.run_events(c, run_id, after))
-
-    def started_tool_calls(self, run_id: str) -> set[str]:
-        """Ids of at-most-once calls that were started (finished or not)."""
-        return self._backend.quick(lambda c: reads.started_tool_calls(c, run_id))
-
-    def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
-        """Whether a result of this tool call is stored (a retried append looks before writing)."""
-        return self._backend.quick(lambda c: reads.has_tool_result(c, run_id, tool_call_id))
-
-    def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
-        """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
-        return self._backend.quick(lambda c: reads.due_runs(c, now=now, limit=limit))
-
     # ---------------------------------------------------------------- producer writes
 
     def create_run(
@@ -142,6 +93,7 @@ class Store:
         system_message: str | None = None,
         parent_tool_call_id: str | None = None,
         stream: bool = False,
+        user_id: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -154,7 +106,7 @@ class Store:
             status=S.QUEUED.value, epoch=0, seq=0, next_step="model", n_messages=len(input_messages),
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
-            error_type=None, error_message=None, created_at=now, updated_at=now,
+            error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=None,
         )  # fmt: skip
         if conn is not None:
             return self._backend.create(conn, values, input_messages)
