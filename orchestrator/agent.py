@@ -24,9 +24,11 @@ from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunOutput
 from orchestrator.tools import Tool, Toolkit, flatten
+from orchestrator.tools.tool import queue_name
 
 if TYPE_CHECKING:
     from orchestrator.client import Client, RunHandle
+    from orchestrator.messages import ToolCall
 
 
 class Agent:
@@ -47,6 +49,7 @@ class Agent:
         retry_policy: RetryPolicy | None = None,
         max_tool_batches: int = 50,
         output_schema: type[BaseModel] | None = None,
+        queue: str | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -77,6 +80,18 @@ class Agent:
         #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
         #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
         self.output_schema = output_schema
+        #: The queue of this agent's steps, model calls and tool batches (None: the default
+        #: queues); a tool that names its own queue takes the batches that call it there.
+        self.queue = None if queue is None else queue_name(queue, f"agent {name}")
+        named = sorted({t.queue for t in self.tools if t.queue is not None})
+        if len(named) > 1:
+            raise ConfigurationError(
+                f"{name}: its tools name {len(named)} queues {named}; a tool batch goes to one queue, so the tools "
+                "of one agent may name one queue between them: give them the same queue, or give the tools to "
+                "two agents"
+            )
+        #: The one queue its tools name, if any: the queue of every batch that calls one of them.
+        self.tool_queue = named[0] if named else None
         self._client = client
         register(self)
 
@@ -89,6 +104,15 @@ class Agent:
     def all_tools(self) -> list[Tool]:
         """Every tool the model is offered (a team adds its delegation tools)."""
         return list(self.tools)
+
+    def queue_for(self, kind: str, calls: Callable[[], Sequence[ToolCall]]) -> str | None:
+        """The queue of this agent's step of `kind` (None: the default queue of its kind). A tool
+        batch that calls a tool naming a queue goes there; `calls` reads the batch, only then."""
+        if kind == "tools" and self.tool_queue is not None:
+            routed = {t.name for t in self.tools if t.queue is not None}
+            if any(c.name in routed for c in calls()):
+                return self.tool_queue
+        return self.queue
 
     def tool_specs(self) -> list[ToolSpec]:
         """The tools as the model sees them."""
@@ -120,52 +144,63 @@ class Agent:
 
         return Client()  # light: the store and the dispatcher behind it are cached per process
 
-    def start(self, input: str, *, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
-        """Enqueue a run and return at once with its handle."""
-        return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id)
+    def start(
+        self, input: str, *, session_id: str | None = None, run_id: str | None = None, priority: int | None = None
+    ) -> RunHandle:
+        """Enqueue a run and return at once with its handle. `priority`: 0-9, higher first
+        (`Client.start`)."""
+        return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id, priority=priority)
 
     @overload
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
-    ) -> RunOutput: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[False] = False, priority: int | None = None,
+    ) -> RunOutput: ...  # fmt: skip
 
     @overload
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
-    ) -> Iterator[RunEvent]: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[True], priority: int | None = None,
+    ) -> Iterator[RunEvent]: ...  # fmt: skip
 
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
-    ) -> RunOutput | Iterator[RunEvent]:
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: bool = False, priority: int | None = None,
+    ) -> RunOutput | Iterator[RunEvent]:  # fmt: skip
         """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too).
 
         `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
-        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
+        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED.
+        `priority`: 0-9, higher first (`Client.start`)."""
         if stream:
-            handle = self.client.start(self.name, input=input, session_id=session_id, stream=True)
+            handle = self.client.start(self.name, input=input, session_id=session_id, stream=True, priority=priority)
             return self.client.stream(handle.run_id, timeout=timeout)
-        return self.start(input, session_id=session_id).wait(timeout)
+        return self.start(input, session_id=session_id, priority=priority).wait(timeout)
 
     @overload
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
-    ) -> RunOutput: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[False] = False, priority: int | None = None,
+    ) -> RunOutput: ...  # fmt: skip
 
     @overload
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
-    ) -> AsyncIterator[RunEvent]: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[True], priority: int | None = None,
+    ) -> AsyncIterator[RunEvent]: ...  # fmt: skip
 
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
-    ) -> RunOutput | AsyncIterator[RunEvent]:
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: bool = False, priority: int | None = None,
+    ) -> RunOutput | AsyncIterator[RunEvent]:  # fmt: skip
         """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
         `async for event in await agent.arun(input, stream=True)`."""
+        client = self.client
+        handle = await asyncio.to_thread(
+            client.start, self.name, input=input, session_id=session_id, stream=stream, priority=priority
+        )
         if stream:
-            client = self.client
-            handle = await asyncio.to_thread(client.start, self.name, input=input, session_id=session_id, stream=True)
             return client.astream(handle.run_id, timeout=timeout)
-        handle = await asyncio.to_thread(self.start, input, session_id=session_id)
         return await handle.await_(timeout)
 
     def continue_run(
@@ -275,6 +310,12 @@ def _definition_site(agent: Agent) -> _Site:
 
 def _constructs(frame: FrameType, agent: Agent) -> bool:
     return frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is agent
+
+
+def registered() -> list[Agent]:
+    """Every agent and team registered in this process."""
+    with _registry_lock:
+        return list(_registry.values())
 
 
 def find_agent(name: str) -> Agent | None:

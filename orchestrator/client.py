@@ -105,8 +105,9 @@ class Client:
     # ---------------------------------------------------------------- writes
 
     def start(
-        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
-    ) -> RunHandle:
+        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None,
+        stream: bool = False, priority: int | None = None,
+    ) -> RunHandle:  # fmt: skip
         """Write the run and its user message (QUEUED), then publish its first step.
 
         `run_id` is the producer's own key (default: a new uuid4; 1-64 characters of A-Z, a-z,
@@ -119,8 +120,14 @@ class Client:
         sweeper publishes it when the broker is back.
 
         `stream=True`: the run's model steps also publish their text deltas, which `stream()`
-        merges with its durable events; any run can be followed, streamed or not."""
-        run_id = self.control.start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        merges with its durable events; any run can be followed, streamed or not.
+
+        `priority`: 0-9, higher first; a run without one is as 0. Every step of the run (and of
+        its team members) is published with it, so under a backlog its steps are taken before
+        lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it)."""
+        run_id = self.control.start(
+            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, priority=priority
+        )
         return RunHandle(run_id, self)
 
     def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:

@@ -34,7 +34,8 @@ from orchestrator.errors import (
     RunNotFoundError,
 )
 from orchestrator.messages import Message, ToolCall, unanswered_calls
-from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.ports import Dispatcher, get_dispatcher
+from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
@@ -79,10 +80,12 @@ class RunControl:
     # ---------------------------------------------------------------- start
 
     def start(
-        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
-    ) -> str:
+        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None,
+        stream: bool = False, priority: int | None = None,
+    ) -> str:  # fmt: skip
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
+        `priority`: 0-9, higher first (None: none, as 0); every step of the run is published with it.
 
         A run_id that exists, for the same agent (and the same session, if one is given), is the
         same start again (a retry, a redelivery): its id is returned and nothing is published.
@@ -91,6 +94,7 @@ class RunControl:
         input = validation.input_text(input)
         given_session = None if session_id is None else validation.session_id(session_id)
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
+        priority = None if priority is None else validation.priority(priority)
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
@@ -99,7 +103,7 @@ class RunControl:
             record = self.store.create_run(
                 run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
                 input_messages=[Message(role="user", content=input)],
-                publish_grace=self.settings.publish_grace_seconds, stream=stream,
+                publish_grace=self.settings.publish_grace_seconds, stream=stream, priority=priority,
             )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
@@ -124,7 +128,7 @@ class RunControl:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
         once, so the first sweep after the broker is back publishes it, and raise
         BrokerUnavailableError naming the run: nothing is lost."""
-        step = StepRef.of(record)
+        step = step_of(record, calls=owed(self.store, record.run_id))
         try:
             self.dispatcher.publish(step)
         except Exception as exc:
@@ -206,6 +210,7 @@ class RunControl:
                 # A fork of a member's run is the user's own run, not a member of the team any more.
                 publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
                 forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
+                priority=record.priority,
             )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))

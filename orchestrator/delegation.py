@@ -47,6 +47,7 @@ from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
+from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store, writes
@@ -118,7 +119,7 @@ def start_members(
                     run_id=str(uuid.uuid4()), session_id=team.session_id, agent_name=member.name,
                     kind=member.kind, input_messages=[Message(role="user", content=d.task)],
                     publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                    stream=team.stream, conn=conn,
+                    stream=team.stream, priority=team.priority, conn=conn,
                 )  # fmt: skip
                 members.append(created)
         store.log_event(
@@ -126,7 +127,7 @@ def start_members(
             **writes.position(team),
         )  # fmt: skip
     log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
-    return [StepRef.of(m) for m in members]
+    return [step_of(m) for m in members]
 
 
 # ---------------------------------------------------------------- fan-in
@@ -201,7 +202,7 @@ def wake_step(team: RunRecord | None) -> StepRef | None:
     """The leader's step to publish after a fan-in that moved the team to QUEUED."""
     if team is None or team.status != S.QUEUED or team.next_step is None:
         return None
-    return StepRef.of(team)
+    return step_of(team)
 
 
 def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRecord | None:

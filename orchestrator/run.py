@@ -49,6 +49,8 @@ class RunRecord:
     user_id: str | None = None
     #: The earlier runs of the session its context includes, as JSON (`orchestrator.history`).
     history: str | None = None
+    #: The priority its producer gave it, 0-9, higher first (None: none given, the lowest, as 0).
+    priority: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -133,6 +135,8 @@ class RunOutput:
     member_runs: list[RunOutput] = field(default_factory=list)
     #: For a QUEUED run whose model call failed and waits to be retried: why, and until when.
     retry: RetryWait | None = None
+    #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
+    priority: int | None = None
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -186,6 +190,7 @@ class RunOutput:
             updated_at=record.updated_at,
             member_runs=member_runs or [],
             retry=retry,
+            priority=record.priority,
         )
 
 

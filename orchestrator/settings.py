@@ -178,7 +178,7 @@ class Settings(BaseModel):
 
 
 # RATCHET_-prefixed variables that are read elsewhere on purpose and are not settings.
-_NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url"}
+_NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url", "test_amqp_url"}
 
 
 def env_secret(name: str) -> str | None:

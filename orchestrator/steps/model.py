@@ -17,7 +17,7 @@ from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply
-from orchestrator.ports import StepRef
+from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
@@ -153,7 +153,7 @@ class ModelStep:
             if (step := delegation.wake_step(woken)) is not None:
                 self.runner.publish(step)
             return "completed"
-        self.runner.publish(StepRef.of(committed))
+        self.runner.publish(step_of(committed, calls=message.calls))
         return "tools"
 
     def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
@@ -190,9 +190,7 @@ class ModelStep:
             "run %s step %s: %s; retry %d in %.2fs", claim.run_id, record.seq, exc.kind, record.retries, decision.delay
         )
         if short:
-            self.runner.publish(
-                StepRef(run_id=claim.run_id, seq=record.seq, kind="model", countdown=decision.delay or None)
-            )
+            self.runner.publish(step_of(record, countdown=decision.delay or None))
         return True
 
 

@@ -20,7 +20,7 @@ from orchestrator import delegation
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
-from orchestrator.ports import StepRef
+from orchestrator.routing import step_of
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Claim
@@ -79,7 +79,7 @@ class ToolStep:
             claim, lambda: store.commit_step(claim, last, status=S.QUEUED, next_step="model", publish_grace=grace)
         )
         self.runner.end(claim)
-        self.runner.publish(StepRef.of(committed))
+        self.runner.publish(step_of(committed))
         return "model"
 
     def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -78,6 +79,9 @@ runs = Table(
     # Which earlier runs of the session its context includes, JSON [[run_id, n_messages], ...],
     # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
     Column("history", Text, nullable=True),
+    # The priority its producer gave it, 0-9, higher first; NULL: none given, the lowest, as 0
+    # (migration 0007). Every step of the run is published with it.
+    Column("priority", SmallInteger, nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)

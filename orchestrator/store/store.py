@@ -94,6 +94,7 @@ class Store(StoreReads):
         parent_tool_call_id: str | None = None,
         stream: bool = False,
         user_id: str | None = None,
+        priority: int | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -107,6 +108,7 @@ class Store(StoreReads):
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=None,
+            priority=priority,
         )  # fmt: skip
         if conn is not None:
             return self._backend.create(conn, values, input_messages)

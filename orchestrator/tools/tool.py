@@ -14,13 +14,14 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
 from pydantic import ValidationError
 
-from orchestrator.errors import ToolArgumentsError
+from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
 from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
@@ -51,6 +52,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         at_most_once: bool = False,
+        queue: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -58,6 +60,9 @@ class Tool:
         self.description = description or summary or self.name
         #: If True, a call that started and never finished is not run again (see DESIGN.md).
         self.at_most_once = at_most_once
+        #: The queue of the tool batches that call it (workers that can run it consume it: a GPU
+        #: host, a private network); None: the agent's queue, or the default tools queue.
+        self.queue = None if queue is None else queue_name(queue, f"tool {self.name}")
         self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext)
 
     @functools.cached_property
@@ -117,7 +122,7 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, at_most_once: bool = False
+    *, name: str | None = None, description: str | None = None, at_most_once: bool = False, queue: str | None = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -128,15 +133,29 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     at_most_once: bool = False,
+    queue: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a tool: `@tool` or `@tool(at_most_once=True)`."""
+    """Make a function a tool: `@tool`, `@tool(at_most_once=True)`, `@tool(queue="gpu")`."""
     if fn is not None:
         return Tool(fn)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, at_most_once=at_most_once)
+        return Tool(f, name=name, description=description, at_most_once=at_most_once, queue=queue)
 
     return wrap
+
+
+#: What a queue name may hold: it is given to `-Q` (comma-separated) and is a Redis key or a
+#: RabbitMQ queue name.
+QUEUE_RULE = "1-200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+_QUEUE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def queue_name(value: object, owner: str) -> str:
+    """A queue an agent or a tool names, or ConfigurationError saying what it may be."""
+    if not isinstance(value, str) or _QUEUE.fullmatch(value) is None:
+        raise ConfigurationError(f"{owner}: queue={value!r} is not a queue name: use {QUEUE_RULE}")
+    return value
 
 
 def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
