@@ -2,7 +2,9 @@
 
 - `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
 - `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
-- `ratchet.start_run(agent, input, session_id=None, run_id=None)` and
+  Either goes to the queue its agent or tool names instead (`orchestrator.routing`); one sent
+  with `reroute=True` (by a producer that does not define its agent) is sent on to that queue.
+- `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, priority=None)` and
   `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
@@ -108,17 +110,23 @@ def register_tasks(app: Celery) -> None:
     """Register Ratchet's tasks on `app`."""
 
     @app.task(name=MODEL_TASK, base=StepTask, bind=True, shared=False)
-    def model_call(self: Task, run_id: str, seq: int) -> str:
+    def model_call(self: Task, run_id: str, seq: int, reroute: bool = False) -> str:
+        runner = runner_for(self.app)
+        if reroute and runner.reroute(run_id, int(seq), "model"):
+            return "rerouted"
         try:
-            return runner_for(self.app).model_step(run_id, int(seq), owner=_owner(self))
+            return runner.model_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
 
     @app.task(name=TOOLS_TASK, base=StepTask, bind=True, shared=False)
-    def tool_batch(self: Task, run_id: str, seq: int) -> str:
+    def tool_batch(self: Task, run_id: str, seq: int, reroute: bool = False) -> str:
+        runner = runner_for(self.app)
+        if reroute and runner.reroute(run_id, int(seq), "tools"):
+            return "rerouted"
         try:
-            return runner_for(self.app).tool_step(run_id, int(seq), owner=_owner(self))
+            return runner.tool_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
@@ -127,14 +135,16 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=START_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def start_run(
         self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None,
-        stream: bool = False,
+        stream: bool = False, priority: int | None = None,
     ) -> str:  # fmt: skip
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
         if not isinstance(stream, bool):  # JSON from any language: refuse "yes" rather than guess
             raise InvalidInputError(f"stream must be true or false, not {stream!r}")
-        return _control(self.app).start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        return _control(self.app).start(
+            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, priority=priority
+        )
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:

@@ -56,6 +56,10 @@ class StartRequest(BaseModel):
     stream: bool = Field(
         default=False, description="publish the model's text as it is written (RunContent events), not only each step"
     )
+    priority: int | None = Field(
+        default=None, ge=0, le=9, strict=True,
+        description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
+    )  # fmt: skip
 
 
 class ContinueRequest(BaseModel):
@@ -157,7 +161,10 @@ def start_run(
     _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
-    handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream)
+    handle = client.start(
+        body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
+        priority=body.priority,
+    )  # fmt: skip
     run = client.get_run(handle.run_id)
     if key is not None and _first_input(run) != body.input:
         # The control refuses another agent or session for the run id; another input is ours to catch.
