@@ -130,12 +130,10 @@ def _add_process_commands(sub: Any) -> None:
     p = sub.add_parser("migrate", help="apply the store's migrations to RATCHET_DATABASE_URL")
     p.set_defaults(func=cmd_migrate)
 
+    about = "Any flag not listed here goes to `celery worker`: --autoscale 10,2, --max-tasks-per-child 100, -O fair"
+    # allow_abbrev off: an abbreviation of a Celery flag must reach Celery, not match one of these.
     p = sub.add_parser(
-        "worker",
-        help="start a Celery worker that runs Ratchet's tasks",
-        description="Start a Celery worker that runs Ratchet's tasks. Any flag not listed here goes to "
-        "`celery worker` as it is: --autoscale 10,2, --max-tasks-per-child 100, -O fair, ...",
-        allow_abbrev=False,  # an abbreviation of a Celery flag must reach Celery, not match one of these
+        "worker", help="start a Celery worker that runs Ratchet's tasks", epilog=about, allow_abbrev=False
     )
     p.add_argument(
         "--app", action="append", default=[], metavar="MODULE", help="module defining your agents (repeatable)"
@@ -271,6 +269,7 @@ def _celery(app: Celery, argv: list[str]) -> int:
     """
     from celery.apps.beat import Beat
     from celery.bin.celery import celery
+    from click import ClickException
 
     from workers.worker import Worker
 
@@ -294,6 +293,8 @@ def _celery(app: Celery, argv: list[str]) -> int:
     celery.params[0].default = app  # the command's --app, as app.start sets it
     try:
         return int(celery.main(args=argv, standalone_mode=False) or 0)
+    except ClickException as exc:  # a flag `celery worker` does not take: one line, as ours
+        raise ConfigurationError(f"celery {argv[0]}: {exc.format_message()}") from None
     finally:
         celery.params[0].default = None
 

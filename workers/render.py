@@ -26,6 +26,8 @@ def show(out: RunOutput, indent: str = "") -> int:
         print(f"{indent}  member of {out.parent_run_id}")
     if out.forked_from:
         print(f"{indent}  forked from {out.forked_from}")
+    if out.priority is not None:
+        print(f"{indent}  priority {out.priority}")
     if out.error:
         print(terminal(f"{indent}  error: {out.error}"))
     if out.retry:

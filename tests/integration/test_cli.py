@@ -80,6 +80,8 @@ def test_a_run_started_with_a_priority_keeps_it(
     run_id = capsys.readouterr().out.split()[0]
 
     assert Client(env).get_run(run_id).priority == 7
+    assert main(["show", run_id]) == 0
+    assert "  priority 7\n" in capsys.readouterr().out
     assert main(["show", run_id, "--json"]) == 0
     assert '"priority": 7' in capsys.readouterr().out
 
@@ -111,6 +113,9 @@ def test_a_worker_without_an_app_module_says_what_to_pass(
     assert "needs --app MODULE" in capsys.readouterr().err
     assert main(["worker", "--app", "no.such.module"]) == 2
     assert "cannot import --app 'no.such.module'" in capsys.readouterr().err
+    # A flag neither Ratchet nor Celery takes: Celery's word for it, in one line
+    assert main(["worker", "--app", "tests.integration.compose_agents", "--no-such-flag"]) == 2
+    assert one_line_error(capsys) == "ratchet: error: celery worker: No such option '--no-such-flag'."
 
 
 @pytest.mark.usefixtures("env")
