@@ -89,7 +89,8 @@ class Settings(BaseModel):
     #: `ratchet migrate` once).
     auto_migrate: bool = True
     #: The module(s) that define your agents, comma-separated: the default of `--app` for
-    #: `ratchet worker`, `beat`, `sweep` and `run`.
+    #: `ratchet worker`, `beat`, `sweep` and `run`, and what `celery -A workers.app worker` imports
+    #: (Celery's `imports`).
     app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
