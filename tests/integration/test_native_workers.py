@@ -21,10 +21,11 @@ from orchestrator import Client, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import TEST_KEY, make_settings, settings_env
+from workers.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = "tests.integration.native_agents"
-FLAGS = ["--autoscale=2,1", "--max-tasks-per-child=1"]
+FLAGS = ["--autoscale=2,1", "--max-tasks-per-child=1", "--without-mingle", "--without-gossip"]
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
@@ -98,19 +99,25 @@ def test_a_native_worker_takes_celery_flags_and_its_replaced_pool_processes_comp
     assert "AgentNotFoundError" not in text
 
 
-@pytest.mark.parametrize(
-    ("app", "message"),
-    [
-        (None, "no agent modules to import: set RATCHET_APP"),
-        ("tests.integration.no_such_module", "cannot import --app 'tests.integration.no_such_module'"),
-    ],
-)
 def test_a_celery_worker_without_its_agents_module_refuses_to_start_and_says_what_to_set(
-    app: str | None, message: str, native_settings: Settings, scripted: ScriptedServer, tmp_path: Path
+    native_settings: Settings, scripted: ScriptedServer, tmp_path: Path
 ) -> None:
-    env = worker_env(native_settings, scripted, **({"RATCHET_APP": app} if app else {}))
-    done = subprocess.run(command("celery"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        command("celery"), env=worker_env(native_settings, scripted), cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
 
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"ratchet: error: {message}" in done.stderr
+    assert "ratchet: error: no agent modules to import: set RATCHET_APP" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
+    native_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The worker program `celery -A workers.app worker` runs, in this process: nothing starts
+    app = create_app(native_settings.model_copy(update={"app": "tests.integration.no_such_module"}))
+    with pytest.raises(SystemExit) as refused:
+        app.Worker()
+    assert refused.value.code == 2
+    assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
