@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from orchestrator.client import Client, RunHandle
 
 
+#: Agno's default number of earlier runs in the context when history is on.
+DEFAULT_HISTORY_RUNS = 3
+
+
 class Agent:
     """An LLM agent. `run()` enqueues a durable run on the workers and waits for it."""
 
@@ -47,6 +51,8 @@ class Agent:
         retry_policy: RetryPolicy | None = None,
         max_tool_batches: int = 50,
         output_schema: type[BaseModel] | None = None,
+        add_history_to_context: bool = False,
+        num_history_runs: int | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -77,6 +83,17 @@ class Agent:
         #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
         #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
         self.output_schema = output_schema
+        if num_history_runs is not None and (
+            isinstance(num_history_runs, bool) or not isinstance(num_history_runs, int) or num_history_runs < 1
+        ):
+            raise ConfigurationError(
+                f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
+            )
+        #: Put the session's earlier runs before the new input (Agno's name; off by default, as
+        #: in Agno): `orchestrator.store.history` says which runs and how they are fixed.
+        self.add_history_to_context = bool(add_history_to_context)
+        #: How many earlier runs of the session the context includes (Agno's default: 3).
+        self.num_history_runs = num_history_runs if num_history_runs is not None else DEFAULT_HISTORY_RUNS
         self._client = client
         register(self)
 

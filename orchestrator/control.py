@@ -206,6 +206,8 @@ class RunControl:
                 # A fork of a member's run is the user's own run, not a member of the team any more.
                 publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
                 forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
+                # The fork has the source's history, not the source itself again (it copies its messages).
+                history=record.history if record.history is not None else "[]",
             )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))

@@ -54,7 +54,10 @@ class ModelStep:
         new_system = _system_message(agent) if record.system_message is None else None
         flight.system_message = new_system
         system = record.system_message if record.system_message is not None else new_system
-        prompt = ([Message(role="system", content=system)] if system else []) + claim.messages
+        prompt = [Message(role="system", content=system)] if system else []
+        if agent.add_history_to_context:  # fixed at the run's first step, the same on every later attempt
+            prompt += self.runner.store.history(claim, agent.num_history_runs)
+        prompt += claim.messages
         prompt += self._correction(agent, claim)
         batches = claim.transcript.tool_batches
         try:

@@ -26,10 +26,12 @@ from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, transition
+from orchestrator.store import history as session_history
 from orchestrator.store import statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
+from orchestrator.store.history import HistoryCache
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
@@ -57,6 +59,8 @@ class Store(StoreReads):
         self.lazy_engine = self._backend.lazy_engine
         #: Committed messages of the runs this process stepped: a claim reads only what is new.
         self.transcripts = TranscriptCache()
+        #: Messages of the session histories this process's steps read (`history`).
+        self.histories = HistoryCache()
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -94,6 +98,7 @@ class Store(StoreReads):
         parent_tool_call_id: str | None = None,
         stream: bool = False,
         user_id: str | None = None,
+        history: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -106,7 +111,7 @@ class Store(StoreReads):
             status=S.QUEUED.value, epoch=0, seq=0, next_step="model", n_messages=len(input_messages),
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
-            error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=None,
+            error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
         )  # fmt: skip
         if conn is not None:
             return self._backend.create(conn, values, input_messages)
@@ -257,6 +262,22 @@ class Store(StoreReads):
         if record.status == S.RUNNING and (record.epoch, record.lease_owner) == (claim.epoch, claim.record.lease_owner):
             return None
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
+
+    def history(self, claim: Claim, num_runs: int) -> list[Message]:
+        """The messages of the claimed run's session history (`orchestrator.store.history`): on
+        its first step chosen from the last `num_runs` runs and stored, fenced by the claim (a
+        lazy write: lost in a crash only with the claim, whose step then commits nothing); on
+        every later one, as stored. FencedError if the claim was lost."""
+        stored = claim.record.history
+        if stored is None:
+            now = self.clock()
+            stored = self._backend.lazy(lambda c: session_history.fix(c, claim, num_runs, now))
+        found = self.histories.get(stored)
+        if found is None:
+            chosen = stored
+            found = self._backend.quick(lambda c: session_history.read(c, chosen))
+            self.histories.put(stored, found)
+        return found
 
     def set_kind(self, claim: Claim, kind: str) -> None:
         """Record what the run is (agent or team) as the worker, which imports it, knows it: a

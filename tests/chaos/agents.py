@@ -175,6 +175,17 @@ Agent(
     retry_policy=FAST_RETRIES,
 )
 
+#: The same model with session history on (`add_history_to_context`, Agno's default of 3 runs).
+HISTORY_AGENT = "chaos-history"
+Agent(
+    name=HISTORY_AGENT,
+    model=MarkedChat(id="scripted"),
+    instructions="Remember the conversation.",
+    retries=2,
+    retry_policy=FAST_RETRIES,
+    add_history_to_context=True,
+)
+
 
 def calls(*keys: str, name: str = "effect") -> list[dict[str, Any]]:
     """One scripted tool batch: a call of `name` per key."""
