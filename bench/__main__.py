@@ -15,20 +15,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import concurrency, flatness, latency, memory, overhead, recovery, streaming
+from bench import concurrency, flatness, history, latency, memory, overhead, recovery, streaming
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.rig import Rig, spawn_rig
 from bench.stats import Row, Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "io", "recovery", "memory")
+ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory")
 #: Figures a quick run does not measure (tests/chaos/test_default_recovery.py shows the same).
 NOT_QUICK = ("recovery_default_s",)
 REQUIRED = (
     "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
     "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg",
+    "history_step_ratio_pg", "history_step_ratio_sqlite",
 )  # fmt: skip
 
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run: Callable[..., None]) -> None:
     """Every benchmark in `only`, each through `run` (which prints and collects its sections)."""
-    if only & {"overhead", "latency", "flat", "stream"}:
+    if only & {"overhead", "latency", "flat", "stream", "history"}:
         rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
         try:
             for rig in rigs.values():
@@ -95,6 +96,8 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                 if "stream" in only:
                     run(f"streaming ({db})", lambda rig=rig: streaming.measure(
                         rig, env, runs=20 if q else 200, rounds=1 if q else 5, batches=20 if q else 100))  # fmt: skip
+                if "history" in only:
+                    run(f"session history ({db})", lambda rig=rig: history.measure(rig, rounds=20 if q else 200))
         finally:
             for rig in rigs.values():
                 rig.close()
@@ -109,7 +112,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
 def _ran(only: set[str]) -> set[str]:
     prefixes = {
         "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-        "io": ("concurrency",), "recovery": ("recovery",),
+        "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",),
     }  # fmt: skip
     return {p for item, ps in prefixes.items() if item in only for p in ps}
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Float, Integer, String, bindparam, select, update
 
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
@@ -30,26 +32,44 @@ from orchestrator.status import RunStatus
 from orchestrator.store.claims import Claim
 from orchestrator.store.schema import messages, runs
 
-#: How many distinct histories a worker keeps in memory (each a few runs' messages).
-CACHED_HISTORIES = 256
+#: How many history runs' messages a worker keeps in memory (a run's share is a few messages).
+CACHED_RUNS = 4096
+
+
+def _chosen_statement(top_level: bool) -> Any:
+    level = runs.c.parent_run_id.is_(None) if top_level else runs.c.parent_run_id.is_not(None)
+    return (
+        select(runs.c.run_id, runs.c.n_messages)
+        .where(
+            runs.c.session_id == bindparam("b_session_id", type_=String),
+            runs.c.agent_name == bindparam("b_agent", type_=String),
+            runs.c.status == RunStatus.COMPLETED.value,
+            runs.c.run_id != bindparam("b_run_id", type_=String),
+            runs.c.created_at <= bindparam("b_created", type_=Float),
+            level,
+        )
+        .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+        .limit(bindparam("b_limit", type_=Integer))
+    )
+
+
+#: The candidates, for a top-level run and for a member run (prebuilt: built once, compiled once).
+CHOSEN = {True: _chosen_statement(True), False: _chosen_statement(False)}
+#: The messages of some runs, without system messages; bind `b_run_ids` (a list).
+MESSAGES_OF = (
+    select(messages)
+    .where(messages.c.run_id.in_(bindparam("b_run_ids", expanding=True)), messages.c.role != "system")
+    .order_by(messages.c.run_id, messages.c.idx)
+)
 
 
 def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
     """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above)."""
-    level = runs.c.parent_run_id.is_(None) if record.parent_run_id is None else runs.c.parent_run_id.is_not(None)
-    rows = conn.execute(
-        select(runs.c.run_id, runs.c.n_messages)
-        .where(
-            runs.c.session_id == record.session_id,
-            runs.c.agent_name == record.agent_name,
-            runs.c.status == RunStatus.COMPLETED.value,
-            runs.c.run_id != record.run_id,
-            runs.c.created_at <= record.created_at,
-            level,
-        )
-        .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
-        .limit(num_runs)
-    ).all()
+    params = dict(
+        b_session_id=record.session_id, b_agent=record.agent_name, b_run_id=record.run_id,
+        b_created=record.created_at, b_limit=num_runs,
+    )  # fmt: skip
+    rows = conn.execute(CHOSEN[record.parent_run_id is None], params).all()
     return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
 
 
@@ -74,42 +94,55 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
     return str(stored)
 
 
-def read(conn: Connection, history: str) -> list[Message]:
-    """The messages of a stored history, run by run, without system messages."""
-    chosen = [(str(run_id), int(count)) for run_id, count in json.loads(history)]
+def parse(history: str) -> list[tuple[str, int]]:
+    """A stored history: (run_id, message count) of each run, oldest first."""
+    return [(str(run_id), int(count)) for run_id, count in json.loads(history)]
+
+
+def read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[Message]]:
+    """The messages of each chosen run, up to its count then, without system messages."""
     if not chosen:
-        return []
-    rows = conn.execute(
-        select(messages)
-        .where(messages.c.run_id.in_([run_id for run_id, _ in chosen]), messages.c.role != "system")
-        .order_by(messages.c.run_id, messages.c.idx)
-    ).all()
-    by_run: dict[str, list[Message]] = {run_id: [] for run_id, _ in chosen}
+        return {}
     limits = dict(chosen)
-    for row in rows:
+    found: dict[tuple[str, int], list[Message]] = {key: [] for key in chosen}
+    for row in conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}):
         if row.idx < limits[row.run_id]:
-            by_run[row.run_id].append(Message.from_row(row))
-    return [m for run_id, _ in chosen for m in by_run[run_id]]
+            found[(row.run_id, limits[row.run_id])].append(Message.from_row(row))
+    return found
 
 
 class HistoryCache:
-    """A worker's memory of histories it read: stored history JSON -> its messages (immutable)."""
+    """A worker's memory of history runs' messages, by (run_id, count): committed rows never
+    change, so an entry stays true; least recently used runs go first."""
 
-    def __init__(self, size: int = CACHED_HISTORIES) -> None:
+    def __init__(self, size: int = CACHED_RUNS) -> None:
         self._size = size
-        self._items: OrderedDict[str, list[Message]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, int], list[Message]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, history: str) -> list[Message] | None:
+    def missing(self, chosen: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
         with self._lock:
-            found = self._items.get(history)
-            if found is not None:
-                self._items.move_to_end(history)
-            return found
+            return [key for key in chosen if key not in self._items]
 
-    def put(self, history: str, items: list[Message]) -> None:
+    def put(self, found: dict[tuple[str, int], list[Message]]) -> None:
         with self._lock:
-            self._items[history] = items
-            self._items.move_to_end(history)
+            for key, items in found.items():
+                self._items[key] = items
+                self._items.move_to_end(key)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+    def messages(
+        self, chosen: Sequence[tuple[str, int]], read: dict[tuple[str, int], list[Message]] | None = None
+    ) -> list[Message] | None:
+        """The chosen runs' messages in order (from `read` where it has them, else kept), or
+        None if one of them is in neither."""
+        read = read or {}
+        with self._lock:
+            parts = [read.get(key, self._items.get(key)) for key in chosen]
+            for key in chosen:
+                if key in self._items:
+                    self._items.move_to_end(key)
+        if any(p is None for p in parts):
+            return None
+        return [m for part in parts for m in part or ()]

@@ -268,15 +268,25 @@ class Store(StoreReads):
         its first step chosen from the last `num_runs` runs and stored, fenced by the claim (a
         lazy write: lost in a crash only with the claim, whose step then commits nothing); on
         every later one, as stored. FencedError if the claim was lost."""
-        stored = claim.record.history
-        if stored is None:
+        read: dict[tuple[str, int], list[Message]] = {}
+        if claim.record.history is None:
             now = self.clock()
-            stored = self._backend.lazy(lambda c: session_history.fix(c, claim, num_runs, now))
-        found = self.histories.get(stored)
+
+            def fix(c: Connection) -> list[tuple[str, int]]:
+                chosen = session_history.parse(session_history.fix(c, claim, num_runs, now))
+                read.update(session_history.read(c, self.histories.missing(chosen)))  # same transaction
+                return chosen
+
+            chosen = self._backend.lazy(fix)
+        else:
+            chosen = session_history.parse(claim.record.history)
+        found = self.histories.messages(chosen, read)
         if found is None:
-            chosen = stored
-            found = self._backend.quick(lambda c: session_history.read(c, chosen))
-            self.histories.put(stored, found)
+            missing = self.histories.missing(chosen)
+            read = self._backend.quick(lambda c: session_history.read(c, missing))
+            found = self.histories.messages(chosen, read)
+        self.histories.put(read)
+        assert found is not None  # every chosen run is kept or was just read
         return found
 
     def set_kind(self, claim: Claim, kind: str) -> None:
