@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -133,6 +134,9 @@ class RunOutput:
     member_runs: list[RunOutput] = field(default_factory=list)
     #: For a QUEUED run whose model call failed and waits to be retried: why, and until when.
     retry: RetryWait | None = None
+    #: With session history on: the earlier runs of the session its context included, oldest
+    #: first, as fixed at its first step (None if it has no history, or before its first step).
+    history_run_ids: list[str] | None = None
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -186,6 +190,7 @@ class RunOutput:
             updated_at=record.updated_at,
             member_runs=member_runs or [],
             retry=retry,
+            history_run_ids=[str(run_id) for run_id, _ in json.loads(record.history)] if record.history else None,
         )
 
 

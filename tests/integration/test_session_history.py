@@ -9,12 +9,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from starlette.testclient import TestClient
 
 from orchestrator import Agent, ConfigurationError, RunStatus, Team
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from tests.conftest import settings_env
+from workers.api.app import create_app
+from workers.cli import main as ratchet
 
 S = RunStatus
 #: The scripted model's answer lists every user text it was shown, history first.
@@ -67,6 +71,7 @@ def test_a_run_sees_the_last_n_completed_runs_of_its_session_oldest_first(inline
     # Turns 2 and 3 with their answers, then the new input; turn 1 is beyond num_history_runs.
     assert seen(fourth.content) == ["turn 2", "turn 3", "turn 4"]
     assert [r for r, _ in stored_history(inline, fourth.run_id) or []] == [runs[1].run_id, runs[2].run_id]
+    assert fourth.history_run_ids == [runs[1].run_id, runs[2].run_id]  # what a producer reads back
     assert seen(runs[0].content) == ["turn 1"] and seen(other.content) == ["another session's secret"]
     # The history is context, not the run's own transcript: its messages are its own.
     assert [m.content for m in fourth.messages if m.role == "user"] == ["turn 4"]
@@ -187,3 +192,22 @@ def test_a_teams_member_runs_are_not_the_leaders_history(inline: InMemoryDispatc
     # The member's second run sees its own earlier member run, not the leader's transcript.
     [member_run] = second.member_runs
     assert seen(member_run.content) == ["answer it", "answer it"]
+
+
+def test_ratchet_show_and_the_http_api_say_which_runs_a_runs_context_held(
+    inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = chat(add_history_to_context=True)
+    first = agent.run("one", session_id="s1")
+    second = agent.run("two", session_id="s1")
+    for key, value in settings_env(inline.settings).items():
+        monkeypatch.setenv(key, value)
+
+    assert ratchet(["show", second.run_id]) == 0
+    assert ratchet(["show", first.run_id]) == 0
+
+    out = capsys.readouterr().out
+    assert f"history: 1 earlier run(s) of the session in its context: {first.run_id}" in out
+    assert "history: 0 earlier run(s) of the session in its context: none yet" in out
+    api = TestClient(create_app(inline.settings, client=inline.client))
+    assert api.get(f"/runs/{second.run_id}").json()["history_run_ids"] == [first.run_id]
