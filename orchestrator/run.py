@@ -133,6 +133,11 @@ class RunOutput:
     member_runs: list[RunOutput] = field(default_factory=list)
     #: For a QUEUED run whose model call failed and waits to be retried: why, and until when.
     retry: RetryWait | None = None
+    #: Who the run is for, as its producer said (Agno's `RunOutput.user_id`).
+    user_id: str | None = None
+    #: The session's state as read with the run: once the run has ended, its state after the run
+    #: unless a later run of the session changed it since (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -161,6 +166,7 @@ class RunOutput:
         messages: list[Message],
         member_runs: list[RunOutput] | None = None,
         retry: RetryWait | None = None,
+        session_state: dict[str, Any] | None = None,
     ) -> RunOutput:
         """The output of a run: its row, with the system message first, then the stored rows."""
         transcript = list(messages)
@@ -186,6 +192,8 @@ class RunOutput:
             updated_at=record.updated_at,
             member_runs=member_runs or [],
             retry=retry,
+            user_id=record.user_id,
+            session_state=session_state if session_state is not None else {},
         )
 
 
@@ -195,6 +203,10 @@ class Session:
 
     session_id: str
     runs: list[RunOutput]
+    #: Who the session belongs to: the user of its first run.
+    user_id: str | None = None
+    #: The session's state ({} until one is set): what its tools read and changed (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's session carries it
     @property
