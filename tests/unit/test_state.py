@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import state
+from orchestrator import Agent, state
 from orchestrator.errors import ConfigurationError, InvalidInputError
 from orchestrator.state import STATE_MAX_BYTES, CallState, StateChange, StateError, Turn
 from orchestrator.testing.model import ScriptedModel
@@ -55,13 +55,12 @@ def test_a_producer_state_that_cannot_be_stored_is_refused_saying_why(value: Any
 
 
 def test_a_producer_state_reads_back_as_stored() -> None:
-    assert session_state({"pair": (1, 2), "nested": {"ok": [True, None]}}) == {"pair": [1, 2], "nested": {"ok": [True, None]}}
+    given = {"pair": (1, 2), "nested": {"ok": [True, None]}}
+    assert session_state(given) == {"pair": [1, 2], "nested": {"ok": [True, None]}}
 
 
 def test_an_agent_default_state_that_cannot_be_stored_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="stateful-bad: session_state must hold JSON values only"):
-        from orchestrator import Agent
-
         Agent(name="stateful-bad", model=ScriptedModel(), session_state={"when": object()})
 
 
