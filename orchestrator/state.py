@@ -15,7 +15,17 @@ How a state moves, and why it is never changed twice:
   died) changed nothing, and runs again. A call that raised changes nothing.
 - **One batch.** The calls of a batch that touch the state take turns (`CallState`): each reads
   the state after the change of the one before was committed with its result, so two calls
-  appending to one list both land. Calls that do not touch it run concurrently as ever.
+  appending to one list both land. Calls that do not touch it run concurrently as ever. An async
+  tool that reads `ctx.session_state` inside its coroutine does not wait for a turn (all async
+  calls of a process share one event loop, which a wait would block): if another call has the
+  turn, it merges key by key like calls of different runs. An async tool that takes a
+  `session_state` parameter gets it before its coroutine starts, in its turn.
+- **Other runs of the session** (a team's members, two runs started at once) are not taken in
+  turns: their changes merge key by key, and of two changes of one key the later commit wins.
+- **Failures.** A result that the failure handler flushes onto an ERROR row carries its call's
+  change too: that call will not run again. A call cut off before its result was stored (a
+  killed worker, the hard time limit) changed nothing; an ordinary tool runs again on the redo,
+  an at-most-once tool does not (its outcome is unknown, and the state shows no change for it).
 
 The state is a JSON object of at most `STATE_MAX_BYTES`; what a tool leaves in it must be JSON
 too (a tool that stores a set or a datetime gets a tool error saying so, and changes nothing).
@@ -23,6 +33,7 @@ too (a tool that stores a set or a datetime gets a tool error saying so, and cha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -117,11 +128,13 @@ class Turn:
         self._busy = False
         self._ending = False
 
-    def take(self) -> bool:
-        """Wait for the turn; False (without it) once the batch is ending."""
+    def take(self, *, wait: bool = True) -> bool:
+        """Wait for the turn; False (without it) once the batch is ending, or at once if another
+        call has it and `wait` is False."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._busy or self._ending)
-            if self._ending:
+            if wait:
+                self._cond.wait_for(lambda: not self._busy or self._ending)
+            if self._ending or self._busy:
                 return False
             self._busy = True
             return True
@@ -137,6 +150,14 @@ class Turn:
         with self._cond:
             self._ending = True
             self._cond.notify_all()
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class CallState:
@@ -162,7 +183,9 @@ class CallState:
         """The state for the call to read and change in place (read once per call, in its thread)."""
         if self._state is None:
             if self._turn is not None:
-                self._held = self._turn.take()
+                # On the tool loop (an async tool's `ctx.session_state`), a wait would block every
+                # async call of the process, the turn's holder among them: it goes without one.
+                self._held = self._turn.take(wait=not _on_event_loop())
             self._before = self._load()
             self._state = json.loads(json.dumps(self._before))  # the call's own copy
         return self._state

@@ -5,6 +5,7 @@ Kills and redos on real workers: tests/chaos/test_session_state.py."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from typing import Any
@@ -164,3 +165,31 @@ def test_a_sessions_runs_can_be_filtered_by_user(inline: InMemoryDispatcher) -> 
     assert only_ada is not None and [r.run_id for r in only_ada.runs] == [ada.run_id]
     nobody = inline.client.get_session("s-shared", user_id="carol")
     assert nobody is not None and nobody.runs == []
+
+
+def test_async_calls_of_one_batch_never_wait_on_the_tool_loop_and_each_change_lands(
+    inline: InMemoryDispatcher,
+) -> None:
+    together = asyncio.Barrier(3)
+
+    async def mark(item: str, ctx: ToolContext) -> str:
+        """Mark an item in the session."""
+        await asyncio.wait_for(together.wait(), 10)  # the three coroutines run at once on the tool loop
+        ctx.session_state[f"by-{item}"] = True  # a wait for a turn here would block the loop
+        await asyncio.sleep(0.01)
+        return "marked"
+
+    async def add(item: str, session_state: dict[str, Any]) -> str:
+        """Add an item: the state is given before the coroutine starts, in the call's turn."""
+        session_state.setdefault("list", []).append(item)
+        await asyncio.sleep(0.01)
+        return "added"
+
+    batches = [calls("mark", "a", "b", "c"), calls("add", "x", "y", "z")]
+    agent = Agent(name=name("async"), model=CountingModel(script=ScriptConfig(batches=batches)), tools=[mark, add])
+
+    out = agent.run("go")
+
+    assert out.status == S.COMPLETED and [t.result for t in out.tools] == ["marked"] * 3 + ["added"] * 3
+    assert {k for k in out.session_state if k.startswith("by-")} == {"by-a", "by-b", "by-c"}
+    assert sorted(out.session_state["list"]) == ["x", "y", "z"]
