@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 from orchestrator import validation
 from orchestrator.control import RunControl
@@ -105,7 +106,15 @@ class Client:
     # ---------------------------------------------------------------- writes
 
     def start(
-        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
+        self,
+        agent: str,
+        *,
+        input: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        stream: bool = False,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
@@ -119,8 +128,16 @@ class Client:
         sweeper publishes it when the broker is back.
 
         `stream=True`: the run's model steps also publish their text deltas, which `stream()`
-        merges with its durable events; any run can be followed, streamed or not."""
-        run_id = self.control.start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        merges with its durable events; any run can be followed, streamed or not.
+
+        `user_id`: who the run is for, stored with it (and with its session, if this is the
+        session's first run). `session_state`: a dict merged over the session's stored state,
+        key by key, as the run is written (Agno's `run(session_state=...)`); its tools read and
+        change the result (`ToolContext.session_state`)."""
+        run_id = self.control.start(
+            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
+            session_state=session_state,
+        )  # fmt: skip
         return RunHandle(run_id, self)
 
     def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:
@@ -146,9 +163,11 @@ class Client:
         """The run with its messages and member runs; RunNotFoundError if there is none."""
         return self.store.get_output(validation.known_run_id(run_id))
 
-    def get_session(self, session_id: str) -> Session | None:
-        """The session's runs, oldest first; None if no run was ever started in it."""
-        return self.store.get_session(validation.session_id(session_id))
+    def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
+        """The session (its user and state) and its runs, oldest first: only those of `user_id`
+        if given. None if no run was ever started in it."""
+        user = None if user_id is None else validation.user_id(user_id)
+        return self.store.get_session(validation.session_id(session_id), user)
 
     @property
     def delta_sink(self) -> DeltaSink:

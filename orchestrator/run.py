@@ -137,6 +137,11 @@ class RunOutput:
     #: With session history on: the earlier runs of the session its context included, oldest
     #: first, as fixed at its first step (None if it has no history, or before its first step).
     history_run_ids: list[str] | None = None
+    #: Who the run is for, as its producer said (Agno's `RunOutput.user_id`).
+    user_id: str | None = None
+    #: The session's state as read with the run: once the run has ended, its state after the run
+    #: unless a later run of the session changed it since (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -165,6 +170,7 @@ class RunOutput:
         messages: list[Message],
         member_runs: list[RunOutput] | None = None,
         retry: RetryWait | None = None,
+        session_state: dict[str, Any] | None = None,
     ) -> RunOutput:
         """The output of a run: its row, with the system message first, then the stored rows."""
         transcript = list(messages)
@@ -191,6 +197,8 @@ class RunOutput:
             member_runs=member_runs or [],
             retry=retry,
             history_run_ids=[str(run_id) for run_id, _ in json.loads(record.history)] if record.history else None,
+            user_id=record.user_id,
+            session_state=session_state if session_state is not None else {},
         )
 
 
@@ -200,6 +208,10 @@ class Session:
 
     session_id: str
     runs: list[RunOutput]
+    #: Who the session belongs to: the user of its first run.
+    user_id: str | None = None
+    #: The session's state ({} until one is set): what its tools read and changed (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's session carries it
     @property

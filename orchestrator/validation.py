@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
+from orchestrator import state
 from orchestrator.errors import InvalidInputError
 
 RUN_ID_MAX = 64
 SESSION_ID_MAX = 128
+USER_ID_MAX = 128
 AGENT_NAME_MAX = 256
 FORK_KEY_MAX = 256
 IDEMPOTENCY_KEY_MAX = 256
@@ -57,6 +60,20 @@ def known_run_id(value: object) -> str:
 def session_id(value: object) -> str:
     """A session id: 1-128 characters, no control characters, valid UTF-8."""
     return _name(value, "session_id", SESSION_ID_MAX)
+
+
+def user_id(value: object) -> str:
+    """A user id: 1-128 characters, no control characters, valid UTF-8."""
+    return _name(value, "user_id", USER_ID_MAX)
+
+
+def session_state(value: object) -> dict[str, Any]:
+    """A run's session state: a JSON object (string keys, JSON values) of at most 1 MiB as JSON,
+    returned as it will read back once stored (tuples as lists)."""
+    try:
+        return state.normalised(value)
+    except state.StateError as exc:
+        raise InvalidInputError(f"{exc}; it is merged over the session's stored state, key by key") from None
 
 
 def agent_name(value: object) -> str:

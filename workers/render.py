@@ -21,7 +21,8 @@ from orchestrator.usage import Metrics
 
 def show(out: RunOutput, indent: str = "") -> int:
     """Print the run, its messages and its member runs; the exit status: 1 for ERROR, else 0."""
-    print(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}")
+    user = f"  user={out.user_id}" if out.user_id is not None else ""
+    print(terminal(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}{user}"))
     if out.parent_run_id:
         print(f"{indent}  member of {out.parent_run_id}")
     if out.forked_from:
@@ -36,6 +37,8 @@ def show(out: RunOutput, indent: str = "") -> int:
         left = max(0.0, out.retry.until - time.time())
         print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
     print(f"{indent}  usage: {usage_line(out.metrics)}")
+    if out.session_state and not indent:  # a member run shares its team's session
+        print(terminal(f"  session state: {_line(json.dumps(out.session_state), 300)}"))
     for i, m in enumerate(out.messages):
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
