@@ -7,7 +7,10 @@
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
-    ratchet show RUN_ID [--json]
+    ratchet show RUN_ID [--log] [--json]          a run; --log: what happened to it (retries, errors...)
+    ratchet runs [--status S] [--agent A] [--since T] ... [--json]     list runs (workers/ops.py)
+    ratchet prune --older-than 30d [--status S]    delete old stopped runs
+    ratchet delete-session SESSION_ID              delete a session and all its runs
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
@@ -36,6 +39,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
 
 if TYPE_CHECKING:
@@ -109,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     _add_run_commands(sub)
+    add_ops_commands(sub)
     return parser
 
 
@@ -181,6 +186,7 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
     p.add_argument("run_id")
+    p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
@@ -340,11 +346,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    out = Client().get_run(args.run_id)
+    client = Client()
+    out = client.get_run(args.run_id)
+    log = client.get_log if args.log else None
     if args.json:
-        print(json.dumps(jsonable(out), indent=2, default=str))
+        print(json.dumps(jsonable(out, log), indent=2, default=str))
         return 0
-    return show(out)
+    return show(out, log=log)
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
