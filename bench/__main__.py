@@ -15,20 +15,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import concurrency, flatness, latency, memory, overhead, recovery, streaming
+from bench import concurrency, flatness, latency, listing, memory, overhead, recovery, streaming
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.rig import Rig, spawn_rig
 from bench.stats import Row, Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "io", "recovery", "memory")
+ITEMS = ("overhead", "latency", "flat", "stream", "io", "recovery", "memory", "listing")
 #: Figures a quick run does not measure (tests/chaos/test_default_recovery.py shows the same).
 NOT_QUICK = ("recovery_default_s",)
 REQUIRED = (
     "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
-    "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg",
+    "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg", "listing_ms_pg",
 )  # fmt: skip
 
 
@@ -104,12 +104,14 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
         run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
     if "memory" in only:
         run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
+    if "listing" in only:
+        run("listing runs", lambda: listing.measure(env, runs=20_000 if q else 1_000_000, rounds=20 if q else 60))
 
 
 def _ran(only: set[str]) -> set[str]:
     prefixes = {
         "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-        "io": ("concurrency",), "recovery": ("recovery",),
+        "io": ("concurrency",), "recovery": ("recovery",), "listing": ("listing",),
     }  # fmt: skip
     return {p for item, ps in prefixes.items() if item in only for p in ps}
 
