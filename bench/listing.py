@@ -29,6 +29,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.dialects import postgresql
 
 from bench.env import BenchEnv, bench_env
+from bench.report import render, write
 from bench.stats import Row, Section, median, percentile
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
@@ -153,9 +154,7 @@ def _section(runs: int, fill_s: float, first: list[float], samples: dict[str, li
 
 def merge(out: Path, section: Section) -> None:
     """Put the section's figures into out/results.json, replacing an earlier run of it, and
-    rewrite RESULTS.md (`python -m bench --render`)."""
-    from bench.__main__ import render, write
-
+    rewrite RESULTS.md from it (as `python -m bench --render` does)."""
     path = out / "results.json"
     if not path.exists():
         write(out, [section], dict(section.numbers), quick=False, elapsed=section.seconds)

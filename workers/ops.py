@@ -65,7 +65,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     report = Client().prune(args.older_than, status=_statuses(args.status))
     print(f"deleted {report.runs} runs")
     if report.kept:
-        print(f"kept {len(report.kept)} old runs whose team has a live run: {', '.join(report.kept[:20])}")
+        more = f" and {len(report.kept) - 20} more" if len(report.kept) > 20 else ""
+        print(f"kept {len(report.kept)} old runs, live or changed meanwhile: {', '.join(report.kept[:20])}{more}")
     return 0
 
 

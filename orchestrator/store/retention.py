@@ -54,7 +54,7 @@ class Deleted:
     runs: int = 0
     #: The deleted runs started with stream=True (whose Redis streams go too).
     streamed: tuple[str, ...] = ()
-    #: Top-level runs a prune passed over because a run of their tree was live.
+    #: Top-level runs a prune passed over: a run of their tree was live, or changed since the cut.
     kept: tuple[str, ...] = ()
 
     def __add__(self, other: Deleted) -> Deleted:

@@ -67,4 +67,6 @@ def rows_of(store: Store, run_ids: list[str]) -> dict[str, int]:
 
 def session_exists(store: Store, session_id: str) -> bool:
     with store.engine.connect() as conn:
-        return conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is not None
+        return (
+            conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is not None
+        )
