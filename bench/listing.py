@@ -124,8 +124,9 @@ def _deep_cursors(client: Client, count: int) -> list[str | None]:
 
 def explain(engine: Engine, found: RunFilter) -> str:
     """The plan PostgreSQL runs the first page's query with, as it ran (EXPLAIN ANALYZE)."""
-    query = ordered(found, columns=SUMMARY, limit=PAGE + 1)
-    sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    statement, params = ordered(found, columns=SUMMARY, limit=PAGE + 1)
+    bound = statement.params(**params)
+    sql = str(bound.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
         rows = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql)).all()
     return "\n".join(r[0] for r in rows)

@@ -7,9 +7,13 @@ page 1 costs, and a run written meanwhile neither shifts a page nor repeats a ro
 Each status's runs are one range of `ix_ratchet_runs_status_listing` (status, created_at, run_id),
 or of `ix_ratchet_runs_agent_listing` within an agent: a filter on one status reads `limit` index
 entries. A filter on several statuses, or none, reads each status's range (at most `limit` rows
-each) and merges them, because neither database can read one index in created_at order across
-several of its leading values (migration 0007). A filter on a session or a user, without a status,
-reads that column's index instead.
+each) and merges them (PostgreSQL: a Merge Append), because neither database can read one index
+in created_at order across several of its leading values (migration 0007). A filter on a session
+or a user, without a status, reads that column's index instead.
+
+The statement of each shape of filter (which conditions, how many statuses) is built once with
+bound parameters and kept: building a seven-way union costs more than running it (as with the
+hot statements, `statements.py`).
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, select, tuple_, union_all
+from sqlalchemy import Connection, Float, Integer, Select, String, bindparam, select, tuple_, union_all
 
 from orchestrator.errors import InvalidInputError
 from orchestrator.run import RunPage, RunSummary
@@ -30,13 +34,18 @@ from orchestrator.store.schema import runs
 
 #: The columns a summary shows: not the transcript, the prompt or the answer.
 SUMMARY = (
-    runs.c.run_id, runs.c.session_id, runs.c.agent_name, runs.c.kind, runs.c.status, runs.c.parent_run_id,
-    runs.c.forked_from, runs.c.user_id, runs.c.error_type, runs.c.error_message, runs.c.seq, runs.c.retries,
-    runs.c.n_messages, runs.c.created_at, runs.c.updated_at,
+    "run_id", "session_id", "agent_name", "kind", "status", "parent_run_id", "forked_from", "user_id", "error_type",
+    "error_message", "seq", "retries", "n_messages", "created_at", "updated_at",
 )  # fmt: skip
 #: A position in the (created_at, run_id) order.
 Key = tuple[float, str]
 _CURSOR_VERSION = 1
+#: The optional conditions of a filter: its field, the column, how it compares, the bound type.
+_CONDITIONS = (
+    ("agent", "agent_name", "==", String), ("session_id", "session_id", "==", String),
+    ("user_id", "user_id", "==", String), ("since", "created_at", ">=", Float), ("until", "created_at", "<", Float),
+    ("updated_before", "updated_at", "<", Float),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,31 +61,23 @@ class RunFilter:
     since: float | None = None
     #: Created before (UNIX seconds).
     until: float | None = None
+    #: Last changed before (UNIX seconds): what a prune looks for.
+    updated_before: float | None = None
     #: Also member runs of teams (default: top-level runs only, each team's members under it).
     members: bool = False
 
-    def conditions(self) -> list[ColumnElement[bool]]:
-        """The WHERE conditions of this filter, but the status."""
-        where: list[ColumnElement[bool]] = []
-        if self.agent is not None:
-            where.append(runs.c.agent_name == self.agent)
-        if self.session_id is not None:
-            where.append(runs.c.session_id == self.session_id)
-        if self.user_id is not None:
-            where.append(runs.c.user_id == self.user_id)
-        if self.since is not None:
-            where.append(runs.c.created_at >= self.since)
-        if self.until is not None:
-            where.append(runs.c.created_at < self.until)
-        if not self.members:
-            where.append(runs.c.parent_run_id.is_(None))
-        return where
+    def ranges(self) -> tuple[RunStatus | None, ...]:
+        """The statuses read one index range each; (None,): one range of the session's or the
+        user's index, any status."""
+        if self.statuses:
+            return self.statuses
+        return (None,) if self.session_id or self.user_id else tuple(RunStatus)
 
 
 def list_runs(conn: Connection, filter: RunFilter, *, limit: int, cursor: str | None = None) -> RunPage:
     """One page of the runs `filter` selects, newest first, after the position `cursor` names."""
     after = None if cursor is None else decode_cursor(cursor)
-    rows = conn.execute(ordered(filter, columns=SUMMARY, limit=limit + 1, after=after, newest_first=True)).all()
+    rows = conn.execute(*ordered(filter, columns=SUMMARY, limit=limit + 1, after=after)).all()
     summaries = [RunSummary.from_row(r) for r in rows[:limit]]
     more = len(rows) > limit
     last = summaries[-1] if summaries else None
@@ -84,38 +85,53 @@ def list_runs(conn: Connection, filter: RunFilter, *, limit: int, cursor: str | 
 
 
 def ordered(
-    filter: RunFilter,
-    *,
-    columns: Sequence[Any],
-    limit: int,
-    after: Key | None = None,
-    newest_first: bool = True,
-    extra: Sequence[ColumnElement[bool]] = (),
-) -> Select[Any]:
-    """A SELECT of `columns` of the first `limit` runs of `filter` (and `extra`) after the
-    position `after`, in (created_at, run_id) order: one index range per status (see above).
-    `columns` must include created_at and run_id."""
-    where = [*filter.conditions(), *extra]
+    filter: RunFilter, *, columns: tuple[str, ...], limit: int, after: Key | None = None, newest_first: bool = True
+) -> tuple[Select[Any], dict[str, Any]]:
+    """The SELECT of `columns` (which must include created_at and run_id) of the first `limit`
+    runs of `filter` after the position `after`, in (created_at, run_id) order, and its
+    parameters: one index range per status (see above)."""
+    ranges = filter.ranges()
+    given = tuple(field for field, *_ in _CONDITIONS if getattr(filter, field) is not None)
+    statement = _statement(
+        columns, given, len(ranges), ranges == (None,), filter.members, after is not None, newest_first
+    )
+    params: dict[str, Any] = {f"b_{field}": getattr(filter, field) for field in given}
+    params.update((f"b_status_{i}", status.value) for i, status in enumerate(ranges) if status is not None)
+    params["b_limit"] = limit
     if after is not None:
+        params.update(b_after_at=after[0], b_after_id=after[1])
+    return statement, params
+
+
+@lru_cache(maxsize=512)
+def _statement(
+    columns: tuple[str, ...], given: tuple[str, ...], parts: int, any_status: bool, members: bool, after: bool,
+    newest_first: bool,
+) -> Select[Any]:  # fmt: skip
+    """The statement of one shape of listing, with its values as bound parameters."""
+    where = []
+    for field, column, op, type_ in _CONDITIONS:
+        if field in given:
+            value = bindparam(f"b_{field}", type_=type_)
+            c = runs.c[column]
+            where.append(c == value if op == "==" else c >= value if op == ">=" else c < value)
+    if not members:
+        where.append(runs.c.parent_run_id.is_(None))
+    if after:
         position = tuple_(runs.c.created_at, runs.c.run_id)
-        where.append(position < tuple_(*after) if newest_first else position > tuple_(*after))
-    statuses: Sequence[RunStatus | None] = filter.statuses
-    if not statuses:
-        # No status asked for: a session's or a user's index gives the order; else each status's range.
-        statuses = [None] if filter.session_id or filter.user_id else list(RunStatus)
-    parts = [_range(columns, [*where, *_status(s)], limit, newest_first) for s in statuses]
-    if len(parts) == 1:
-        return parts[0]
-    merged = union_all(*(select(part.subquery()) for part in parts)).subquery()
+        bound = tuple_(bindparam("b_after_at", type_=Float), bindparam("b_after_id", type_=String))
+        where.append(position < bound if newest_first else position > bound)
+    limit = bindparam("b_limit", type_=Integer)
+    selected = [runs.c[name] for name in columns]
+
+    def part(i: int) -> Select[Any]:
+        status = [] if any_status else [runs.c.status == bindparam(f"b_status_{i}", type_=String)]
+        return select(*selected).where(*where, *status).order_by(*_order(runs.c, newest_first)).limit(limit)
+
+    if parts == 1:
+        return part(0)
+    merged = union_all(*(select(part(i).subquery()) for i in range(parts))).subquery()
     return select(merged).order_by(*_order(merged.c, newest_first)).limit(limit)
-
-
-def _status(status: RunStatus | None) -> list[ColumnElement[bool]]:
-    return [] if status is None else [runs.c.status == status.value]
-
-
-def _range(columns: Sequence[Any], where: list[ColumnElement[bool]], limit: int, newest_first: bool) -> Select[Any]:
-    return select(*columns).where(*where).order_by(*_order(runs.c, newest_first)).limit(limit)
 
 
 def _order(c: Any, newest_first: bool) -> list[Any]:

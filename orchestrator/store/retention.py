@@ -79,14 +79,14 @@ def prune(
     `cutoff`, is kept. `on_deleted` is called after each batch commits."""
     if live := [s.value for s in statuses if s in LIVE]:
         raise ValueError(f"prune never deletes live runs ({', '.join(live)})")
-    found = RunFilter(statuses=tuple(statuses))
-    columns = (runs.c.run_id, runs.c.created_at, runs.c.n_messages)
-    old = [runs.c.created_at < cutoff, runs.c.updated_at < cutoff]  # created_at: an index range
+    # Created before the cut too (updated_at >= created_at): what makes it one index range a status.
+    found = RunFilter(statuses=tuple(statuses), until=cutoff, updated_before=cutoff)
+    columns = ("run_id", "created_at", "n_messages")
     total, after = Deleted(), None
     while True:
-        query = ordered(found, columns=columns, limit=batch, after=after, newest_first=False, extra=old)
+        query = ordered(found, columns=columns, limit=batch, after=after, newest_first=False)
         with store.quick_engine.connect() as conn:
-            roots = conn.execute(query).all()
+            roots = conn.execute(*query).all()
         if not roots:
             return total
         after = (roots[-1].created_at, roots[-1].run_id)  # past kept trees too: every pass ends
@@ -153,7 +153,9 @@ def delete_session(
 ) -> Deleted | None:
     """Delete the session: every run in it (member runs included) and the session itself, in
     batches. None if there is no such session; RunLiveError, before anything is deleted, if a
-    run in it is live (and, if one becomes live meanwhile, when the batch finds it)."""
+    run in it is live (and, if one becomes live meanwhile, when the batch finds it). A run
+    started in the session while it is deleted is found by the next batch (and refused, being
+    QUEUED), or, if it is written after the session row went, fails on the missing session."""
     with store.quick_engine.connect() as conn:
         if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
             return None

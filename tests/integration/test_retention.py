@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -141,8 +142,8 @@ def test_prune_deletes_old_stopped_runs_with_their_members_and_keeps_live_runs_a
     assert client.prune(30 * DAY).runs == 0  # nothing left to prune
 
 
-def test_prune_refuses_live_statuses_and_ages_it_cannot_read(settings: Settings) -> None:
-    client = Client(settings)
+def test_prune_refuses_live_statuses_and_ages_it_cannot_read(redis_url: str, tmp_path: Path) -> None:
+    client = Client(make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url))  # refused before any read
     with pytest.raises(InvalidInputError, match="never live ones: drop RUNNING, PAUSED from status"):
         client.prune("30d", status=["COMPLETED", "RUNNING", "paused"])
     for age, says in [("a month", "is not a duration"), (-1, "zero or more"), ("30 days", "is not a duration")]:
