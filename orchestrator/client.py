@@ -212,7 +212,9 @@ class Client:
         nothing has changed for `older_than` (seconds, a timedelta, or "30d"), with everything
         stored for them, in short batches, oldest first. A team goes with its member runs; a
         team tree with a live run in it, or changed since, is kept (`Deleted.kept`). Runs
-        started meanwhile are newer than the cut, so a prune can run while producers work."""
+        started meanwhile are newer than the cut, so a prune can run while producers work.
+        Sessions stay (their ids, user and state: a conversation may go on); `delete_session`
+        deletes one whole."""
         seconds = validation.duration(older_than)
         statuses = validation.statuses(status) or retention.STOPPED
         if live := [s.value for s in statuses if s not in retention.STOPPED]:

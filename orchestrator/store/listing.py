@@ -11,6 +11,12 @@ each) and merges them (PostgreSQL: a Merge Append), because neither database can
 in created_at order across several of its leading values (migration 0007). A filter on a session
 or a user, without a status, reads that column's index instead.
 
+Both indexes leave out QUEUED and RUNNING runs (`STEPPING`): a run moves between those two at
+every step, and an index holding them would take two more entries a step. Runs in them are few
+(what the workers hold and the backlog), read by the sweeper's index on status and sorted.
+Every other range's query carries the indexes' condition word for word (`SETTLED`), which is how
+SQLite, and PostgreSQL with a generic plan, know the partial index holds the rows asked for.
+
 The statement of each shape of filter (which conditions, how many statuses) is built once with
 bound parameters and kept: building a seven-way union costs more than running it (as with the
 hot statements, `statements.py`).
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, Select, String, bindparam, select, tuple_, union_all
+from sqlalchemy import Connection, Float, Integer, Select, String, bindparam, select, text, tuple_, union_all
 
 from orchestrator.errors import InvalidInputError
 from orchestrator.run import RunPage, RunSummary
@@ -37,6 +43,10 @@ SUMMARY = (
     "run_id", "session_id", "agent_name", "kind", "status", "parent_run_id", "forked_from", "user_id", "error_type",
     "error_message", "seq", "retries", "n_messages", "created_at", "updated_at",
 )  # fmt: skip
+#: The statuses a run moves between at every step: kept out of the listing indexes.
+STEPPING = (RunStatus.QUEUED, RunStatus.RUNNING)
+#: The listing indexes' condition (schema.py, migration 0007), as each query of theirs carries it.
+SETTLED = "status NOT IN ('QUEUED', 'RUNNING')"
 #: A position in the (created_at, run_id) order.
 Key = tuple[float, str]
 _CURSOR_VERSION = 1
@@ -92,9 +102,8 @@ def ordered(
     parameters: one index range per status (see above)."""
     ranges = filter.ranges()
     given = tuple(field for field, *_ in _CONDITIONS if getattr(filter, field) is not None)
-    statement = _statement(
-        columns, given, len(ranges), ranges == (None,), filter.members, after is not None, newest_first
-    )
+    kinds = tuple("any" if s is None else "stepping" if s in STEPPING else "settled" for s in ranges)
+    statement = _statement(columns, given, kinds, filter.members, after is not None, newest_first)
     params: dict[str, Any] = {f"b_{field}": getattr(filter, field) for field in given}
     params.update((f"b_status_{i}", status.value) for i, status in enumerate(ranges) if status is not None)
     params["b_limit"] = limit
@@ -105,10 +114,11 @@ def ordered(
 
 @lru_cache(maxsize=512)
 def _statement(
-    columns: tuple[str, ...], given: tuple[str, ...], parts: int, any_status: bool, members: bool, after: bool,
+    columns: tuple[str, ...], given: tuple[str, ...], kinds: tuple[str, ...], members: bool, after: bool,
     newest_first: bool,
 ) -> Select[Any]:  # fmt: skip
-    """The statement of one shape of listing, with its values as bound parameters."""
+    """The statement of one shape of listing, with its values as bound parameters. `kinds`: one
+    range a status, "settled" (in the listing indexes) or "stepping" (not), or one "any"."""
     where = []
     for field, column, op, type_ in _CONDITIONS:
         if field in given:
@@ -124,13 +134,15 @@ def _statement(
     limit = bindparam("b_limit", type_=Integer)
     selected = [runs.c[name] for name in columns]
 
-    def part(i: int) -> Select[Any]:
-        status = [] if any_status else [runs.c.status == bindparam(f"b_status_{i}", type_=String)]
+    def part(i: int, kind: str) -> Select[Any]:
+        status: list[Any] = [] if kind == "any" else [runs.c.status == bindparam(f"b_status_{i}", type_=String)]
+        if kind == "settled":
+            status.append(text(f"{runs.name}.{SETTLED}"))
         return select(*selected).where(*where, *status).order_by(*_order(runs.c, newest_first)).limit(limit)
 
-    if parts == 1:
-        return part(0)
-    merged = union_all(*(select(part(i).subquery()) for i in range(parts))).subquery()
+    if len(kinds) == 1:
+        return part(0, kinds[0])
+    merged = union_all(*(select(part(i, kind).subquery()) for i, kind in enumerate(kinds))).subquery()
     return select(merged).order_by(*_order(merged.c, newest_first)).limit(limit)
 
 

@@ -6,6 +6,9 @@ A run goes with everything stored for it: its messages, its at-most-once tool st
 recursively. Redis streams are not the store's: it reports which deleted runs were streamed, and
 `Client` drops their streams through the delta sink.
 
+A prune leaves the sessions' rows (id, user, state), so a conversation can go on after its old
+runs went, and a run started meanwhile in an old session never meets a session half deleted.
+
 Nothing live is deleted: a run QUEUED, RUNNING, WAITING or PAUSED (going, or waiting on a human's
 decision) is kept, and so is every run of a team tree with a live run in it; a member of a team
 goes with its team, never alone. `delete_session` refuses (RunLiveError naming the run) where
