@@ -7,12 +7,14 @@ import itertools
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from orchestrator import Agent, Client, RunNotFoundError, RunPage, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.store import Store
+from orchestrator.store.listing import SUMMARY, RunFilter, ordered
 from orchestrator.testing import in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -133,3 +135,24 @@ def test_a_teams_log_holds_its_delegation_and_fan_in(db_url: str) -> None:
     assert run.status == S.COMPLETED
     assert [e.kind for e in log] == ["delegate", "fan_in"]
     assert log[0].detail is not None and list(log[0].detail["members"]) == [run.member_runs[0].run_id]
+
+
+def test_sqlite_reads_a_status_and_agent_page_from_the_partial_listing_index(tmp_path: Path) -> None:
+    # The indexes hold no QUEUED or RUNNING run; a query uses them only if it says so word for word
+    # (listing.SETTLED). PostgreSQL's plan is checked by tests/integration/test_bench_listing.py.
+    store = Store.open(f"sqlite:///{tmp_path / 'runs.db'}")
+    plans = {}
+    for name, found in {
+        "agent": RunFilter(statuses=(S.ERROR,), agent="a"),
+        "status": RunFilter(statuses=(S.COMPLETED,), until=1.0, updated_before=1.0),
+    }.items():
+        statement, params = ordered(found, columns=SUMMARY, limit=51, after=(1.0, "x"))
+        compiled = statement.compile(dialect=store.engine.dialect)
+        values = compiled.construct_params(params)
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + str(compiled), tuple(values[k] for k in compiled.positiontup or ())
+            ).all()
+        plans[name] = " ".join(str(r[-1]) for r in rows)
+    assert "USING INDEX ix_ratchet_runs_agent_listing" in plans["agent"]
+    assert "USING INDEX ix_ratchet_runs_status_listing" in plans["status"]
