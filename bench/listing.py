@@ -161,13 +161,15 @@ def merge(out: Path, section: Section) -> None:
         write(out, [section], dict(section.numbers), quick=False, elapsed=section.seconds)
         return
     data = json.loads(path.read_text())
+    meta, sections = data.pop("meta"), data.pop("sections")
     data.update({k: round(v, 6) if math.isfinite(v) else None for k, v in section.numbers.items()})
     entry = {
         "title": section.title, "seconds": round(section.seconds, 1), "rows": [r.to_json() for r in section.rows],
         "notes": section.notes,
     }  # fmt: skip
-    data["sections"] = [s for s in data["sections"] if not s["title"].startswith("Listing runs out of")] + [entry]
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sections = [s for s in sections if not s["title"].startswith("Listing runs out of")] + [entry]
+    merged = {**dict(sorted(data.items())), "meta": meta, "sections": sections}
+    path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
     render(out)
 
 

@@ -10,6 +10,7 @@ import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.stats import Row, Section
 
@@ -24,16 +25,15 @@ REQUIRED = (
 
 
 def render(out: Path) -> int:
-    """Rewrite RESULTS.md from results.json (after editing FINDINGS.md, say)."""
+    """Rewrite RESULTS.md from results.json (after editing FINDINGS.md, say); results.json is
+    left as it is."""
     data = json.loads((out / "results.json").read_text())
     sections = []
     for s in data["sections"]:
         section = Section(s["title"], rows=[Row.from_json(r) for r in s["rows"]], notes=s["notes"])
         section.seconds = s["seconds"]
         sections.append(section)
-    numbers = {k: (v if v is not None else math.nan) for k, v in data.items() if k not in ("meta", "sections")}
-    meta = data["meta"]
-    write(out, sections, numbers, quick=meta["quick"], elapsed=meta["seconds"], when=meta["when"])
+    _markdown(out, data, sections)
     return 0
 
 
@@ -41,6 +41,7 @@ def write(
     out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float,
     when: str | None = None,
 ) -> None:  # fmt: skip
+    """Write results.json and RESULTS.md for a run's sections and figures."""
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "when": when or datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
@@ -55,11 +56,17 @@ def write(
         ],
     }
     (out / "results.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    _markdown(out, data, sections)
+
+
+def _markdown(out: Path, data: dict[str, Any], sections: list[Section]) -> None:
+    """RESULTS.md: the table of every section's rows, the headline figures, the findings."""
+    meta = data["meta"]
     lines = [
         "# Ratchet benchmark results",
         "",
         f"Measured {meta['when']} on {meta['cpus']} CPUs, Python {meta['python']}"
-        f"{' (quick run: fewer rounds, shorter runs)' if quick else ''}; {elapsed:.0f} s in all. "
+        f"{' (quick run: fewer rounds, shorter runs)' if meta['quick'] else ''}; {meta['seconds']:.0f} s in all. "
         "How to read this: [README.md](README.md).",
         "",
         "| what | setup | median | min-max | rounds | ratio |",
