@@ -218,3 +218,73 @@ class Session:
     def metrics(self) -> Metrics:
         """The tokens and cost of every run of the session, member runs included."""
         return Metrics.total(run.metrics for run in self.runs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """A run as a listing shows it: its row without the transcript, the prompt or the answer."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    #: "agent" or "team".
+    kind: str
+    status: RunStatus
+    #: For a member run: its team's run.
+    parent_run_id: str | None = None
+    forked_from: str | None = None
+    user_id: str | None = None
+    #: Why the run is in ERROR (or why it stopped), if it did.
+    error: RunError | None = None
+    #: The step counter: how many steps the run has taken.
+    seq: int = 0
+    #: Retries of the current step after transient model failures.
+    retries: int = 0
+    #: Messages stored (the system message not counted).
+    n_messages: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Any) -> RunSummary:
+        """Build from a row with the columns of `ratchet_runs` that a summary shows."""
+        v = row._mapping
+        error = (
+            RunError(type=v["error_type"] or "Error", message=v["error_message"] or "")
+            if v["error_type"] or v["error_message"]
+            else None
+        )
+        return cls(
+            run_id=v["run_id"], session_id=v["session_id"], agent_name=v["agent_name"], kind=v["kind"],
+            status=RunStatus(v["status"]), parent_run_id=v["parent_run_id"], forked_from=v["forked_from"],
+            user_id=v["user_id"], error=error, seq=v["seq"], retries=v["retries"], n_messages=v["n_messages"],
+            created_at=v["created_at"], updated_at=v["updated_at"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPage:
+    """One page of a listing of runs, newest first, and where the next page starts."""
+
+    runs: list[RunSummary]
+    #: Pass it as `cursor` to get the next page; None on the last page.
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogEntry:
+    """Something that happened to a run besides its messages, as the store logged it with the
+    move (`ratchet_events`): a retry, an error, a lease taken back by the sweeper, a fenced
+    write, a delegation or fan-in, a continue, a cancel."""
+
+    #: The entry's id: entries of a run are in id order.
+    id: int
+    run_id: str
+    #: When (UNIX seconds).
+    at: float
+    #: What: "retry", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue", "cancel".
+    kind: str
+    #: The step it happened at.
+    seq: int | None
+    #: The particulars, as logged (an error's type and message, a retry's delay, the status moved to...).
+    detail: dict[str, Any] | None = None

@@ -8,8 +8,10 @@
                 [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
-    ratchet show RUN_ID [--json]
+    ratchet show RUN_ID [--log] [--json]          a run; --log: what happened to it (retries, errors...)
     ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
+    ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
+    delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
@@ -38,6 +40,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
 from workers.sessions import add_session_command, state_argument
 
@@ -112,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     _add_run_commands(sub)
+    add_ops_commands(sub)
     return parser
 
 
@@ -187,6 +191,7 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
     p.add_argument("run_id")
+    p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
@@ -351,11 +356,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    out = Client().get_run(args.run_id)
+    client = Client()
+    out = client.get_run(args.run_id)
+    log = client.get_log if args.log else None
     if args.json:
-        print(json.dumps(jsonable(out), indent=2, default=str))
+        print(json.dumps(jsonable(out, log), indent=2, default=str))
         return 0
-    return show(out)
+    return show(out, log=log)
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

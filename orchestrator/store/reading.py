@@ -10,8 +10,8 @@ from sqlalchemy import Connection
 
 from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
-from orchestrator.run import RunOutput, RunRecord, Session
-from orchestrator.store import reads, sessions
+from orchestrator.run import LogEntry, RunOutput, RunPage, RunRecord, Session
+from orchestrator.store import listing, reads, sessions
 from orchestrator.store.backend import Backend
 
 T = TypeVar("T")
@@ -57,6 +57,15 @@ class StoreReads:
     def get_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
         return self._backend.quick(lambda c: reads.get_events(c, run_id))
+
+    def get_log(self, run_id: str) -> list[LogEntry]:
+        """The run's log (retries, errors, recoveries, fences, continues...), oldest first, read
+        with the run in one snapshot; RunNotFoundError if there is no such run."""
+        return self._backend.snapshot(lambda c: reads.get_log(c, run_id))
+
+    def list_runs(self, filter: listing.RunFilter, *, limit: int, cursor: str | None = None) -> RunPage:
+        """One page of the runs `filter` selects, newest first, after `cursor` (`store/listing.py`)."""
+        return self._backend.quick(lambda c: listing.list_runs(c, filter, limit=limit, cursor=cursor))
 
     def run_events(self, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
         """The run's row and its durable events after `after` in id order, read in one snapshot."""

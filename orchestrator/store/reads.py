@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Row, select
 from orchestrator.errors import RunNotFoundError
 from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
-from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
+from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
 from orchestrator.store import sessions, statements
@@ -111,6 +111,19 @@ def get_events(conn: Connection, run_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
     return [
         {"at": r.at, "kind": r.kind, "seq": r.seq, "detail": json.loads(r.detail) if r.detail else None} for r in rows
+    ]
+
+
+def get_log(conn: Connection, run_id: str) -> list[LogEntry]:
+    """The run's log (what `ratchet_events` holds for it), oldest first; RunNotFoundError if
+    there is no such run."""
+    get_record(conn, run_id)
+    rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
+    return [
+        LogEntry(
+            id=r.id, run_id=r.run_id, at=r.at, kind=r.kind, seq=r.seq, detail=json.loads(r.detail) if r.detail else None
+        )
+        for r in rows
     ]
 
 

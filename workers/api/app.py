@@ -12,6 +12,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
                                     (204 once the run has stopped and nothing is left to send)
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id= filters them)
     GET  /sessions/{id}/runs        the same (the route it had first)
+    GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
@@ -82,7 +83,8 @@ class ErrorDetail(BaseModel):
     type: str
     message: str
     run_id: str | None = Field(
-        default=None, description="503 only: the run, saved as QUEUED, that the sweeper will publish"
+        default=None,
+        description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
     )
     details: list[dict[str, Any]] | None = Field(
         default=None, description="422 only: each field that does not fit, and why"
@@ -139,6 +141,9 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     app.include_router(router)
+    from workers.api import records  # its routes use this module's dependencies
+
+    app.include_router(records.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
