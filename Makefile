@@ -14,12 +14,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-## Run the seed scenarios, then a team delegating to two members, on the embedded default: SQLite,
+## Run the seed scenarios, a team delegating to two members, a streamed run, a chat with session
+## history and an extraction job with an output schema, on the embedded default: SQLite,
 ## a broker that needs no server, an in-process worker, and the scripted model unless OPENAI_API_KEY is set.
 demo: $(STAMP)
 	$(BIN)/ratchet demo
 	$(BIN)/ratchet demo team_research
 	$(BIN)/ratchet demo streaming
+	$(BIN)/ratchet demo chat
+	$(BIN)/ratchet demo extraction
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running).
 test: $(STAMP) services

@@ -10,6 +10,7 @@ bench.agents`), so every agent here is known on both sides of the broker.
 - `bench-talk`: `TalkingModel`, `InstantModel` that also says a sentence at each model step
   (streamed a word a delta when the run is), for the cost of a streamed step.
 - `bench-recovery`: its first tool call stalls until the worker is killed.
+- `bench-history` / `bench-plain`: `InstantModel` with 20 runs of session history, and without.
 - `bench-mem`: one model call on the scripted model, for the memory soak.
 """
 
@@ -132,4 +133,8 @@ talk = Agent(name="bench-talk", model=TalkingModel(), tools=[noop], max_tool_bat
 chat = Agent(name="bench-chat", model=OpenAIChat(id="scripted"))
 io = Agent(name="bench-io", model=OpenAIChat(id="scripted"), tools=[noop])
 recovery = Agent(name="bench-recovery", model=ScriptedModel(script=ScriptConfig(tool_batches=1)), tools=[stall])
+history = Agent(
+    name="bench-history", model=InstantModel(), tools=[noop], add_history_to_context=True, num_history_runs=20
+)
+plain = Agent(name="bench-plain", model=InstantModel(), tools=[noop])
 mem = Agent(name="bench-mem", model=ScriptedModel(script=ScriptConfig(tool_batches=0)))

@@ -11,24 +11,47 @@ import asyncio
 import inspect
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import BaseModel
 
+from orchestrator import state
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunOutput
 from orchestrator.tools import Tool, Toolkit, flatten
-from orchestrator.tools.tool import queue_name
+from orchestrator.tools.tool import queue_name, tools_queue
 
 if TYPE_CHECKING:
     from orchestrator.client import Client, RunHandle
-    from orchestrator.messages import ToolCall
+
+
+#: Agno's default number of earlier runs in the context when history is on.
+DEFAULT_HISTORY_RUNS = 3
+
+
+def _history_runs(name: str, num_history_runs: int | None) -> int:
+    """`num_history_runs` checked, or Agno's default when not given."""
+    if num_history_runs is None:
+        return DEFAULT_HISTORY_RUNS
+    if isinstance(num_history_runs, bool) or not isinstance(num_history_runs, int) or num_history_runs < 1:
+        raise ConfigurationError(
+            f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
+        )
+    return num_history_runs
+
+
+def _session_state(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An agent's `session_state=` checked and made storable ({} when not given)."""
+    try:
+        return {} if given is None else state.normalised(given)
+    except state.StateError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
 
 
 class Agent:
@@ -49,6 +72,9 @@ class Agent:
         retry_policy: RetryPolicy | None = None,
         max_tool_batches: int = 50,
         output_schema: type[BaseModel] | None = None,
+        add_history_to_context: bool = False,
+        num_history_runs: int | None = None,
+        session_state: Mapping[str, Any] | None = None,
         queue: str | None = None,
         client: Client | None = None,
     ) -> None:
@@ -80,18 +106,17 @@ class Agent:
         #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
         #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
         self.output_schema = output_schema
-        #: The queue of this agent's steps, model calls and tool batches (None: the default
-        #: queues); a tool that names its own queue takes the batches that call it there.
+        #: Put the session's earlier runs before the new input (Agno's name; off by default, as
+        #: in Agno): `orchestrator.store.history` says which runs and how they are fixed.
+        self.add_history_to_context = bool(add_history_to_context)
+        #: How many earlier runs of the session the context includes (Agno's default: 3).
+        self.num_history_runs = _history_runs(name, num_history_runs)
+        #: The state a session starts with (Agno's `session_state=`): each run's first step adds
+        #: the keys the session's stored state lacks (`orchestrator.state`).
+        self.session_state = _session_state(name, session_state)
+        #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
-        named = sorted({t.queue for t in self.tools if t.queue is not None})
-        if len(named) > 1:
-            raise ConfigurationError(
-                f"{name}: its tools name {len(named)} queues {named}; a tool batch goes to one queue, so the tools "
-                "of one agent may name one queue between them: give them the same queue, or give the tools to "
-                "two agents"
-            )
-        #: The one queue its tools name, if any: the queue of every batch that calls one of them.
-        self.tool_queue = named[0] if named else None
+        self.tool_queue = tools_queue(name, self.tools)
         self._client = client
         register(self)
 
@@ -104,15 +129,6 @@ class Agent:
     def all_tools(self) -> list[Tool]:
         """Every tool the model is offered (a team adds its delegation tools)."""
         return list(self.tools)
-
-    def queue_for(self, kind: str, calls: Callable[[], Sequence[ToolCall]]) -> str | None:
-        """The queue of this agent's step of `kind` (None: the default queue of its kind). A tool
-        batch that calls a tool naming a queue goes there; `calls` reads the batch, only then."""
-        if kind == "tools" and self.tool_queue is not None:
-            routed = {t.name for t in self.tools if t.queue is not None}
-            if any(c.name in routed for c in calls()):
-                return self.tool_queue
-        return self.queue
 
     def tool_specs(self) -> list[ToolSpec]:
         """The tools as the model sees them."""
@@ -145,63 +161,81 @@ class Agent:
         return Client()  # light: the store and the dispatcher behind it are cached per process
 
     def start(
-        self, input: str, *, session_id: str | None = None, run_id: str | None = None, priority: int | None = None
+        self,
+        input: str,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        priority: int | None = None,
     ) -> RunHandle:
-        """Enqueue a run and return at once with its handle. `priority`: 0-9, higher first
-        (`Client.start`)."""
-        return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id, priority=priority)
+        """Enqueue a run and return at once with its handle. `user_id`, `session_state` (merged
+        over the session's stored state) and `priority` (0-9, higher first): see `Client.start`."""
+        return self.client.start(
+            self.name, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
+            session_state=session_state, priority=priority,
+        )  # fmt: skip
 
     @overload
     def run(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[False] = False, priority: int | None = None,
+        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> RunOutput: ...  # fmt: skip
 
     @overload
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[True], priority: int | None = None,
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> Iterator[RunEvent]: ...  # fmt: skip
 
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: bool = False, priority: int | None = None,
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> RunOutput | Iterator[RunEvent]:  # fmt: skip
-        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too).
+        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too),
+        with the session's state after it (`RunOutput.session_state`).
 
         `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
-        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED.
-        `priority`: 0-9, higher first (`Client.start`)."""
-        if stream:
-            handle = self.client.start(self.name, input=input, session_id=session_id, stream=True, priority=priority)
-            return self.client.stream(handle.run_id, timeout=timeout)
-        return self.start(input, session_id=session_id, priority=priority).wait(timeout)
+        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
+        handle = self.start(
+            input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
+            priority=priority,
+        )  # fmt: skip
+        return self.client.stream(handle.run_id, timeout=timeout) if stream else handle.wait(timeout)
 
     @overload
     async def arun(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[False] = False, priority: int | None = None,
+        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> RunOutput: ...  # fmt: skip
 
     @overload
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[True], priority: int | None = None,
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> AsyncIterator[RunEvent]: ...  # fmt: skip
 
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: bool = False, priority: int | None = None,
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> RunOutput | AsyncIterator[RunEvent]:  # fmt: skip
         """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
         `async for event in await agent.arun(input, stream=True)`."""
         client = self.client
         handle = await asyncio.to_thread(
-            client.start, self.name, input=input, session_id=session_id, stream=stream, priority=priority
-        )
-        if stream:
-            return client.astream(handle.run_id, timeout=timeout)
-        return await handle.await_(timeout)
+            self.start, input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
+            priority=priority,
+        )  # fmt: skip
+        return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
+
+    def get_session_state(self, session_id: str) -> dict[str, Any]:
+        """The session's state as stored now (Agno's `get_session_state`); {} for a new session."""
+        session = self.client.get_session(session_id)
+        return session.session_state if session is not None else {}
 
     def continue_run(
         self,

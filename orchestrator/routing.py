@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from orchestrator.agent import find_agent, registered
+from orchestrator.agent import Agent, find_agent, registered
 from orchestrator.messages import ToolCall, unanswered_calls
 from orchestrator.ports import StepKind, StepRef
 from orchestrator.run import RunRecord
@@ -45,10 +45,20 @@ def step_of(record: RunRecord, *, calls: Calls = (), countdown: float | None = N
             run_id=record.run_id, seq=record.seq, kind=kind, countdown=countdown, priority=record.priority,
             routed=False,
         )  # fmt: skip
-    queue = agent.queue_for(kind, calls if callable(calls) else lambda: calls)
+    queue = queue_for(agent, kind, calls if callable(calls) else lambda: calls)
     return StepRef(
         run_id=record.run_id, seq=record.seq, kind=kind, countdown=countdown, queue=queue, priority=record.priority
     )
+
+
+def queue_for(agent: Agent, kind: str, calls: Callable[[], Sequence[ToolCall]]) -> str | None:
+    """The queue of `agent`'s step of `kind` (None: the default queue of its kind). A tool batch
+    that calls a tool naming a queue goes there; `calls` reads the batch, only then."""
+    if kind == "tools" and agent.tool_queue is not None:
+        routed = {t.name for t in agent.tools if t.queue is not None}
+        if any(c.name in routed for c in calls()):
+            return agent.tool_queue
+    return agent.queue
 
 
 def owed(store: Store, run_id: str) -> Callable[[], Sequence[ToolCall]]:

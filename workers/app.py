@@ -167,6 +167,13 @@ def agent_modules(settings: Settings) -> list[str]:
     return [m.strip() for m in (settings.app or "").split(",") if m.strip()]
 
 
+def import_apps(given: Sequence[str]) -> list[str]:
+    """Import the modules `--app` names, else those RATCHET_APP names; return their names."""
+    modules = list(given) or agent_modules(Settings.from_env())
+    import_agent_modules(modules)
+    return modules
+
+
 def import_agent_modules(modules: Sequence[str]) -> None:
     """Import the modules that define the agents, or ConfigurationError saying which failed. The
     working directory comes first on the path, as with `celery -A`: `--app agents` finds the

@@ -93,8 +93,12 @@ class ScriptConfig(BaseModel):
     #: An explicit script that overrides the four fields above: batch k answers turn k+1 with
     #: calls `{"tool": name, "arguments": {...}}`; after the last batch comes the final text.
     batches: list[list[dict[str, Any]]] | None = None
-    #: Template of the final answer; placeholders {user}, {tool_results} and {turn}.
+    #: Template of the final answer; placeholders {user} (the last user text), {users} (every user
+    #: text of the conversation, session history included, joined by " | "), {tool_results} and {turn}.
     final_text: str = "Summary: {tool_results}"
+    #: A chat: turns count from the last user message, so each new user message (a session's
+    #: next run, whose history holds earlier answers) gets the whole script again.
+    chat: bool = False
     #: Final answers sent as they are instead of `final_text` (JSON, valid or not, for an `output_schema`): the
     #: one at index (user messages - 1), the last repeating: the correction after an invalid reply gets the next.
     final_replies: list[str] | None = None
@@ -200,9 +204,16 @@ def conversation_key(run_id: str | None, conversation: Sequence[Mapping[str, Any
     return "user:" + _digest(str(first_user))
 
 
-def turn_of(conversation: Sequence[Mapping[str, Any]]) -> int:
-    """1 + the number of assistant turns already in the conversation."""
-    return 1 + sum(1 for m in conversation if m.get("role") == "assistant")
+def turn_of(conversation: Sequence[Mapping[str, Any]], *, since_user: bool = False) -> int:
+    """1 + the number of assistant turns already in the conversation (`since_user`: since its
+    last user message)."""
+    turns = 0
+    for m in conversation:
+        if m.get("role") == "assistant":
+            turns += 1
+        elif since_user and m.get("role") == "user":
+            turns = 0
+    return 1 + turns
 
 
 def _usage(prompt_tokens: int, out: int) -> dict[str, int]:
@@ -232,7 +243,7 @@ def decide(
     stream). No I/O; `delay_s` is for the caller."""
     scope = model if model in config.by_model else ""
     cfg = config.for_model(model)
-    turn = turn_of(conversation)
+    turn = turn_of(conversation, since_user=cfg.chat)
     denied = _check_key(cfg, api_key)
     if denied is not None:
         return ScriptedError(status=401, body=error_body(401, denied), turn=turn, delay_s=cfg.delay_s)
@@ -357,7 +368,10 @@ def _final_text(template: str, conversation: Sequence[Mapping[str, Any]], turn: 
     results = [str(m.get("content") or "") for m in conversation if m.get("role") == "tool"]
     # Plain replacement, not str.format: templates may hold JSON braces.
     return (
-        template.replace("{user}", _last_user_text(conversation))
+        template.replace(
+            "{users}", " | ".join(str(m.get("content") or "") for m in conversation if m.get("role") == "user")
+        )
+        .replace("{user}", _last_user_text(conversation))
         .replace("{tool_results}", "; ".join(results) if results else NO_TOOLS_TEXT)
         .replace("{turn}", str(turn))
     )

@@ -252,6 +252,8 @@ class _Handler(BaseHTTPRequestHandler):
                 # The name of the JSON schema the reply was asked to follow, and the last user text.
                 "output_format": output_format_name(body),
                 "last_user": last_user_text(conversation),
+                # Every user text in order (a run's session history comes before its own input).
+                "users": [str(m.get("content") or "") for m in conversation if m.get("role") == "user"],
                 # At most the last 4 characters, and only of keys long enough that they give nothing away.
                 "key_last4": api_key[-4:] if api_key and len(api_key) >= 12 else None,
                 "at": time.time(),

@@ -4,6 +4,7 @@ SQLite, kombu's filesystem broker, an in-process worker and the scripted model."
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,29 @@ def test_an_unknown_example_is_a_clear_error(tmp_path: Path) -> None:
     result = subprocess.run([RATCHET, "demo", "nope"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "no example 'nope' in examples/ (known:" in result.stderr
+
+
+def test_the_chat_demo_shows_each_run_seeing_the_earlier_runs_of_its_session(tmp_path: Path) -> None:
+    out = run_demo(tmp_path, "chat")
+
+    shown = re.findall(r"shown: (.*)\)  \[COMPLETED\]", out)
+    assert len(shown) == 3
+    assert shown[2].split(" | ") == [
+        "Hi! My name is Ada and I am learning Celery.",
+        "What should I read first?",
+        "What is my name, and what am I learning?",
+    ]
+    assert shown[0] == "Hi! My name is Ada and I am learning Celery."
+    assert out.count("[COMPLETED] ['system', 'user', 'assistant']") == 3  # history is context, not copied
+
+
+def test_the_extraction_demo_returns_the_schemas_object_after_retrying_a_reply_that_left_a_field_out(
+    tmp_path: Path,
+) -> None:
+    out = run_demo(tmp_path, "extraction")
+
+    assert "status: COMPLETED" in out
+    assert "content is a SupportTicket: SupportTicket(customer='Grace Hopper'" in out and "urgent=True" in out
+    assert "retried after OutputValidationError: the reply does not follow the output schema SupportTicket" in out
+    assert "urgent" in out.split("retried after", 1)[1].splitlines()[0]  # the missing field is named
+    assert "read back: True" in out

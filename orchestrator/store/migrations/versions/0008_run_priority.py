@@ -6,8 +6,8 @@
 
 Rows written before this migration read as no priority.
 
-Revision ID: 0007_run_priority
-Revises: 0006_sessions_history
+Revision ID: 0008_run_priority
+Revises: 0007_run_listing
 Create Date: 2026-12-01
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_run_priority"
-down_revision = "0006_sessions_history"
+revision = "0008_run_priority"
+down_revision = "0007_run_listing"
 branch_labels = None
 depends_on = None
 

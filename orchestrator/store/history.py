@@ -1,0 +1,174 @@
+"""Session history: which earlier runs of its session a run's context includes, and their messages.
+
+A run of an agent with `add_history_to_context=True` has its history fixed at its first model
+step, right after the claim: the last `num_history_runs` runs of the same session and agent, at
+the same level (top-level runs for a top-level run, member runs for a member), created before it
+and COMPLETED at that moment, each with its message count then. Runs in ERROR or CANCELLED are
+skipped, as Agno skips them, and so are runs still going (QUEUED, RUNNING, WAITING, PAUSED): Agno
+reads a crashed RUNNING run's half-written transcript; Ratchet never does, so two runs of one
+session started together never see each other's partial messages.
+
+The choice is stored on the run (`ratchet_runs.history`, JSON `[[run_id, n_messages], ...]`,
+oldest first) with a write fenced by the claim, so every later attempt of the run (a retry, a
+recovery after a crash, a continue) reads the same list and the same prefixes of those runs'
+messages, even if the session moved on in between. The history runs' messages are immutable
+rows, so a worker keeps them in memory by that JSON: only a run's first step reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Float, Integer, String, bindparam, select, update
+
+from orchestrator.errors import FencedError
+from orchestrator.messages import Message
+from orchestrator.run import RunRecord
+from orchestrator.status import RunStatus
+from orchestrator.store.backend import Backend
+from orchestrator.store.claims import Claim
+from orchestrator.store.schema import messages, runs
+
+#: How many history runs' messages a worker keeps in memory (a run's share is a few messages).
+CACHED_RUNS = 4096
+
+
+def _chosen_statement(top_level: bool) -> Any:
+    level = runs.c.parent_run_id.is_(None) if top_level else runs.c.parent_run_id.is_not(None)
+    return (
+        select(runs.c.run_id, runs.c.n_messages)
+        .where(
+            runs.c.session_id == bindparam("b_session_id", type_=String),
+            runs.c.agent_name == bindparam("b_agent", type_=String),
+            runs.c.status == RunStatus.COMPLETED.value,
+            runs.c.run_id != bindparam("b_run_id", type_=String),
+            runs.c.created_at <= bindparam("b_created", type_=Float),
+            level,
+        )
+        .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+        .limit(bindparam("b_limit", type_=Integer))
+    )
+
+
+#: The candidates, for a top-level run and for a member run (prebuilt: built once, compiled once).
+CHOSEN = {True: _chosen_statement(True), False: _chosen_statement(False)}
+#: The messages of some runs, without system messages; bind `b_run_ids` (a list).
+MESSAGES_OF = (
+    select(messages)
+    .where(messages.c.run_id.in_(bindparam("b_run_ids", expanding=True)), messages.c.role != "system")
+    .order_by(messages.c.run_id, messages.c.idx)
+)
+
+
+def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
+    """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above)."""
+    params = dict(
+        b_session_id=record.session_id, b_agent=record.agent_name, b_run_id=record.run_id,
+        b_created=record.created_at, b_limit=num_runs,
+    )  # fmt: skip
+    rows = conn.execute(CHOSEN[record.parent_run_id is None], params).all()
+    return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
+
+
+def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
+    """Choose the claimed run's history and store it, fenced by the claim (epoch, owner, live
+    lease): the stored history, or FencedError if the claim was lost."""
+    chosen = choose(conn, claim.record, num_runs)
+    stored = conn.execute(
+        update(runs)
+        .where(
+            runs.c.run_id == claim.run_id,
+            runs.c.epoch == claim.epoch,
+            runs.c.lease_owner == claim.record.lease_owner,
+            runs.c.lease_expires_at > now,
+            runs.c.history.is_(None),
+        )
+        .values(history=chosen)
+        .returning(runs.c.history)
+    ).scalar()
+    if stored is None:
+        raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was lost before its history was fixed")
+    return str(stored)
+
+
+def parse(history: str) -> list[tuple[str, int]]:
+    """A stored history: (run_id, message count) of each run, oldest first."""
+    return [(str(run_id), int(count)) for run_id, count in json.loads(history)]
+
+
+def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[Message]]:
+    """The messages of each chosen run, up to its count then, without system messages."""
+    if not chosen:
+        return {}
+    limits = dict(chosen)
+    found: dict[tuple[str, int], list[Message]] = {key: [] for key in chosen}
+    for row in conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}):
+        if row.idx < limits[row.run_id]:
+            found[(row.run_id, limits[row.run_id])].append(Message.from_row(row))
+    return found
+
+
+class HistoryCache:
+    """A worker's memory of history runs' messages, by (run_id, count): committed rows never
+    change, so an entry stays true; least recently used runs go first."""
+
+    def __init__(self, size: int = CACHED_RUNS) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, int], list[Message]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def missing(self, chosen: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        with self._lock:
+            return [key for key in chosen if key not in self._items]
+
+    def put(self, found: dict[tuple[str, int], list[Message]]) -> None:
+        with self._lock:
+            for key, items in found.items():
+                self._items[key] = items
+                self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def messages(
+        self, chosen: Sequence[tuple[str, int]], read: dict[tuple[str, int], list[Message]] | None = None
+    ) -> list[Message] | None:
+        """The chosen runs' messages in order (from `read` where it has them, else kept), or
+        None if one of them is in neither."""
+        read = read or {}
+        with self._lock:
+            parts = [read.get(key, self._items.get(key)) for key in chosen]
+            for key in chosen:
+                if key in self._items:
+                    self._items.move_to_end(key)
+        if any(p is None for p in parts):
+            return None
+        return [m for part in parts for m in part or ()]
+
+
+def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int, now: float) -> list[Message]:
+    """`Store.history`: fix the claimed run's history if it has none yet (reading the chosen runs'
+    messages in the same lazy transaction), else read what is stored; messages a worker read
+    before come from `cache`."""
+    read: dict[tuple[str, int], list[Message]] = {}
+    if claim.record.history is None:
+
+        def fix_and_read(c: Connection) -> list[tuple[str, int]]:
+            chosen = parse(fix(c, claim, num_runs, now))
+            read.update(_read(c, cache.missing(chosen)))  # same transaction
+            return chosen
+
+        chosen = backend.lazy(fix_and_read)
+    else:
+        chosen = parse(claim.record.history)
+    found = cache.messages(chosen, read)
+    if found is None:
+        missing = cache.missing(chosen)
+        read = backend.quick(lambda c: _read(c, missing))
+        found = cache.messages(chosen, read)
+    cache.put(read)
+    assert found is not None  # every chosen run is kept or was just read
+    return found
