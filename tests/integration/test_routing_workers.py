@@ -20,11 +20,13 @@ from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import make_settings, settings_env
-from tests.integration import routed_agents
 from tests.integration.test_compose_commands import expand
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Imported by the workers and one producer only: in this process its agents would have every
+#: embedded worker of the session consume the gpu queue (`EmbeddedWorker`).
+AGENTS = "tests.integration.routed_agents"
 GPU_KEY, DEFAULT_KEY = "sk-gpu-host-key", "sk-default-host-key"
 pytestmark = [pytest.mark.slow]
 
@@ -37,7 +39,7 @@ def cluster(tmp_path: Path, scripted: ScriptedServer) -> Iterator[tuple[Settings
     Client(settings).store  # noqa: B018  (opened: migrated before the workers start)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
     env.update(settings_env(settings), PYTHONPATH=str(ROOT), OPENAI_BASE_URL=scripted.url)
-    env.update(RATCHET_APP=routed_agents.__name__, RATCHET_AUTO_MIGRATE="false")
+    env.update(RATCHET_APP=AGENTS, RATCHET_AUTO_MIGRATE="false")
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     gpu = [expand(word, env) for word in compose["worker-gpu"]["command"]]
     workers = {
@@ -68,6 +70,19 @@ def cluster(tmp_path: Path, scripted: ScriptedServer) -> Iterator[tuple[Settings
         redis_server.stop()
 
 
+def produce(settings: Settings, logs: dict[str, Path], agent: str, text: str, *args: str) -> str:
+    """`ratchet run AGENT TEXT --wait` (with `args`): the id of the run, which completed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env.update(settings_env(settings), PYTHONPATH=str(ROOT), RATCHET_AUTO_MIGRATE="false")
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "run", agent, text, *args, "--wait", "--timeout", "60"],
+        env=env, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr + logs["default"].read_text()[-2000:]
+    assert " COMPLETED " in done.stdout
+    return done.stdout.split()[0]
+
+
 def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
     cluster: tuple[Settings, dict[str, Path]], scripted: ScriptedServer
 ) -> None:
@@ -81,21 +96,13 @@ def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
     )
 
     # A batch that calls `render` went to the gpu worker, the other calls included; the rest did not
-    tools = Client(settings).start("routed-tools", input="draw a cat").wait(60)
-    assert tools.status == RunStatus.COMPLETED, (tools.error, logs["default"].read_text()[-2000:])
+    tools = Client(settings).get_run(produce(settings, logs, "routed-tools", "draw a cat", "--app", AGENTS))
     assert [t.result for t in tools.tools] == ["found cats on default", "rendered a cat on gpu", "found cats on gpu"]
 
-    # A producer without the agents' module (the command line, no --app) cannot route the first
-    # step: the default worker sends it on, and every step of the private agent ran on the gpu
-    # worker (its model answers only that worker's key)
-    cli_env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
-    cli_env.update(settings_env(settings), PYTHONPATH=str(ROOT), RATCHET_AUTO_MIGRATE="false")
-    done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "run", "private-agent", "hello", "--wait", "--timeout", "60"],
-        env=cli_env, capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr + logs["default"].read_text()[-2000:]
-    private = Client(settings).get_run(done.stdout.split()[0])
+    # A producer without the agents' module (no --app) cannot route the first step: the default
+    # worker sends it on, and every step of the private agent ran on the gpu worker (its model
+    # answers only that worker's key)
+    private = Client(settings).get_run(produce(settings, logs, "private-agent", "hello"))
     assert private.status == RunStatus.COMPLETED
     assert [t.result for t in private.tools] == ["found hello on gpu"]
     assert f"model_call[{private.run_id}.0.model." in logs["default"].read_text()  # taken there, sent on

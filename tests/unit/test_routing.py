@@ -7,13 +7,16 @@ tests/integration/test_priorities.py; workers on their own queues in test_routin
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from orchestrator import Agent, Client, RunStatus, Team, Toolkit, tool
+from orchestrator import agent as agent_module
 from orchestrator.errors import ConfigurationError, InvalidInputError, RunNotFoundError
 from orchestrator.ports import StepRef
+from orchestrator.routing import named_queues
 from orchestrator.steps import StepRunner
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher
@@ -36,6 +39,17 @@ def lookup(query: str) -> str:
 def render(scene: str) -> str:
     """Render a scene on a GPU."""
     return f"rendered {scene}"
+
+
+@pytest.fixture(autouse=True)
+def _forget_routed_agents() -> Iterator[None]:
+    """The agents a test defines here name queues: forget them after it, or every embedded worker
+    later in the session would consume those queues (`routing.named_queues`) on shared brokers."""
+    before = set(agent_module._registry)
+    yield
+    for added in set(agent_module._registry) - before:
+        agent_module._registry.pop(added, None)
+        agent_module._sites.pop(added, None)
 
 
 def steps(inline: InMemoryDispatcher) -> list[tuple[str, int, str | None, int | None]]:
@@ -213,6 +227,12 @@ def test_a_step_its_publisher_could_not_route_is_sent_on_to_its_agents_queue(inl
     assert worker.reroute(run_id, 0, "model") is True
     assert recorder.steps[-1] == StepRef(run_id=run_id, seq=0, kind="model", queue="private-net", priority=2)
     assert worker.reroute(run_id, 1, "model") is False  # stale: the claim drops it
+
+
+def test_an_embedded_worker_adds_the_queues_the_processs_agents_and_tools_name(inline: InMemoryDispatcher) -> None:
+    Agent(name=name("routed"), model=CountingModel(), tools=[render], queue="private-net")
+
+    assert {"gpu", "private-net"} <= named_queues()
 
 
 def test_a_step_of_an_agent_on_the_default_queues_is_not_sent_on(inline: InMemoryDispatcher) -> None:
