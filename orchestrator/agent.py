@@ -23,7 +23,7 @@ from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
-from orchestrator.run import RunOutput
+from orchestrator.run import RunOutput, RunRecord
 from orchestrator.tools import Tool, Toolkit, flatten
 from orchestrator.tools.tool import queue_name, tools_queue
 
@@ -76,6 +76,7 @@ class Agent:
         num_history_runs: int | None = None,
         session_state: Mapping[str, Any] | None = None,
         queue: str | None = None,
+        concurrency_key: Callable[[RunRecord], str | None] | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -117,6 +118,11 @@ class Agent:
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
+        if concurrency_key is not None and not callable(concurrency_key):
+            raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together: a function of the run's record
+        #: (None: the run's `user_id`), returning None for a run it does not count (`orchestrator.flow`).
+        self.concurrency_key = concurrency_key
         self._client = client
         register(self)
 

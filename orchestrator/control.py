@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import validation
+from orchestrator import flow, validation
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
@@ -35,7 +35,7 @@ from orchestrator.errors import (
     RunNotFoundError,
 )
 from orchestrator.messages import Message, ToolCall, unanswered_calls
-from orchestrator.ports import Dispatcher, get_dispatcher
+from orchestrator.ports import Dispatcher, get_dispatcher, get_limiter
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
@@ -292,11 +292,13 @@ class RunControl:
             raise RunNotContinuableError(f"run {run_id} is COMPLETED; there is nothing to cancel")
         if record.status == S.CANCELLED:
             return self.store.get_output(run_id)
-        if self._cancel_one(run_id) is None:
+        cancelled = self._cancel_one(run_id)
+        if cancelled is None:
             # It ended between the read and the move: another cancel won, or it completed.
             if self.store.get_record(run_id).status == S.COMPLETED:
                 raise RunNotContinuableError(f"run {run_id} completed before it could be cancelled")
             return self.store.get_output(run_id)
+        self._release(cancelled)
         self._cancel_members(run_id)
         # A member cancelled on its own must not leave its team waiting forever.
         self._member_cancelled(record)
@@ -308,6 +310,23 @@ class RunControl:
             run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
             lease_owner=None, lease_expires_at=None, next_step=None,
         )  # fmt: skip
+
+    def _release(self, record: RunRecord) -> None:
+        """A cancelled run frees its place among its key's runs (`orchestrator.flow`) for the
+        next run waiting, whose step is published here (or by the sweeper, if that fails)."""
+        if self.settings.max_runs_per_key is None:
+            return
+        step = flow.release(self.settings, get_limiter(self.settings), record)
+        if step is not None:
+            try:
+                self.dispatcher.publish(step)
+            except Exception as exc:
+                log.warning(
+                    "run %s: publishing the step of run %s failed (%s); the sweeper will",
+                    record.run_id,
+                    step.run_id,
+                    exc,
+                )
 
     def _cancel_members(self, run_id: str) -> None:
         """Cancel a cancelled team's member runs, and theirs. A member that completes or is

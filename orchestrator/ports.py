@@ -1,15 +1,19 @@
-"""The domain's ports: how it asks for a step to run, without knowing about Celery, and where a
-streamed run's live events go, without knowing about Redis.
+"""The domain's ports: how it asks for a step to run, without knowing about Celery, where a
+streamed run's live events go, and where the limits every worker shares are kept, without
+knowing about Redis.
 
 `workers.dispatch.CeleryDispatcher` implements the broker port; the setting RATCHET_DISPATCHER
 names the implementation, which is imported by name the first time a step is published, so
 importing `orchestrator` never imports Celery. The delta sink is `workers.deltas.RedisDeltaSink`
-when the broker is Redis (imported by name, likewise), else a table of the run store.
+when the broker is Redis (imported by name, likewise), else a table of the run store. The
+limiter is `workers.flow.RedisLimiter` when RATCHET_LIMITER_URL or the broker names a Redis,
+else `orchestrator.flow.LocalLimiter`, which each process keeps for itself.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
     from orchestrator.events import RunEvent
+    from orchestrator.models.base import RateLimit
     from orchestrator.store import Store
 
 StepKind = Literal["model", "tools"]
@@ -136,3 +141,108 @@ def get_delta_sink(settings: Settings, store: Store) -> DeltaSink:
             module_name, _, attr = REDIS_SINK.partition(":")
             found = _sinks[settings] = getattr(importlib.import_module(module_name), attr)(settings)
         return found
+
+
+# ---------------------------------------------------------------- flow control
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ask:
+    """What a model step asks of the limiter before its call (`orchestrator.flow`)."""
+
+    run_id: str
+    #: The run's concurrency key, and the most runs of that key in progress at once (0: none).
+    key: str | None = None
+    limit: int = 0
+    #: The model's limits and the id they are kept under (None: not limited), and the tokens
+    #: the call is estimated at.
+    model: str | None = None
+    rate: RateLimit | None = None
+    tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The limiter's answer: go (`reason` None), or wait about `wait` seconds, because of
+    "concurrency" (the key's runs are all in progress), "requests" or "tokens" (the model's
+    rates), or "blocked" (the provider said 429)."""
+
+    wait: float = 0.0
+    reason: str | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.reason is None
+
+
+class Limiter(Protocol):
+    """Keeps the limits every worker shares: runs in progress per key, and each model's rates.
+    An implementation that cannot reach its server logs it and lets the step go (fails open)."""
+
+    def admit(self, ask: Ask) -> Verdict:
+        """All or nothing: the run's place among its key's runs, one request and the call's
+        tokens, or none of them and how long to wait. A run that holds its place keeps it
+        (renewed for RATCHET_RUN_SLOT_SECONDS) whatever the verdict."""
+        ...
+
+    def wait_for_room(self, key: str, limit: int, step: StepRef) -> bool:
+        """Keep `step` (a run parked for want of room) to be published when a run of `key` ends,
+        highest priority first, then first parked. True when there is room already: its place
+        is taken for it, and the caller publishes it now."""
+        ...
+
+    def release(self, run_id: str, limit: int) -> StepRef | None:
+        """The run ended or paused: free its place (or forget it among the waiting), and give
+        that place to the next run waiting for one; returns that run's step, to publish."""
+        ...
+
+    def settle(self, model: str, rate: RateLimit, tokens: int) -> None:
+        """Correct a call's token estimate by what it used besides (negative: less). It may be
+        counted at this process's next `admit` of the model, in that round trip."""
+        ...
+
+    def block(self, model: str, seconds: float) -> None:
+        """The provider answered 429: no call of `model` for `seconds`, on any worker."""
+        ...
+
+
+#: The limiter on Redis, imported by name (the domain does not import Redis).
+REDIS_LIMITER = "workers.flow:RedisLimiter"
+_limiters: dict[Settings, Limiter] = {}
+log = logging.getLogger("ratchet.flow")
+
+
+def get_limiter(settings: Settings) -> Limiter:
+    """The process's limiter for these settings: on RATCHET_LIMITER_URL's Redis, else on the
+    broker's when it is Redis, else one of this process's own (not shared: said in a warning
+    unless the broker needs no server either)."""
+    with _lock:
+        found = _limiters.get(settings)
+        if found is not None:
+            return found
+        url = settings.limiter_url
+        if url is None and settings.broker_url.startswith(("redis://", "rediss://")):
+            url = settings.broker_url
+        if url is not None:
+            module_name, _, attr = REDIS_LIMITER.partition(":")
+            found = getattr(importlib.import_module(module_name), attr)(settings, url)
+        else:
+            from orchestrator.flow import LocalLimiter
+
+            if not settings.is_embedded_broker:
+                log.warning(
+                    "flow control: limits are kept in each process, not shared by the workers: set "
+                    "RATCHET_LIMITER_URL to a Redis to share them"
+                )
+            found = LocalLimiter(slot_seconds=settings.run_slot_seconds)
+        _limiters[settings] = found
+        return found
+
+
+def set_limiter(settings: Settings, limiter: Limiter | None) -> None:
+    """Use this limiter for these settings in this process (`in_memory` does); None forgets it."""
+    with _lock:
+        if limiter is None:
+            _limiters.pop(settings, None)
+        else:
+            _limiters[settings] = limiter

@@ -77,6 +77,17 @@ class Settings(BaseModel):
     stream_ttl: float = 3600.0
     #: The most live events a run's Redis stream keeps (trimmed approximately, oldest first).
     stream_maxlen: int = 100_000
+    #: Flow control (`orchestrator.flow`): at most this many runs of one concurrency key in
+    #: progress at once, across every worker. A run's key is its `user_id`, or what its agent's
+    #: `concurrency_key` makes of the run; a run without one, or a team's member, is not counted.
+    #: None: no limit.
+    max_runs_per_key: int | None = None
+    #: How long a run keeps its place among those after its last model step began without ending
+    #: or pausing: a run whose worker died at its end frees its place after this long.
+    run_slot_seconds: float = 900.0
+    #: The Redis that keeps the limits every worker shares (a run's place, a model's rates). Default:
+    #: the broker's, when it is Redis; without either, each process keeps its own.
+    limiter_url: str | None = None
     #: Queue names.
     model_queue: str = "ratchet.model"
     tools_queue: str = "ratchet.tools"
@@ -142,6 +153,18 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:
             raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
+        return self
+
+    @model_validator(mode="after")
+    def validate_flow(self) -> Settings:
+        """Refuse a limit of no runs, and a run's place that a step could outlive."""
+        if self.max_runs_per_key is not None and self.max_runs_per_key < 1:
+            raise ValueError("RATCHET_MAX_RUNS_PER_KEY must be at least 1 (unset it for no limit)")
+        if not self.run_slot_seconds > self.hard_time_limit:
+            raise ValueError(
+                f"RATCHET_RUN_SLOT_SECONDS ({self.run_slot_seconds}) must exceed RATCHET_HARD_TIME_LIMIT "
+                f"({self.hard_time_limit}): a step must not outlive its run's place"
+            )
         return self
 
     @classmethod

@@ -4,8 +4,8 @@ The scripted model for tests is a test double and lives in `orchestrator.testing
 importing Ratchet never loads it.
 """
 
-from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
 from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 
-__all__ = ["CallContext", "Model", "ModelReply", "OpenAIChat", "OpenAIResponses", "ToolSpec"]
+__all__ = ["CallContext", "Model", "ModelReply", "OpenAIChat", "OpenAIResponses", "RateLimit", "ToolSpec"]

@@ -33,7 +33,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
 from orchestrator.models._keys import key_problem, redact
-from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, ToolSpec
+from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, RateLimit, ToolSpec
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 from orchestrator.usage import Prices
 
@@ -238,9 +238,11 @@ class OpenAIModel(Model):
         default_headers: Mapping[str, str] | None = None,
         request_params: Mapping[str, Any] | None = None,
         prices: Prices | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.id = id
         self.prices = prices
+        self.rate_limit = rate_limit
         # Kept private and out of describe(); only an explicitly passed key is ever held here.
         self._api_key = api_key
         self.base_url = base_url

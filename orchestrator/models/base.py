@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import ModelCallError
+from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.usage import Metrics, Prices
 
@@ -55,6 +55,26 @@ class CallContext:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RateLimit:
+    """A provider's limits on one model, kept by every worker together (`orchestrator.flow`): at
+    most `requests` calls and `tokens` tokens (prompt and reply) per `per` seconds, None meaning
+    no such limit. A call that would go past one waits parked, holding no worker. With neither
+    number, only the provider's 429s are shared: every worker waits out a Retry-After."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    per: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"RateLimit({name}=...) must be a whole number, 1 or more; got {value!r}")
+        if isinstance(self.per, bool) or not isinstance(self.per, int | float) or not self.per > 0:
+            raise ConfigurationError(f"RateLimit(per=...) must be a positive number of seconds; got {self.per!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelReply:
     """What one model call produced: text, tool calls, or both."""
 
@@ -82,6 +102,8 @@ class Model(ABC):
     id: str
     #: What the model's tokens cost per million; None: costs are unknown.
     prices: Prices | None = None
+    #: The provider's limits on this model id, shared by every worker; None: not limited.
+    rate_limit: RateLimit | None = None
 
     @abstractmethod
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
@@ -92,4 +114,6 @@ class Model(ABC):
         return f"{type(self).__name__}(id={self.id!r})"
 
 
-__all__ = ["CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "Prices", "ToolSpec"]
+__all__ = [
+    "CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "Prices", "RateLimit", "ToolSpec",
+]  # fmt: skip

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
-from orchestrator.models.base import ModelReply, OutputFormat, ToolSpec
+from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
 from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 class OpenAIChat(OpenAIModel):
     """A Chat Completions model. Sampling arguments left at None are not sent; `prices` (per million
-    tokens) give each call's cost (`orchestrator.usage`)."""
+    tokens) give each call's cost (`orchestrator.usage`); `rate_limit`, the provider's limits on
+    this model id, which every worker keeps together (`orchestrator.flow`)."""
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class OpenAIChat(OpenAIModel):
         default_headers: Mapping[str, str] | None = None,
         request_params: Mapping[str, Any] | None = None,
         prices: Prices | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         super().__init__(
             id,
@@ -58,6 +60,7 @@ class OpenAIChat(OpenAIModel):
             default_headers=default_headers,
             request_params=request_params,
             prices=prices,
+            rate_limit=rate_limit,
         )
         self.sampling = sampling(
             temperature=temperature,

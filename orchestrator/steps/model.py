@@ -12,7 +12,7 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from orchestrator import delegation, structured
+from orchestrator import delegation, flow, structured
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
@@ -45,7 +45,8 @@ class ModelStep:
 
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Call the model on the run's transcript and commit the reply: "completed" or "tools",
-        or "retry" for a failed call parked to be tried again."""
+        "retry" for a failed call parked to be tried again, or "throttled" for a step a limit
+        parked before its call (`orchestrator.flow`)."""
         record = claim.record
         agent = get_agent(record.agent_name)
         if record.kind != agent.kind:
@@ -63,13 +64,20 @@ class ModelStep:
         prompt += claim.messages
         prompt += self._correction(agent, claim)
         batches = claim.transcript.tool_batches
+        ask = flow.ask_for(self.runner.settings, agent, record, prompt, agent.tool_specs())
+        if ask is not None and self.runner.throttle.parked(claim, ask):
+            return "throttled"
         try:
             reply = self._call(agent, prompt, claim)
         except ModelCallError as exc:
+            if ask is not None:
+                self.runner.throttle.failed(ask, exc)
             if self._retry(claim, agent, exc):
                 self.runner.end(claim)
                 return "retry"
             raise
+        if ask is not None:
+            self.runner.throttle.used(ask, reply)
         message = _assistant_message(reply, claim.transcript.call_ids, record.seq, agent.model.prices)
         invalid = _invalid_output(agent, message)
         if invalid is not None and self._retry(claim, agent, invalid):
@@ -167,6 +175,7 @@ class ModelStep:
             store.remember(committed, [message])
         self.runner.end(claim)
         if done:
+            self.runner.throttle.release(committed)
             # A member's completion already reached its team in the commit (fan_in above).
             if (step := delegation.wake_step(woken)) is not None:
                 self.runner.publish(step)

@@ -28,6 +28,7 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight, InFlightSteps
 from orchestrator.steps.model import ModelStep
+from orchestrator.steps.throttle import Throttle
 from orchestrator.steps.tools import ToolStep
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
@@ -65,6 +66,8 @@ class StepRunner:
         self.inflight = InFlightSteps()
         #: Renews the leases of the steps in `inflight`; started by the first claim.
         self.heartbeat = Heartbeat(self.store, settings, self.inflight.held)
+        #: Flow control (`orchestrator.flow`): the limiter's verdicts, parks and releases.
+        self.throttle = Throttle(self)
         self._model = ModelStep(self)
         self._tools = ToolStep(self)
 
@@ -254,9 +257,12 @@ class StepRunner:
             return fail([], {**error, "message": error["message"] + lost})
 
     def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
-        """Called when a run reaches ERROR: a member that failed moves its team (a completed
-        member fans in with its final commit instead). `record`, the run as just committed,
-        saves reading it again."""
+        """Called when a run reaches ERROR: it frees its place among its key's runs, and a member
+        that failed moves its team (a completed member fans in with its final commit instead).
+        `record`, the run as just committed, saves reading it again."""
+        if self.settings.max_runs_per_key is not None:
+            record = record or self.store.get_record(run_id)
+            self.throttle.release(record)
         team = delegation.after_member_final(
             self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
         )

@@ -126,13 +126,6 @@ class Store(StoreReads):
             sessions.apply(c, session_id, changes)
             return record
 
-    def _insert_messages(
-        self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float,
-        seq: int | None = None, epoch: int | None = None,
-    ) -> None:  # fmt: skip
-        """Append `items` at index `start` on, stamped with step `seq` at `epoch` (NULL if not given)."""
-        writes.insert_messages(conn, run_id, start, items, now, seq=seq, epoch=epoch)
-
     def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
         """Record something that happened to a run (in the caller's transaction)."""
         text = json.dumps(detail, default=str) if detail else None
@@ -178,7 +171,7 @@ class Store(StoreReads):
         if record is None:
             return None
         start = record.n_messages - len(new_messages)
-        self._insert_messages(conn, run_id, start, new_messages, record.updated_at, record.seq, record.epoch)
+        writes.insert_messages(conn, run_id, start, new_messages, record.updated_at, seq=record.seq, epoch=record.epoch)
         if event:
             self.log_event(conn, run_id, event, record.seq, to=dst.value, **writes.position(record))
         if dst.is_final:
@@ -261,7 +254,9 @@ class Store(StoreReads):
             count = writes.count_tool_result(conn, claim, now)
             if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
-            self._insert_messages(conn, claim.run_id, count - 1, [message], now, claim.record.seq, claim.epoch)
+            writes.insert_messages(
+                conn, claim.run_id, count - 1, [message], now, seq=claim.record.seq, epoch=claim.epoch
+            )
             sessions.apply(conn, claim.record.session_id, [change] if change is not None else [])
         self.transcripts.extend(claim.run_id, count - 1, [message])
 
@@ -326,17 +321,33 @@ class Store(StoreReads):
         does when it is due, so no worker is held and no countdown outlives the visibility
         timeout. The retry gets the next seq, so a stray copy of the failed attempt's task (a
         republish, a redelivery) is stale and cannot call the model again before the backoff."""
+        counts = dict(seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0)
+        return self._park(claim, "retry", delay, published, publish_grace, counts, error=error)
+
+    def park_throttled(
+        self, claim: Claim, *, delay: float, published: bool, reason: str, publish_grace: float
+    ) -> RunRecord:
+        """Put the step back in the queue, not run, because a limit said wait (`orchestrator.flow`):
+        not a retry, and its claim does not count toward the poison limit. It keeps its seq: a
+        stray copy of its task only asks the limiter again. `published` as for a retry."""
+        counts = dict(attempts=runs.c.attempts - 1)
+        return self._park(claim, "throttled", delay, published, publish_grace, counts, reason=reason)
+
+    def _park(
+        self, claim: Claim, event: str, delay: float, published: bool, publish_grace: float,
+        counts: dict[str, Any], **why: Any,
+    ) -> RunRecord:  # fmt: skip
         now = self.clock()
         with self.engine.begin() as conn:
             record = self.move(
                 claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=held(claim, now),
                 publish_grace=publish_grace if published else None, delay=delay, conn=conn,
-                seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0, lease_owner=None, lease_expires_at=None,
+                lease_owner=None, lease_expires_at=None, **counts,
             )  # fmt: skip
             if record is None:
-                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the retry was parked")
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the step was parked")
             self.log_event(
-                conn, claim.run_id, "retry", record.seq, delay=round(delay, 3), error=error,
+                conn, claim.run_id, event, record.seq, delay=round(delay, 3), **why,
                 by="countdown" if published else "sweeper", **writes.position(record),
             )  # fmt: skip
             return record

@@ -26,6 +26,10 @@ are gone.
 - **Priorities as on a broker.** Of the steps due, a higher priority runs first (a step of a
   run without one is as 0), then the order they were published in. Queues are not kept apart:
   every step runs here, whichever queue its agent or tool names (`StepRef.queue` shows it).
+- **Limits on the virtual clock.** The dispatcher's settings get a `LocalLimiter` of its own
+  (`orchestrator.flow`) whose clock runs on by the countdowns waited: a step parked for a
+  model's rate runs again once its countdown is due, with the rate's window that much further
+  on, and nothing sleeps.
 - **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
   owner, as `StepTask.on_failure` does; a fenced step (cancelled while it ran) is dropped, as
   the Celery task drops it.
@@ -46,6 +50,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from functools import cached_property
@@ -54,7 +59,8 @@ from pathlib import Path
 from orchestrator.agent import use_client
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
-from orchestrator.ports import StepRef, set_dispatcher
+from orchestrator.flow import LocalLimiter
+from orchestrator.ports import StepRef, set_dispatcher, set_limiter
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store
@@ -85,6 +91,9 @@ class InMemoryDispatcher:
         self._order = itertools.count()
         self._draining = False
         self._lock = threading.Lock()
+        #: Flow control's limits, on wall time plus the countdowns waited (see above).
+        self.limiter = LocalLimiter(slot_seconds=settings.run_slot_seconds, clock=lambda: time.monotonic() + self.now)
+        set_limiter(settings, self.limiter)
 
     @cached_property
     def client(self) -> Client:
@@ -202,6 +211,7 @@ def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = 
         dispatcher = InMemoryDispatcher(settings, store=store, autorun=autorun)
         set_dispatcher(settings, dispatcher)
         stack.callback(set_dispatcher, settings, None)
+        stack.callback(set_limiter, settings, None)
         stack.callback(use_client, use_client(dispatcher.client))
         yield dispatcher
 

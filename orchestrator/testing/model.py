@@ -19,7 +19,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import is_context_length_error, kind_for_status, malformed, retryable_status
 from orchestrator.models._streaming import stream_error
-from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
+from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
 from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptedReply, ScriptState, decide
 from orchestrator.usage import Prices
 
@@ -33,9 +33,11 @@ class ScriptedModel(Model):
         script: ScriptConfig | None = None,
         api_key: str | None = "scripted",
         prices: Prices | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.id = id
         self.prices = prices
+        self.rate_limit = rate_limit
         self.script = script or ScriptConfig()
         # A test value, compared against the script's accept/reject lists; not a credential.
         self.api_key = api_key

@@ -18,7 +18,7 @@ from orchestrator import Agent, Client, RunStatus
 from orchestrator.errors import FencedError, RunConflictError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.settings import Settings
-from orchestrator.store import Store
+from orchestrator.store import Store, writes
 from orchestrator.store import statements as statements_module
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import migrate, open_engine
@@ -109,7 +109,7 @@ def test_message_indexes_are_unique_per_run(settings: Settings) -> None:
     run_id = new_run(store)
     with pytest.raises(Exception, match="(?i)unique|duplicate"):
         with store.engine.begin() as conn:
-            store._insert_messages(conn, run_id, 0, [Message(role="user", content="again")], 0.0)
+            writes.insert_messages(conn, run_id, 0, [Message(role="user", content="again")], 0.0, seq=None, epoch=None)
 
 
 def test_sqlite_stores_run_in_wal_mode_with_a_busy_timeout(tmp_path: Any) -> None:
