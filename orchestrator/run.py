@@ -287,7 +287,8 @@ class LogEntry:
     run_id: str
     #: When (UNIX seconds).
     at: float
-    #: What: "retry", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue", "cancel".
+    #: What: "retry", "throttled", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue",
+    #: "cancel".
     kind: str
     #: The step it happened at.
     seq: int | None

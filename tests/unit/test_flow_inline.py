@@ -1,0 +1,175 @@
+"""Flow control on the in-memory dispatcher: runs of one key take turns, a model's rates and a
+provider's 429 park steps instead of holding a worker, none of it spends a retry, and nothing is
+asked of the limiter where no limit applies."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestrator import Agent, RunStatus, Settings, Team
+from orchestrator.flow import LocalLimiter
+from orchestrator.models.base import RateLimit
+from orchestrator.ports import Ask, Verdict, set_limiter
+from orchestrator.testing import InMemoryDispatcher, in_memory
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import Fault, ScriptConfig
+from tests.support import CountingModel
+
+S = RunStatus
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def lookup(query: str) -> str:
+    """Look something up."""
+    return f"found {query}"
+
+
+@contextmanager
+def limited(tmp_path: Path, **settings: Any) -> Iterator[InMemoryDispatcher]:
+    """The in-memory dispatcher with these settings; steps run when the test says (`autorun=False`)."""
+    values: dict[str, Any] = dict(
+        database_url=f"sqlite:///{tmp_path / 'runs.db'}", sqlite_synchronous="NORMAL", max_countdown=900.0,
+        dispatcher="orchestrator.testing.inmemory:InMemoryDispatcher",
+    )  # fmt: skip
+    with in_memory(Settings(**{**values, **settings}), autorun=False) as dispatcher:
+        yield dispatcher
+
+
+def logged(dispatcher: InMemoryDispatcher, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.detail for e in dispatcher.client.get_log(run_id) if e.kind == kind]
+
+
+def test_runs_of_one_user_take_turns_and_another_users_run_does_not_wait(tmp_path: Path) -> None:
+    model = CountingModel(script=ScriptConfig(tool_batches=2))
+    agent = Agent(name=name("turns"), model=model, tools=[lookup])
+    with limited(tmp_path, max_runs_per_key=1) as inline:
+        # Given three runs of one user and one of another, started before any step ran
+        ids = [agent.start(f"q{i}", user_id="alice").run_id for i in range(3)]
+        other = agent.start("q", user_id="bob").run_id
+        inline.run_until_idle()
+        outputs = {r: inline.client.get_run(r) for r in [*ids, other]}
+    # Then every run completed, alice's one after another: each one's calls all come before the next one's
+    assert {r: o.status for r, o in outputs.items()} == dict.fromkeys([*ids, other], S.COMPLETED)
+    order = [run_id for run_id, _ in model.calls if run_id != other]
+    firsts = sorted(ids, key=order.index)
+    assert order == [r for r in firsts for _ in range(3)], order
+    # and bob's run went through while alice's waited
+    assert model.calls.index((other, 0)) < order.index(firsts[1]) + 3
+    # The runs that waited logged why, and spent no retry
+    for run_id in firsts[1:]:
+        (throttled,) = logged(inline, run_id, "throttled")
+        assert throttled["reason"] == "concurrency" and throttled["by"] == "sweeper"
+        assert outputs[run_id].retry is None and not logged(inline, run_id, "retry")
+    assert not logged(inline, firsts[0], "throttled") and not logged(inline, other, "throttled")
+
+
+def test_an_agents_concurrency_key_counts_a_tenants_users_together(tmp_path: Path) -> None:
+    model = CountingModel(script=ScriptConfig(tool_batches=1))
+    agent = Agent(
+        name=name("tenant"), model=model, tools=[lookup],
+        concurrency_key=lambda run: run.user_id.split("/")[0] if run.user_id else None,
+    )  # fmt: skip
+    with limited(tmp_path, max_runs_per_key=1) as inline:
+        a, b, c = (agent.start("q", user_id=u).run_id for u in ("acme/ann", "acme/bob", "initech/cy"))
+        free = agent.start("q").run_id  # no user: no key, not counted
+        inline.run_until_idle()
+        assert all(inline.client.get_run(r).status == S.COMPLETED for r in (a, b, c, free))
+        assert [bool(logged(inline, r, "throttled")) for r in (a, b, c, free)] == [False, True, False, False]
+
+
+def test_a_cancelled_or_failed_run_gives_its_place_to_the_run_waiting(tmp_path: Path) -> None:
+    failing = Agent(
+        name=name("fails"), model=CountingModel(script=ScriptConfig(faults=[Fault(status=400)])), tools=[lookup]
+    )
+    agent = Agent(name=name("waits"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
+    with limited(tmp_path, max_runs_per_key=1) as inline:
+        holder = agent.start("q", user_id="u").run_id
+        inline.run_next()  # its first model step: it holds the place, its tool step queued
+        waiting = agent.start("q", user_id="u").run_id
+        inline.run_next()  # ...so this one is parked
+        assert inline.client.get_run(waiting).status == S.QUEUED and inline.pending != []
+        inline.client.cancel(holder)
+        inline.run_until_idle()
+        assert inline.client.get_run(waiting).status == S.COMPLETED
+        # A run that fails frees its place too
+        failed = failing.start("q", user_id="v").run_id
+        after = agent.start("q", user_id="v").run_id
+        inline.run_until_idle()
+        assert inline.client.get_run(failed).status == S.ERROR
+        assert inline.client.get_run(after).status == S.COMPLETED
+
+
+def test_a_team_takes_one_place_and_its_members_none(tmp_path: Path) -> None:
+    t = uuid.uuid4().hex[:6]
+    member = Agent(name=f"member-{t}", model=CountingModel(script=ScriptConfig(final_text="done")), role="Helps.")
+    leader = CountingModel(
+        script=ScriptConfig(batches=[[{"tool": "delegate_task_to_member", "arguments": {"member_id": f"member-{t}",
+                                                                                     "task": "help"}}]])
+    )  # fmt: skip
+    team = Team(name=f"team-{t}", model=leader, members=[member])
+    with limited(tmp_path, max_runs_per_key=1) as inline:
+        run_id = team.start("go", user_id="u").run_id
+        inline.run_until_idle()
+        out = inline.client.get_run(run_id)
+    assert out.status == S.COMPLETED and [m.status for m in out.member_runs] == [S.COMPLETED]
+
+
+def test_a_models_request_rate_parks_a_step_for_the_buckets_refill_not_as_a_retry(tmp_path: Path) -> None:
+    model = CountingModel(script=ScriptConfig(tool_batches=0))
+    model.rate_limit = RateLimit(requests=2, per=60)
+    agent = Agent(name=name("rpm"), model=model, retries=0)
+    with limited(tmp_path) as inline:
+        ids = [agent.start(f"q{i}").run_id for i in range(3)]
+        inline.run_until_idle()
+        outputs = [inline.client.get_run(r) for r in ids]
+    assert [o.status for o in outputs] == [S.COMPLETED] * 3  # with retries=0: a park is not a retry
+    ((throttled,),) = [logged(inline, r, "throttled") for r in ids if logged(inline, r, "throttled")]
+    assert throttled["reason"] == "requests" and throttled["by"] == "countdown"
+    assert 30 <= throttled["delay"] <= 33  # one request refills in 60/2 s, plus up to 10% jitter
+    assert 30 <= inline.now <= 33  # waited on the virtual clock, not by a sleeping worker
+
+
+def test_a_429_blocks_the_model_for_every_run_for_its_retry_after(tmp_path: Path) -> None:
+    rate = RateLimit()  # no numbers: only the provider's 429s are shared
+    hit = ScriptedModel(id="shared", script=ScriptConfig(faults=[Fault(status=429, retry_after=5.0)]), rate_limit=rate)
+    calm = ScriptedModel(id="shared", rate_limit=rate)
+    first, second = Agent(name=name("hit"), model=hit), Agent(name=name("calm"), model=calm)
+    with limited(tmp_path) as inline:
+        a = first.start("q").run_id
+        b = second.start("q").run_id
+        inline.run_until_idle()
+        assert [inline.client.get_run(r).status for r in (a, b)] == [S.COMPLETED] * 2
+        assert [e["reason"] for e in logged(inline, b, "throttled")] == ["blocked"]
+        assert not logged(inline, b, "retry")
+        (retry,) = logged(inline, a, "retry")
+        assert retry["delay"] >= 5.0
+
+
+class Spy(LocalLimiter):
+    def __init__(self) -> None:
+        super().__init__(slot_seconds=900)
+        self.asked: list[Ask] = []
+
+    def admit(self, ask: Ask) -> Verdict:
+        self.asked.append(ask)
+        return super().admit(ask)
+
+
+def test_a_step_with_no_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
+    agent = Agent(name=name("free"), model=CountingModel(), tools=[lookup])
+    with limited(tmp_path, max_runs_per_key=2) as inline:
+        spy = Spy()
+        set_limiter(inline.settings, spy)
+        no_user = agent.start("q").run_id
+        inline.run_until_idle()
+        assert inline.client.get_run(no_user).status == S.COMPLETED and spy.asked == []
+        with_user = agent.start("q", user_id="u").run_id
+        inline.run_until_idle()
+        assert [(a.run_id, a.key, a.limit, a.model) for a in spy.asked] == [(with_user, "u", 2, None)] * 2
