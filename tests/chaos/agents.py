@@ -38,7 +38,7 @@ from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, 
 from orchestrator import Agent, RetryPolicy, Settings, ToolContext, tool
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
-from orchestrator.models.base import CallContext, ModelReply, ToolSpec
+from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
 from orchestrator.ports import StepRef
 from orchestrator.steps import StepRunner
 from orchestrator.store.database import open_engine
@@ -205,6 +205,16 @@ Agent(
     retries=2,
     retry_policy=FAST_RETRIES,
     add_history_to_context=True,
+)
+
+#: A model every worker may call at most once per RATE_WINDOW seconds (flow control's rates).
+RATE_WINDOW = 1.0
+LIMITED_AGENT = "chaos-limited"
+Agent(
+    name=LIMITED_AGENT,
+    model=MarkedChat(id="scripted-limited", rate_limit=RateLimit(requests=1, per=RATE_WINDOW)),
+    tools=[effect],
+    retries=0,
 )
 
 

@@ -161,6 +161,21 @@ class Cluster:
         self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = ()
     ) -> Worker:
         """Start a worker and return once it consumes."""
+        worker = self.spawn_worker(concurrency=concurrency, beat=beat, pool=pool, queues=queues)
+        self.wait_ready(worker)
+        return worker
+
+    def start_workers(self, count: int, **options: Any) -> list[Worker]:
+        """Start `count` workers at once (`start_worker`'s options) and return once all consume."""
+        workers = [self.spawn_worker(**options) for _ in range(count)]
+        for worker in workers:
+            self.wait_ready(worker)
+        return workers
+
+    def spawn_worker(
+        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = ()
+    ) -> Worker:
+        """Start a worker process; `wait_ready` waits until it consumes."""
         name = f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
         log = self.root / f"{name.split('@')[0]}.log"
         argv = [sys.executable, "-m", "workers.cli", "worker", "--app", "tests.chaos.agents", "-P", pool,
@@ -175,13 +190,16 @@ class Cluster:
             )
         worker = Worker(name, proc, log)
         self.workers.append(worker)
-        wait_until(
-            lambda: (self.dir / f"ready-{name}").exists() or not worker.alive(),
-            timeout=30,
-            what=f"worker {name} to start",
-        )
-        assert worker.alive(), f"worker {name} died at start:\n{worker.log()[-3000:]}"
         return worker
+
+    def wait_ready(self, worker: Worker) -> None:
+        """Return once the worker consumes; fail if it died first."""
+        wait_until(
+            lambda: (self.dir / f"ready-{worker.name}").exists() or not worker.alive(),
+            timeout=30,
+            what=f"worker {worker.name} to start",
+        )
+        assert worker.alive(), f"worker {worker.name} died at start:\n{worker.log()[-3000:]}"
 
     def start_sweeper(self) -> None:
         """Sweep every RATCHET_SWEEP_SECONDS in a thread of the test (what beat does in production)."""
