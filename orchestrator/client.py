@@ -138,9 +138,10 @@ class Client:
         merges with its durable events; any run can be followed, streamed or not.
 
         `user_id`: who the run is for, stored with it (and with its session, if this is the
-        session's first run). `session_state`: a dict merged over the session's stored state,
-        key by key, as the run is written (Agno's `run(session_state=...)`); its tools read and
-        change the result (`ToolContext.session_state`).
+        session's first run); with RATCHET_MAX_RUNS_PER_KEY, also its concurrency key (or what
+        its agent's `concurrency_key` makes of the run: `orchestrator.flow`). `session_state`: a
+        dict merged over the session's stored state, key by key, as the run is written (Agno's
+        `run(session_state=...)`); its tools read and change the result (`ToolContext.session_state`).
 
         `priority`: 0-9, higher first; a run without one is as 0. Every step of the run (and of
         its team members) is published with it, so under a backlog its steps are taken before

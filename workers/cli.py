@@ -175,7 +175,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument(
         "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
     )
-    p.add_argument("--user-id", help="who the run is for")
+    p.add_argument(
+        "--user-id", help="who the run is for (with RATCHET_MAX_RUNS_PER_KEY, its runs in progress are limited)"
+    )
     p.add_argument("--session-state", type=state_argument, metavar="JSON", help="a JSON object merged over the "
                    "session's state, key by key")  # fmt: skip
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")

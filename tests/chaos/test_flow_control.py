@@ -8,6 +8,7 @@ serves another model's runs while the limited model's steps wait out their windo
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -92,7 +93,7 @@ def test_a_rate_limited_models_steps_wait_parked_while_a_one_slot_worker_serves_
     assert free_done < calls_at[-1], "the unlimited runs waited behind a throttled step"
     # The limited model was called once per window, its waiting steps parked, none retried
     # (the agent has retries=0: a park that counted as a retry would have failed the run)
-    gaps = [b - a for a, b in zip(calls_at, calls_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(calls_at)]
     assert all(gap >= RATE_WINDOW - 0.25 for gap in gaps), gaps  # admitted once per window; sent a little later
     assert sorted(len(throttled(cluster, run_id)) > 0 for run_id in limited) == [False, True, True]
     assert {reason for run_id in limited for reason in throttled(cluster, run_id)} == {"requests"}

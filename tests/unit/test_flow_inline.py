@@ -42,6 +42,13 @@ def limited(tmp_path: Path, **settings: Any) -> Iterator[InMemoryDispatcher]:
         yield dispatcher
 
 
+def run_step_of(dispatcher: InMemoryDispatcher, run_id: str) -> None:
+    """Run the queued steps, in order, up to and including the next one of `run_id`."""
+    while (ran := dispatcher.run_next()) is not None and ran.run_id != run_id:
+        pass
+    assert ran is not None, f"no step of run {run_id} was queued"
+
+
 def logged(dispatcher: InMemoryDispatcher, run_id: str, kind: str) -> list[dict[str, Any]]:
     return [e.detail for e in dispatcher.client.get_log(run_id) if e.kind == kind]
 
@@ -91,10 +98,10 @@ def test_a_cancelled_or_failed_run_gives_its_place_to_the_run_waiting(tmp_path: 
     agent = Agent(name=name("waits"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
     with limited(tmp_path, max_runs_per_key=1) as inline:
         holder = agent.start("q", user_id="u").run_id
-        inline.run_next()  # its first model step: it holds the place, its tool step queued
+        run_step_of(inline, holder)  # its first model step: it holds the place, its tool step queued
         waiting = agent.start("q", user_id="u").run_id
-        inline.run_next()  # ...so this one is parked
-        assert inline.client.get_run(waiting).status == S.QUEUED and inline.pending != []
+        run_step_of(inline, waiting)  # ...so this one is parked, published by nobody yet
+        assert logged(inline, waiting, "throttled") and waiting not in {s.run_id for s in inline.pending}
         inline.client.cancel(holder)
         inline.run_until_idle()
         assert inline.client.get_run(waiting).status == S.COMPLETED

@@ -58,7 +58,11 @@ class StartRequest(BaseModel):
     stream: bool = Field(
         default=False, description="publish the model's text as it is written (RunContent events), not only each step"
     )
-    user_id: str | None = Field(default=None, description="who the run is for (1-128 characters)")
+    user_id: str | None = Field(
+        default=None,
+        description="who the run is for (1-128 characters); with RATCHET_MAX_RUNS_PER_KEY set, at most that many "
+        "runs of one user_id (or of the key the agent's concurrency_key makes of it) are in progress at once",
+    )
     session_state: dict[str, Any] | None = Field(
         default=None,
         description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
