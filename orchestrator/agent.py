@@ -54,6 +54,18 @@ def _session_state(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]
         raise ConfigurationError(f"{name}: {exc}") from None
 
 
+def _check(name: str, model: Model, output_schema: object, concurrency_key: object) -> None:
+    """Refuse an agent definition whose name, model, schema or key function cannot work."""
+    if not name or not isinstance(name, str):
+        raise ConfigurationError("an agent needs a non-empty name: it is how workers find it")
+    if not isinstance(model, Model):
+        raise ConfigurationError(f"{name}: model must be a Model (e.g. OpenAIChat(id=...)), got {model!r}")
+    if output_schema is not None and not (isinstance(output_schema, type) and issubclass(output_schema, BaseModel)):
+        raise ConfigurationError(f"{name}: output_schema must be a pydantic model class, got {output_schema!r}")
+    if concurrency_key is not None and not callable(concurrency_key):
+        raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
+
+
 class Agent:
     """An LLM agent. `run()` enqueues a durable run on the workers and waits for it."""
 
@@ -79,10 +91,7 @@ class Agent:
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
         client: Client | None = None,
     ) -> None:
-        if not name or not isinstance(name, str):
-            raise ConfigurationError("an agent needs a non-empty name: it is how workers find it")
-        if not isinstance(model, Model):
-            raise ConfigurationError(f"{name}: model must be a Model (e.g. OpenAIChat(id=...)), got {model!r}")
+        _check(name, model, output_schema, concurrency_key)
         self.name = name
         self.model = model
         self.tools = flatten(tools)
@@ -102,8 +111,6 @@ class Agent:
         self.retry_policy = retry_policy or RetryPolicy()
         #: A guard against a model that never stops calling tools: the run errors after this many.
         self.max_tool_batches = max_tool_batches
-        if output_schema is not None and not (isinstance(output_schema, type) and issubclass(output_schema, BaseModel)):
-            raise ConfigurationError(f"{name}: output_schema must be a pydantic model class, got {output_schema!r}")
         #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
         #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
         self.output_schema = output_schema
@@ -118,10 +125,8 @@ class Agent:
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
-        if concurrency_key is not None and not callable(concurrency_key):
-            raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
-        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together: a function of the run's record
-        #: (None: the run's `user_id`), returning None for a run it does not count (`orchestrator.flow`).
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.flow`): a function of
+        #: the run's record, None for a run it does not count; None: the run's `user_id`.
         self.concurrency_key = concurrency_key
         self._client = client
         register(self)

@@ -71,6 +71,7 @@ FORBIDDEN = {
     "sweeper": {"control", "client"},
     "control": {"client", "steps", "sweeper"},
     "routing": {"steps", "delegation", "control", "client", "sweeper"},
+    "flow": {"store", "steps", "delegation", "control", "client", "sweeper"},
 }
 PRODUCTION = {"testing"}  # nothing outside `orchestrator.testing` imports the test doubles
 
