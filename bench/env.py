@@ -76,6 +76,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The RATCHET_* variables that reproduce `settings` in a worker subprocess."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
     for name, value in settings.model_dump().items():
+        if value is None:  # unset: "None" would be read as a value (a limit, a URL)
+            continue
         env["RATCHET_" + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
 

@@ -1,21 +1,28 @@
 """The limiter's rules, the same on Redis (a real one: each check one Lua script) and in one
 process (`LocalLimiter`): places among a key's runs, waiting runs woken in order, token buckets
-for a model's requests and tokens, a 429's block, and a Redis that is gone letting steps go."""
+for a model's requests and tokens, a 429's block, and a Redis that is gone letting steps go.
+On a private Redis: a limited model step costs one round trip, a tool step none."""
 
 from __future__ import annotations
 
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
+from orchestrator import Agent, RunStatus
 from orchestrator.flow import LocalLimiter
 from orchestrator.models.base import RateLimit
-from orchestrator.ports import Ask, Limiter, StepRef
+from orchestrator.ports import Ask, Limiter, StepRef, set_limiter
 from orchestrator.settings import Settings
+from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
+from tests.servers import RedisServer
+from tests.support import CountingModel
+from tests.unit.test_flow_inline import limited, lookup, name
 from workers.flow import RedisLimiter
 
 SLOT = 30.0
@@ -182,3 +189,27 @@ def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixtur
     assert limiter.release("a", 1) is None
     limiter.block("m", 1.0)
     assert "fails open" in caplog.text
+
+
+def test_a_limited_model_step_costs_one_round_trip_and_a_tool_step_none(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        model = CountingModel(script=ScriptConfig(tool_batches=3))
+        model.rate_limit = RateLimit(requests=1000, tokens=1_000_000)
+        agent = Agent(name=name("trips"), model=model, tools=[lookup])
+        with limited(tmp_path, max_runs_per_key=2) as inline:
+            limiter = RedisLimiter(inline.settings, server.url)
+            set_limiter(inline.settings, limiter)
+            limiter.admit(Ask(run_id="warm-up", model="other", rate=RateLimit()))  # the scripts loaded once
+            limiter.release("warm-up", 1)
+            stats = server.client()
+            stats.config_resetstat()
+            run_id = agent.start("q", user_id="u").run_id
+            inline.run_until_idle()
+            assert inline.client.get_run(run_id).status == RunStatus.COMPLETED
+            commands = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.info("commandstats").items()}
+    finally:
+        server.stop()
+    # 4 model steps and 3 tool steps: one script each model step, one for the release at the end
+    # (the commands the scripts run inside Redis are counted too, but cost no round trip)
+    assert commands["evalsha"] == 5 and "script|load" not in commands and "eval" not in commands
