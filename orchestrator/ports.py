@@ -209,6 +209,8 @@ class Limiter(Protocol):
 #: The limiter on Redis, imported by name (the domain does not import Redis).
 REDIS_LIMITER = "workers.flow:RedisLimiter"
 _limiters: dict[Settings, Limiter] = {}
+#: Its own lock: a dispatcher built under `_lock` may install a limiter (the in-memory one does).
+_limiters_lock = threading.Lock()
 log = logging.getLogger("ratchet.flow")
 
 
@@ -216,7 +218,7 @@ def get_limiter(settings: Settings) -> Limiter:
     """The process's limiter for these settings: on RATCHET_LIMITER_URL's Redis, else on the
     broker's when it is Redis, else one of this process's own (not shared: said in a warning
     unless the broker needs no server either)."""
-    with _lock:
+    with _limiters_lock:
         found = _limiters.get(settings)
         if found is not None:
             return found
@@ -241,7 +243,7 @@ def get_limiter(settings: Settings) -> Limiter:
 
 def set_limiter(settings: Settings, limiter: Limiter | None) -> None:
     """Use this limiter for these settings in this process (`in_memory` does); None forgets it."""
-    with _lock:
+    with _limiters_lock:
         if limiter is None:
             _limiters.pop(settings, None)
         else:
