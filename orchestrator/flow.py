@@ -71,9 +71,7 @@ def key_of(agent: Agent | None, record: RunRecord) -> str | None:
     return key
 
 
-def ask_for(
-    settings: Settings, agent: Agent, record: RunRecord, prompt: Sequence[Message], tools: Sequence[ToolSpec]
-) -> Ask | None:
+def ask_for(settings: Settings, agent: Agent, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
     """What the run's model step asks of the limiter; None when neither limit applies to it
     (then the step asks nothing: no round trip)."""
     limit = settings.max_runs_per_key
@@ -81,7 +79,7 @@ def ask_for(
     rate = agent.model.rate_limit
     if key is None and rate is None:
         return None
-    tokens = estimate_tokens(prompt, tools) if rate is not None and rate.tokens is not None else 0
+    tokens = estimate_tokens(prompt, agent.tool_specs()) if rate is not None and rate.tokens is not None else 0
     return Ask(
         run_id=record.run_id, key=key, limit=limit or 0 if key is not None else 0,
         model=agent.model.id if rate is not None else None, rate=rate, tokens=tokens,
@@ -109,7 +107,10 @@ def counted(settings: Settings, record: RunRecord) -> bool:
     if settings.max_runs_per_key is None or record.parent_run_id is not None:
         return False
     agent = find_agent(record.agent_name)
-    return agent is None or key_of(agent, record) is not None
+    try:
+        return agent is None or key_of(agent, record) is not None
+    except ConfigurationError:  # a key function that fails now: release whatever the run may hold
+        return True
 
 
 def release(settings: Settings, limiter: Limiter, record: RunRecord) -> StepRef | None:

@@ -64,7 +64,7 @@ class ModelStep:
         prompt += claim.messages
         prompt += self._correction(agent, claim)
         batches = claim.transcript.tool_batches
-        ask = flow.ask_for(self.runner.settings, agent, record, prompt, agent.tool_specs())
+        ask = flow.ask_for(self.runner.settings, agent, record, prompt)
         if ask is not None and self.runner.throttle.parked(claim, ask):
             return "throttled"
         try:

@@ -180,3 +180,16 @@ def test_a_step_with_no_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
         with_user = agent.start("q", user_id="u").run_id
         inline.run_until_idle()
         assert [(a.run_id, a.key, a.limit, a.model) for a in spy.asked] == [(with_user, "u", 2, None)] * 2
+
+
+def test_a_concurrency_key_that_fails_puts_the_run_in_error_saying_so(tmp_path: Path) -> None:
+    def broken(run: Any) -> str:
+        raise KeyError("tenant")
+
+    agent = Agent(name=name("broken-key"), model=CountingModel(), concurrency_key=broken)
+    with limited(tmp_path, max_runs_per_key=1) as inline:
+        run_id = agent.start("q", user_id="u").run_id
+        inline.run_until_idle()
+        out = inline.client.get_run(run_id)
+    assert out.status == S.ERROR and out.error is not None
+    assert out.error.type == "ConfigurationError" and "concurrency_key raised KeyError" in out.error.message
