@@ -50,6 +50,9 @@ class RunRecord:
     user_id: str | None = None
     #: The earlier runs of the session its context includes, as JSON (`orchestrator.history`).
     history: str | None = None
+    #: The trace its steps' spans join, as a W3C traceparent (`orchestrator.tracing`); None:
+    #: derived from the run id.
+    trace_context: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

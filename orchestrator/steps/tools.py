@@ -10,13 +10,14 @@ its call finishes.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import delegation
+from orchestrator import delegation, tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
@@ -102,7 +103,10 @@ class ToolStep:
             flight.messages.append(self._call_tool(claim, agent, calls[0], session))
             return list(flight.messages)
         pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
-        pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, session) for c in calls}
+        # Each call in a copy of this thread's context: its span is a child of the step's.
+        pending: set[Future[Message]] = {
+            pool.submit(contextvars.copy_context().run, self._call_tool, claim, agent, c, session) for c in calls
+        }
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -151,22 +155,28 @@ class ToolStep:
         )
 
     def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
+        with tracing.tool_call(call, claim.run_id) as span:  # nothing, unless a tracer provider is set
+            return self._run_tool(claim, agent, call, session_id, span)
+
+    def _run_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str, span: tracing.Traced) -> Message:
         tool = agent.tool(call.name)
         store = self.runner.store
 
-        def result(content: str, *, error: bool = False, args: dict[str, Any] | None = None) -> Message:
+        def result(content: str, *, failure: str | None = None, args: dict[str, Any] | None = None) -> Message:
+            if failure is not None:
+                span.failed(failure)
             return Message(
                 role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
-                content=storable_text(content), tool_call_error=error, tool_args=args,
+                content=storable_text(content), tool_call_error=failure is not None, tool_args=args,
             )  # fmt: skip
 
         if tool is None:
             known = ", ".join(t.name for t in agent.all_tools()) or "none"
-            return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", error=True)
+            return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", failure="unknown_tool")
         try:
             args = tool.parse_arguments(call.arguments)
         except ToolArgumentsError as exc:
-            return result(str(exc), error=True, args=call.arguments_dict())
+            return result(str(exc), failure=type(exc).__name__, args=call.arguments_dict())
         if tool.at_most_once:
             retry_transient(
                 lambda: store.record_tool_start(claim, call.id, call.name),
@@ -188,7 +198,7 @@ class ToolStep:
             if not isinstance(exc, Exception):
                 text = f"the tool raised {type(exc).__name__}({text})"
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
-            return result(text, error=True, args=_jsonable(args, call))
+            return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
         return result(_render(value), args=_jsonable(args, call))
 
 

@@ -78,6 +78,9 @@ runs = Table(
     # Which earlier runs of the session its context includes, JSON [[run_id, n_messages], ...],
     # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
     Column("history", Text, nullable=True),
+    # The W3C traceparent of the span its producer started it under (`orchestrator.tracing`,
+    # migration 0008); NULL when it traced nothing: its steps' trace is derived from the run id.
+    Column("trace_context", Text, nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)

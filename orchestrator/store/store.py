@@ -99,6 +99,7 @@ class Store(StoreReads):
         stream: bool = False,
         user_id: str | None = None,
         history: str | None = None,
+        trace_context: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -112,6 +113,7 @@ class Store(StoreReads):
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
+            trace_context=trace_context,
         )  # fmt: skip
         if conn is not None:
             return self._backend.create(conn, values, input_messages)
