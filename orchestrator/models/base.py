@@ -64,10 +64,10 @@ class ModelReply:
     #: `cached_tokens` and `reasoning_tokens`; empty when it reported none.
     usage: dict[str, int] = field(default_factory=dict)
     #: What the provider said of the reply, for traces (`orchestrator.tracing`); None if it did
-    #: not say: the model that answered, the reply's id, and why it stopped ("stop", "tool_calls",
-    #: "length"...).
+    #: not say: the model that answered, the reply's id (not part of its value: two calls that
+    #: answer alike are equal), and why it stopped ("stop", "tool_calls", "length"...).
     response_model: str | None = None
-    response_id: str | None = None
+    response_id: str | None = field(default=None, compare=False)
     finish_reason: str | None = None
 
     def to_message(self, prices: Prices | None = None) -> Message:
