@@ -292,7 +292,7 @@ def step(record: RunRecord, kind: str) -> Traced:
 
 def model_call(model: Model, record: RunRecord, *, stream: bool, structured: bool) -> Traced:
     """The span of one model call of the current step; `reply()` it the answer."""
-    tracer = _get_tracer()
+    tracer = _tracer  # as the step found it: no second look for a provider
     if tracer is None:
         return OFF
     attributes: dict[str, Any] = {
@@ -317,7 +317,7 @@ def model_call(model: Model, record: RunRecord, *, stream: bool, structured: boo
 
 def tool_call(call: ToolCall, run_id: str) -> Traced:
     """The span of one tool call of the current step; `failed()` it a tool error."""
-    tracer = _get_tracer()
+    tracer = _tracer  # as the step found it: no second look for a provider
     if tracer is None:
         return OFF
     name = call.name[:_TOOL_NAME_MAX]
