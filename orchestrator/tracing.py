@@ -138,8 +138,8 @@ def _parsed(record: RunRecord) -> tuple[int, int, int]:
     found = _TRACEPARENT.fullmatch(record.trace_context or "")
     if found is not None and int(found[1], 16) and int(found[2], 16):
         return int(found[1], 16), int(found[2], 16), int(found[3], 16)
-    # Sampled: without a producer's decision, each step's own sampler decides (ParentBased
-    # samples a remote parent marked sampled; a ratio sampler on the trace id agrees on every host).
+    # Marked sampled: under the SDK's default sampler (ParentBased) every step of such a run is
+    # recorded. A sampler deciding on the trace id alone (TraceIdRatioBased) decides alike on every host.
     return (*derived(record.run_id), 1)
 
 
@@ -186,7 +186,8 @@ def starting(
     copies (linked, where spans are recorded)."""
     tracer = _get_tracer()
     if tracer is None:
-        return Starting(None, _current_traceparent() or (run_context(team) if team is not None else None))
+        # A member joins its team's trace whatever span is current (a task's, say).
+        return Starting(None, run_context(team) if team is not None else _current_traceparent())
     api = _otel()
     links = []
     if source is not None:

@@ -252,3 +252,23 @@ def test_a_failed_model_call_is_a_chat_span_in_error_and_its_step_a_retry(
     retry, done = named(spans, "ratchet.step.model")
     assert (retry.attributes["ratchet.step.outcome"], done.attributes["ratchet.step.outcome"]) == ("retry", "completed")  # type: ignore[index]
     assert retry.status.status_code == StatusCode.UNSET  # the step did its work: it parked the retry
+
+
+def test_a_fork_is_a_trace_of_its_own_whose_start_links_to_the_run_it_copies(
+    db_url: str, scripted: ScriptedServer, spans: InMemorySpanExporter
+) -> None:
+    agent = weather_agent()
+    scripted.configure(ScriptConfig(tool_batches=0))
+    with in_memory(db_url) as dispatcher:
+        source = agent.run("hi")
+        fork = dispatcher.client.continue_run(source.run_id, input="and then?").wait(timeout=0)
+        stored = dispatcher.store.get_record(source.run_id).trace_context
+    assert fork.status == S.COMPLETED and fork.run_id != source.run_id
+
+    first, second = named(spans, "ratchet.start_run")
+    assert second.attributes["ratchet.run_id"] == fork.run_id  # type: ignore[index]
+    assert second.context.trace_id != first.context.trace_id  # type: ignore[union-attr]
+    (link,) = second.links
+    assert f"00-{link.context.trace_id:032x}-{link.context.span_id:016x}-{link.context.trace_flags:02x}" == stored
+    (fork_step,) = [s for s in named(spans, "ratchet.step.model") if s.attributes["ratchet.run_id"] == fork.run_id]  # type: ignore[index]
+    assert parent_id(fork_step) == span_id(second)
