@@ -78,6 +78,18 @@ def active() -> bool:
     return _get_tracer() is not None
 
 
+def flush(timeout_millis: int = 5000) -> None:
+    """Export the spans the tracer provider still holds (a batch processor's), if Ratchet traced
+    anything: for a process about to end without running exit handlers (a prefork pool process
+    ends with `os._exit`)."""
+    if _tracer is None:
+        return
+    provider = _provider if _provider is not None else _otel().get_tracer_provider()
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is not None:
+        force_flush(timeout_millis)
+
+
 def _get_tracer() -> Tracer | None:
     """The tracer, or None when nothing is recorded. The hot path: a step calls it once."""
     if _tracer is not None or _never:
@@ -343,4 +355,6 @@ def _set_error(span: Span, kind: str) -> None:
     span.set_status(api.Status(api.StatusCode.ERROR, kind))
 
 
-__all__ = ["active", "derived", "model_call", "run_context", "starting", "step", "tool_call", "use_tracer_provider"]
+__all__ = [
+    "active", "derived", "flush", "model_call", "run_context", "starting", "step", "tool_call", "use_tracer_provider",
+]  # fmt: skip

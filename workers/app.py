@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
+from orchestrator import tracing
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from workers.broker import FILESYSTEM_TRANSPORT
@@ -130,6 +131,13 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
 def _after_fork(**_: Any) -> None:
     # A prefork child must not reuse the parent's pooled database connections.
     forget_stores()
+
+
+@worker_process_shutdown.connect
+def _flush_traces(**_: Any) -> None:
+    # A prefork child ends with os._exit, which runs no exit handler: spans a batch processor
+    # still holds would be lost at every pool recycle and shutdown.
+    tracing.flush()
 
 
 app: Celery  # built on first access, below

@@ -9,6 +9,7 @@ span (an HTTP request's, say) is current when it starts the run.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -143,3 +144,26 @@ def test_a_run_recovered_on_another_worker_after_a_sigkill_and_a_team_are_each_o
     assert cluster.store.get_record(member.run_id).trace_context == (
         f"00-{member_start['trace_id']}-{member_start['span_id']}-{member_start['flags']}"
     )
+
+
+@pytest.mark.parametrize("chaos_db", ["sqlite"], indirect=True)  # a pool process's exit, not the store
+def test_spans_a_batch_processor_holds_are_exported_when_a_pool_process_ends(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster()
+    folder = tmp_path / "spans"
+    folder.mkdir()
+    # Given a prefork worker whose spans wait in a batch processor, and a run it completed
+    cluster.script(batches=[calls("x")])
+    worker = cluster.start_worker(apps=TRACED_APPS, env={"SPANS_DIR": str(folder), "SPANS_BATCH": "1"})
+    run_id = cluster.start_run()
+    assert cluster.wait_final([run_id])[run_id].status == S.COMPLETED
+    assert read_spans(folder) == []  # held
+
+    # When the worker stops warm, and its pool processes end (with os._exit, no exit handlers)
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(30) == 0
+
+    # Then every span of the run was exported first
+    steps = [s for s in named(read_spans(folder), "ratchet.step.") if of(s, run_id)]
+    assert sorted(s["attributes"]["ratchet.step.seq"] for s in steps) == [0, 1, 2]

@@ -2,9 +2,10 @@
 (`ratchet worker --app tests.chaos.agents --app tests.chaos.traced`): set a tracer provider when
 the app module is imported.
 
-The exporter is the test's in-memory one, made readable across processes: each finished span is
+The exporter is the test's in-memory one, made readable across processes: each span exported is
 appended as one JSON line to `spans-<pid>.jsonl` in the folder SPANS_DIR names, one file per
-process, written and closed at once (a SIGKILL loses only the spans not finished yet).
+process, written and closed at once. Spans are exported as each ends (a SIGKILL loses only the
+spans not finished yet), or with SPANS_BATCH set, in batches, as production does.
 
 Only worker processes import this module: importing it sets the process's global provider for
 good (the test reads the files, see tests/chaos/test_tracing.py).
@@ -26,9 +27,11 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 SPANS_DIR = "SPANS_DIR"
+#: Set: spans go through a BatchSpanProcessor, which holds them until it is flushed.
+SPANS_BATCH = "SPANS_BATCH"
 
 
 def as_json(span: ReadableSpan) -> dict[str, Any]:
@@ -63,5 +66,9 @@ class JsonLinesExporter(SpanExporter):
 
 
 provider = TracerProvider(resource=Resource.create({"service.name": "ratchet-chaos-worker"}))
-provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter()))
+if os.environ.get(SPANS_BATCH):
+    # As production exports: in batches, here only when flushed (no timer, no full batch).
+    provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(), schedule_delay_millis=3_600_000))
+else:
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter()))
 trace.set_tracer_provider(provider)
