@@ -272,3 +272,25 @@ def test_a_fork_is_a_trace_of_its_own_whose_start_links_to_the_run_it_copies(
     assert f"00-{link.context.trace_id:032x}-{link.context.span_id:016x}-{link.context.trace_flags:02x}" == stored
     (fork_step,) = [s for s in named(spans, "ratchet.step.model") if s.attributes["ratchet.run_id"] == fork.run_id]  # type: ignore[index]
     assert parent_id(fork_step) == span_id(second)
+
+
+def test_a_streamed_responses_api_call_is_traced_as_a_whole_chat_completions_one_is(
+    db_url: str, scripted: ScriptedServer, spans: InMemorySpanExporter
+) -> None:
+    from orchestrator.models import OpenAIResponses
+
+    agent = Agent(name=f"traced-{uuid.uuid4().hex[:6]}", model=OpenAIResponses(id="scripted"), tools=[lookup])
+    scripted.configure(ScriptConfig(batches=[[call("lookup", "Oslo")]]))
+    with in_memory(db_url) as dispatcher:
+        out = dispatcher.client.start(agent.name, input="hi", stream=True).wait(timeout=0)
+    assert out.status == S.COMPLETED, out.error
+
+    chats = named(spans, "chat scripted")
+    for chat, reason in zip(chats, ("tool_calls", "stop"), strict=True):
+        attributes = dict(chat.attributes or {})
+        assert attributes["openai.api.type"] == "responses" and attributes["gen_ai.request.stream"] is True
+        assert attributes["gen_ai.response.model"] == "scripted" and str(attributes["gen_ai.response.id"]).startswith(
+            "resp"
+        )
+        assert attributes["gen_ai.response.finish_reasons"] == (reason,)
+    assert sum(int(c.attributes["gen_ai.usage.output_tokens"]) for c in chats) == out.metrics.output_tokens  # type: ignore[arg-type,index]
