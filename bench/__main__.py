@@ -4,33 +4,22 @@ and results.json (see bench/README.md for how to read them)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import os
-import platform
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import concurrency, flatness, history, latency, memory, overhead, recovery, streaming
+from bench import concurrency, flatness, history, latency, listing, memory, overhead, recovery, streaming
 from bench.env import DATABASES, BenchEnv, bench_env
+from bench.report import NOT_QUICK, REQUIRED, render, write
 from bench.rig import Rig, spawn_rig
-from bench.stats import Row, Section
+from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory")
-#: Figures a quick run does not measure (tests/chaos/test_default_recovery.py shows the same).
-NOT_QUICK = ("recovery_default_s",)
-REQUIRED = (
-    "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
-    "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
-    "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg",
-    "history_step_ratio_pg", "history_step_ratio_sqlite",
-)  # fmt: skip
+ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory", "listing")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,12 +96,14 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
         run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
     if "memory" in only:
         run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
+    if "listing" in only:
+        run("listing runs", lambda: listing.measure(env, runs=20_000 if q else 1_000_000, rounds=20 if q else 60))
 
 
 def _ran(only: set[str]) -> set[str]:
     prefixes = {
         "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-        "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",),
+        "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",), "listing": ("listing",),
     }  # fmt: skip
     return {p for item, ps in prefixes.items() if item in only for p in ps}
 
@@ -135,61 +126,6 @@ def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Secti
         more.numbers[f"concurrency_steps_per_s_c{c}"] = figs["ratchet"]
         sections.append(more)
     return sections
-
-
-def render(out: Path) -> int:
-    """Rewrite RESULTS.md from results.json (after editing FINDINGS.md, say)."""
-    data = json.loads((out / "results.json").read_text())
-    sections = []
-    for s in data["sections"]:
-        section = Section(s["title"], rows=[Row.from_json(r) for r in s["rows"]], notes=s["notes"])
-        section.seconds = s["seconds"]
-        sections.append(section)
-    numbers = {k: (v if v is not None else math.nan) for k, v in data.items() if k not in ("meta", "sections")}
-    meta = data["meta"]
-    write(out, sections, numbers, quick=meta["quick"], elapsed=meta["seconds"], when=meta["when"])
-    return 0
-
-
-def write(
-    out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float,
-    when: str | None = None,
-) -> None:  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "when": when or datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
-        "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
-    }  # fmt: skip
-    data = {
-        **{k: (round(v, 6) if math.isfinite(v) else None) for k, v in sorted(numbers.items())},
-        "meta": meta,
-        "sections": [
-            {"title": s.title, "seconds": round(s.seconds, 1), "rows": [r.to_json() for r in s.rows], "notes": s.notes}
-            for s in sections
-        ],
-    }
-    (out / "results.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    lines = [
-        "# Ratchet benchmark results",
-        "",
-        f"Measured {meta['when']} on {meta['cpus']} CPUs, Python {meta['python']}"
-        f"{' (quick run: fewer rounds, shorter runs)' if quick else ''}; {elapsed:.0f} s in all. "
-        "How to read this: [README.md](README.md).",
-        "",
-        "| what | setup | median | min-max | rounds | ratio |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in sections:
-        lines.append(f"| **{s.title}** | | | | | |")
-        for row in s.rows:
-            lines.append("| " + " | ".join(c.replace("|", "/") for c in row.cells()) + " |")
-    lines += ["", "## Headline numbers", "", "```json"]
-    lines += [json.dumps({k: data[k] for k in REQUIRED if k in data}, indent=2)]
-    lines += ["```", ""]
-    findings = HERE / "FINDINGS.md"
-    if findings.exists():
-        lines += [findings.read_text().rstrip(), ""]
-    (out / "RESULTS.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from orchestrator.errors import (
     RatchetError,
     RunBusyError,
     RunConflictError,
+    RunLiveError,
     RunNotContinuableError,
     RunNotFoundError,
     RunWaitTimeout,
@@ -30,7 +31,7 @@ from orchestrator.errors import (
 from orchestrator.events import RunEvent
 from orchestrator.messages import Message
 from orchestrator.retry import RetryPolicy
-from orchestrator.run import RunError, RunOutput, Session
+from orchestrator.run import LogEntry, RunError, RunOutput, RunPage, RunSummary, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.team import Team
@@ -44,6 +45,7 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "InvalidInputError",
+    "LogEntry",
     "MemberRunError",
     "Message",
     "Metrics",
@@ -57,10 +59,13 @@ __all__ = [
     "RunError",
     "RunEvent",
     "RunHandle",
+    "RunLiveError",
     "RunNotContinuableError",
     "RunNotFoundError",
     "RunOutput",
+    "RunPage",
     "RunStatus",
+    "RunSummary",
     "RunWaitTimeout",
     "Session",
     "Settings",

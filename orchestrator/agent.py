@@ -11,13 +11,14 @@ import asyncio
 import inspect
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import BaseModel
 
+from orchestrator import state
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
@@ -31,6 +32,17 @@ if TYPE_CHECKING:
 
 #: Agno's default number of earlier runs in the context when history is on.
 DEFAULT_HISTORY_RUNS = 3
+
+
+def _history_runs(name: str, num_history_runs: int | None) -> int:
+    """`num_history_runs` checked, or Agno's default when not given."""
+    if num_history_runs is None:
+        return DEFAULT_HISTORY_RUNS
+    if isinstance(num_history_runs, bool) or not isinstance(num_history_runs, int) or num_history_runs < 1:
+        raise ConfigurationError(
+            f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
+        )
+    return num_history_runs
 
 
 class Agent:
@@ -53,6 +65,7 @@ class Agent:
         output_schema: type[BaseModel] | None = None,
         add_history_to_context: bool = False,
         num_history_runs: int | None = None,
+        session_state: Mapping[str, Any] | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -83,17 +96,18 @@ class Agent:
         #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
         #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
         self.output_schema = output_schema
-        if num_history_runs is not None and (
-            isinstance(num_history_runs, bool) or not isinstance(num_history_runs, int) or num_history_runs < 1
-        ):
-            raise ConfigurationError(
-                f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
-            )
         #: Put the session's earlier runs before the new input (Agno's name; off by default, as
         #: in Agno): `orchestrator.store.history` says which runs and how they are fixed.
         self.add_history_to_context = bool(add_history_to_context)
         #: How many earlier runs of the session the context includes (Agno's default: 3).
-        self.num_history_runs = num_history_runs if num_history_runs is not None else DEFAULT_HISTORY_RUNS
+        self.num_history_runs = _history_runs(name, num_history_runs)
+        try:
+            defaults = {} if session_state is None else state.normalised(session_state)
+        except state.StateError as exc:
+            raise ConfigurationError(f"{name}: {exc}") from None
+        #: The state a session starts with (Agno's `session_state=`): each run's first step adds
+        #: the keys the session's stored state lacks (`orchestrator.state`).
+        self.session_state = defaults
         self._client = client
         register(self)
 
@@ -137,53 +151,75 @@ class Agent:
 
         return Client()  # light: the store and the dispatcher behind it are cached per process
 
-    def start(self, input: str, *, session_id: str | None = None, run_id: str | None = None) -> RunHandle:
-        """Enqueue a run and return at once with its handle."""
-        return self.client.start(self.name, input=input, session_id=session_id, run_id=run_id)
+    def start(
+        self,
+        input: str,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> RunHandle:
+        """Enqueue a run and return at once with its handle. `user_id` and `session_state` (merged
+        over the session's stored state): see `Client.start`."""
+        return self.client.start(
+            self.name, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
+            session_state=session_state,
+        )  # fmt: skip
 
     @overload
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
-    ) -> RunOutput: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> RunOutput: ...  # fmt: skip
 
     @overload
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
-    ) -> Iterator[RunEvent]: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> Iterator[RunEvent]: ...  # fmt: skip
 
     def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
-    ) -> RunOutput | Iterator[RunEvent]:
-        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too).
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> RunOutput | Iterator[RunEvent]:  # fmt: skip
+        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too),
+        with the session's state after it (`RunOutput.session_state`).
 
         `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
         (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
-        if stream:
-            handle = self.client.start(self.name, input=input, session_id=session_id, stream=True)
-            return self.client.stream(handle.run_id, timeout=timeout)
-        return self.start(input, session_id=session_id).wait(timeout)
+        handle = self.start(input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream)
+        return self.client.stream(handle.run_id, timeout=timeout) if stream else handle.wait(timeout)
 
     @overload
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[False] = False
-    ) -> RunOutput: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
+        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> RunOutput: ...  # fmt: skip
 
     @overload
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True]
-    ) -> AsyncIterator[RunEvent]: ...
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[RunEvent]: ...  # fmt: skip
 
     async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False
-    ) -> RunOutput | AsyncIterator[RunEvent]:
+        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+    ) -> RunOutput | AsyncIterator[RunEvent]:  # fmt: skip
         """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
         `async for event in await agent.arun(input, stream=True)`."""
-        if stream:
-            client = self.client
-            handle = await asyncio.to_thread(client.start, self.name, input=input, session_id=session_id, stream=True)
-            return client.astream(handle.run_id, timeout=timeout)
-        handle = await asyncio.to_thread(self.start, input, session_id=session_id)
-        return await handle.await_(timeout)
+        client = self.client
+        handle = await asyncio.to_thread(
+            self.start, input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream
+        )
+        return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
+
+    def get_session_state(self, session_id: str) -> dict[str, Any]:
+        """The session's state as stored now (Agno's `get_session_state`); {} for a new session."""
+        session = self.client.get_session(session_id)
+        return session.session_state if session is not None else {}
 
     def continue_run(
         self,

@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any
 
 from orchestrator import validation
 from orchestrator.control import RunControl
-from orchestrator.errors import RunWaitTimeout
+from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
 from orchestrator.ports import DeltaSink, Dispatcher, get_delta_sink
 from orchestrator.reader import Follower, afollow, follow
-from orchestrator.run import RunOutput, Session
+from orchestrator.run import LogEntry, RunOutput, RunPage, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
-from orchestrator.store import Store
+from orchestrator.store import Store, retention
+from orchestrator.store.listing import RunFilter
+from orchestrator.store.retention import Deleted
+
+#: A point in time as `Client.list_runs` takes it (see `validation.moment`).
+Moment = float | datetime | str
 
 #: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
 SAFETY_POLL = 0.5
@@ -105,7 +112,15 @@ class Client:
     # ---------------------------------------------------------------- writes
 
     def start(
-        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
+        self,
+        agent: str,
+        *,
+        input: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        stream: bool = False,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
@@ -119,8 +134,16 @@ class Client:
         sweeper publishes it when the broker is back.
 
         `stream=True`: the run's model steps also publish their text deltas, which `stream()`
-        merges with its durable events; any run can be followed, streamed or not."""
-        run_id = self.control.start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        merges with its durable events; any run can be followed, streamed or not.
+
+        `user_id`: who the run is for, stored with it (and with its session, if this is the
+        session's first run). `session_state`: a dict merged over the session's stored state,
+        key by key, as the run is written (Agno's `run(session_state=...)`); its tools read and
+        change the result (`ToolContext.session_state`)."""
+        run_id = self.control.start(
+            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
+            session_state=session_state,
+        )  # fmt: skip
         return RunHandle(run_id, self)
 
     def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:
@@ -146,9 +169,84 @@ class Client:
         """The run with its messages and member runs; RunNotFoundError if there is none."""
         return self.store.get_output(validation.known_run_id(run_id))
 
-    def get_session(self, session_id: str) -> Session | None:
-        """The session's runs, oldest first; None if no run was ever started in it."""
-        return self.store.get_session(validation.session_id(session_id))
+    def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
+        """The session (its user and state) and its runs, oldest first: only those of `user_id`
+        if given. None if no run was ever started in it."""
+        user = None if user_id is None else validation.user_id(user_id)
+        return self.store.get_session(validation.session_id(session_id), user)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | str | Iterable[RunStatus | str] | None = None,
+        agent: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        members: bool = False,
+    ) -> RunPage:
+        """A page of runs, newest first (by creation, then run_id): those in `status` (one, or
+        several: a list or "ERROR,CANCELLED"), of `agent`, in `session_id`, for `user_id`,
+        created at or after `since` and before `until` (UNIX seconds, a datetime, ISO 8601 text,
+        or how long ago: "6h"). Top-level runs only unless `members`: a team's member runs show
+        under it (`get_run`). `limit`: 1-1000 runs. Pass the page's `next_cursor` as `cursor` for
+        the next page; it is None on the last. Each page costs the same however deep, and a run
+        started meanwhile never shifts a page. InvalidInputError for a filter that cannot be taken."""
+        now = self.store.clock()
+        found = RunFilter(
+            statuses=validation.statuses(status),
+            agent=None if agent is None else validation.agent_name(agent),
+            session_id=None if session_id is None else validation.session_id(session_id),
+            user_id=None if user_id is None else validation.user_id(user_id),
+            since=validation.moment(since, now=now, what="since"),
+            until=validation.moment(until, now=now, what="until"),
+            members=bool(members),
+        )
+        cursor = None if cursor is None else validation.cursor(cursor)
+        return self.store.list_runs(found, limit=validation.page_size(limit), cursor=cursor)
+
+    def get_log(self, run_id: str) -> list[LogEntry]:
+        """The run's log, oldest first: what happened to it besides its messages (retries,
+        errors, leases the sweeper took back, fenced writes, delegations and fan-ins, continues,
+        cancels). Not its member runs' (`get_log` each). RunNotFoundError if there is no such run."""
+        return self.store.get_log(validation.known_run_id(run_id))
+
+    # ---------------------------------------------------------------- retention
+
+    def delete_session(self, session_id: str) -> Deleted | None:
+        """Delete the session and everything stored for it: its runs (member runs included), their
+        messages, tool starts, logs and live events (Redis streams too), in short batches. None
+        if there is no such session. RunLiveError naming the run, and nothing deleted, if a run
+        in it is live (QUEUED, RUNNING, WAITING or PAUSED): cancel it or let it stop first."""
+        found = validation.session_id(session_id)
+        return retention.delete_session(self.store, found, on_deleted=self._drop_streams)
+
+    def prune(
+        self, older_than: float | timedelta | str, *, status: RunStatus | str | Iterable[RunStatus | str] | None = None
+    ) -> Deleted:
+        """Delete the stopped runs (COMPLETED, ERROR, CANCELLED; or those of `status`) that
+        nothing has changed for `older_than` (seconds, a timedelta, or "30d"), with everything
+        stored for them, in short batches, oldest first. A team goes with its member runs; a
+        team tree with a live run in it, or changed since, is kept (`Deleted.kept`). Runs
+        started meanwhile are newer than the cut, so a prune can run while producers work.
+        Sessions stay (their ids, user and state: a conversation may go on); `delete_session`
+        deletes one whole."""
+        seconds = validation.duration(older_than)
+        statuses = validation.statuses(status) or retention.STOPPED
+        if live := [s.value for s in statuses if s not in retention.STOPPED]:
+            raise InvalidInputError(
+                f"prune deletes stopped runs only ({', '.join(retention.STOPPED)}), never live ones: "
+                f"drop {', '.join(live)} from status"
+            )
+        cutoff = self.store.clock() - seconds
+        return retention.prune(self.store, cutoff=cutoff, statuses=statuses, on_deleted=self._drop_streams)
+
+    def _drop_streams(self, deleted: Deleted) -> None:
+        if deleted.streamed:
+            self.delta_sink.discard(deleted.streamed)
 
     @property
     def delta_sink(self) -> DeltaSink:

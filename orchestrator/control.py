@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
@@ -79,18 +80,32 @@ class RunControl:
     # ---------------------------------------------------------------- start
 
     def start(
-        self, agent: str, *, input: str, session_id: str | None = None, run_id: str | None = None, stream: bool = False
+        self,
+        agent: str,
+        *,
+        input: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        stream: bool = False,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
+        `user_id`: who the run is for (the session's user too, if this is its first run).
+        `session_state`: merged over the session's stored state, key by key, when the run is
+        written (`orchestrator.state`).
 
-        A run_id that exists, for the same agent (and the same session, if one is given), is the
-        same start again (a retry, a redelivery): its id is returned and nothing is published.
-        For another agent or session it is RunConflictError."""
+        A run_id that exists, for the same agent (and the same session and user, if given), is
+        the same start again (a retry, a redelivery): its id is returned, nothing is published
+        and the state is not merged again. For another agent, session or user it is
+        RunConflictError."""
         agent = validation.agent_name(agent)
         input = validation.input_text(input)
         given_session = None if session_id is None else validation.session_id(session_id)
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
+        user_id = None if user_id is None else validation.user_id(user_id)
+        state = None if session_state is None else validation.session_state(session_state)
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
@@ -100,7 +115,8 @@ class RunControl:
                 record = self.store.create_run(
                     run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
                     input_messages=[Message(role="user", content=input)],
-                    publish_grace=self.settings.publish_grace_seconds, stream=stream, trace_context=trace_context,
+                    publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
+                    session_state=state, trace_context=trace_context,
                 )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
@@ -109,6 +125,11 @@ class RunControl:
                     f"run_id {run_id!r} is already a run of agent {existing.agent_name!r} in session "
                     f"{existing.session_id!r}; a run of agent {agent!r}"
                     f"{'' if given_session is None else f' in session {given_session!r}'} needs a run_id of its own"
+                ) from None
+            if user_id not in (None, existing.user_id):
+                raise RunConflictError(
+                    f"run_id {run_id!r} is already a run for user {existing.user_id!r}; a run for user "
+                    f"{user_id!r} needs a run_id of its own"
                 ) from None
             return run_id
         self.publish(record)
@@ -209,7 +230,8 @@ class RunControl:
                     publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
                     forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
                     # The fork has the source's history, not the source itself again (it copies its messages).
-                    history=record.history if record.history is not None else "[]", trace_context=trace_context,
+                    history=record.history if record.history is not None else "[]",
+                    user_id=record.user_id, trace_context=trace_context,
                 )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))

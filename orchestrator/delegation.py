@@ -49,6 +49,7 @@ from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
 from orchestrator.run import RunRecord
+from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store, writes
 from orchestrator.store.schema import runs
@@ -103,15 +104,23 @@ def split(agent: Agent, calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list
 
 
 def start_members(
-    store: Store, claim: Claim, results: Sequence[Message], delegations: Sequence[Delegation], *, publish_grace: float
+    store: Store,
+    claim: Claim,
+    results: Sequence[Message],
+    delegations: Sequence[Delegation],
+    *,
+    publish_grace: float,
+    state_changes: Sequence[StateChange] = (),
 ) -> list[StepRef]:
-    """Commit the batch's last results, create the member runs and park the team WAITING, all
-    in one transaction fenced by the claim (a streamed team's members are streamed too). Returns
-    the members' first steps to publish."""
+    """Commit the batch's last results (and what their calls changed in the session's state),
+    create the member runs and park the team WAITING, all in one transaction fenced by the claim
+    (a streamed team's members are streamed too; members run for the team's user). Returns the
+    members' first steps to publish."""
     with store.engine.begin() as conn:
         team = store.commit_step(
-            claim, results, status=S.WAITING, next_step=None, publish_grace=publish_grace, conn=conn
-        )
+            claim, results, status=S.WAITING, next_step=None, publish_grace=publish_grace,
+            state_changes=state_changes, conn=conn,
+        )  # fmt: skip
         members: list[RunRecord] = []
         for d in delegations:
             for member in d.members:
@@ -122,7 +131,7 @@ def start_members(
                         run_id=run_id, session_id=team.session_id, agent_name=member.name,
                         kind=member.kind, input_messages=[Message(role="user", content=d.task)],
                         publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                        stream=team.stream, trace_context=trace_context, conn=conn,
+                        stream=team.stream, user_id=team.user_id, trace_context=trace_context, conn=conn,
                     )  # fmt: skip
                 members.append(created)
         store.log_event(

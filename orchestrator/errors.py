@@ -8,6 +8,7 @@
     ├── RunConflictError          that run_id is taken by a run of another agent or session
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is RUNNING and its lease is live
+    ├── RunLiveError              the run is live (going, or waiting on a human): not deleted
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
     ├── FencedError               a step lost its lease; its commit was rolled back
@@ -74,6 +75,18 @@ class RunBusyError(RatchetError):
     """The run is RUNNING on a worker whose lease is still live.
 
     Wait for it to finish, or continue it after the lease expires (RATCHET_LEASE_SECONDS)."""
+
+
+class RunLiveError(RatchetError):
+    """A run asked to be deleted is live: QUEUED, RUNNING, WAITING or PAUSED (it is going, or a
+    human's decision is pending), or it belongs to a team that is. Nothing live is deleted.
+
+    Cancel it (`ratchet cancel RUN_ID`, which cancels its team's members too) or let it stop,
+    then delete again. The run is in `run_id`."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class RunWaitTimeout(RatchetError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
@@ -99,6 +100,11 @@ class DeltaSink(Protocol):
     def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
         """Return once the run may have live events after `cursor`, or after `timeout` seconds: a
         reader's wait between polls, woken by a delta at once where the sink can block on one."""
+        ...
+
+    def discard(self, run_ids: Sequence[str]) -> None:
+        """Forget the live events of these runs (deleted from the store). A sink that cannot
+        reach its server logs it and returns: what it keeps expires after RATCHET_STREAM_TTL."""
         ...
 
     def flush(self, run_id: str) -> None:

@@ -140,6 +140,11 @@ class RunOutput:
     #: With session history on: the earlier runs of the session its context included, oldest
     #: first, as fixed at its first step (None if it has no history, or before its first step).
     history_run_ids: list[str] | None = None
+    #: Who the run is for, as its producer said (Agno's `RunOutput.user_id`).
+    user_id: str | None = None
+    #: The session's state as read with the run: once the run has ended, its state after the run
+    #: unless a later run of the session changed it since (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -168,6 +173,7 @@ class RunOutput:
         messages: list[Message],
         member_runs: list[RunOutput] | None = None,
         retry: RetryWait | None = None,
+        session_state: dict[str, Any] | None = None,
     ) -> RunOutput:
         """The output of a run: its row, with the system message first, then the stored rows."""
         transcript = list(messages)
@@ -194,6 +200,8 @@ class RunOutput:
             member_runs=member_runs or [],
             retry=retry,
             history_run_ids=[str(run_id) for run_id, _ in json.loads(record.history)] if record.history else None,
+            user_id=record.user_id,
+            session_state=session_state if session_state is not None else {},
         )
 
 
@@ -203,9 +211,83 @@ class Session:
 
     session_id: str
     runs: list[RunOutput]
+    #: Who the session belongs to: the user of its first run.
+    user_id: str | None = None
+    #: The session's state ({} until one is set): what its tools read and changed (`orchestrator.state`).
+    session_state: dict[str, Any] = field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's session carries it
     @property
     def metrics(self) -> Metrics:
         """The tokens and cost of every run of the session, member runs included."""
         return Metrics.total(run.metrics for run in self.runs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """A run as a listing shows it: its row without the transcript, the prompt or the answer."""
+
+    run_id: str
+    session_id: str
+    agent_name: str
+    #: "agent" or "team".
+    kind: str
+    status: RunStatus
+    #: For a member run: its team's run.
+    parent_run_id: str | None = None
+    forked_from: str | None = None
+    user_id: str | None = None
+    #: Why the run is in ERROR (or why it stopped), if it did.
+    error: RunError | None = None
+    #: The step counter: how many steps the run has taken.
+    seq: int = 0
+    #: Retries of the current step after transient model failures.
+    retries: int = 0
+    #: Messages stored (the system message not counted).
+    n_messages: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Any) -> RunSummary:
+        """Build from a row with the columns of `ratchet_runs` that a summary shows."""
+        v = row._mapping
+        error = (
+            RunError(type=v["error_type"] or "Error", message=v["error_message"] or "")
+            if v["error_type"] or v["error_message"]
+            else None
+        )
+        return cls(
+            run_id=v["run_id"], session_id=v["session_id"], agent_name=v["agent_name"], kind=v["kind"],
+            status=RunStatus(v["status"]), parent_run_id=v["parent_run_id"], forked_from=v["forked_from"],
+            user_id=v["user_id"], error=error, seq=v["seq"], retries=v["retries"], n_messages=v["n_messages"],
+            created_at=v["created_at"], updated_at=v["updated_at"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPage:
+    """One page of a listing of runs, newest first, and where the next page starts."""
+
+    runs: list[RunSummary]
+    #: Pass it as `cursor` to get the next page; None on the last page.
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogEntry:
+    """Something that happened to a run besides its messages, as the store logged it with the
+    move (`ratchet_events`): a retry, an error, a lease taken back by the sweeper, a fenced
+    write, a delegation or fan-in, a continue, a cancel."""
+
+    #: The entry's id: entries of a run are in id order.
+    id: int
+    run_id: str
+    #: When (UNIX seconds).
+    at: float
+    #: What: "retry", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue", "cancel".
+    kind: str
+    #: The step it happened at.
+    seq: int | None
+    #: The particulars, as logged (an error's type and message, a retry's delay, the status moved to...).
+    detail: dict[str, Any] | None = None

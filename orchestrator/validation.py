@@ -15,16 +15,29 @@ decodes to). Every message shows a value through `repr`, which escapes both.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
 
+from orchestrator import state
 from orchestrator.errors import InvalidInputError
+from orchestrator.status import RunStatus
 
 RUN_ID_MAX = 64
 SESSION_ID_MAX = 128
+USER_ID_MAX = 128
 AGENT_NAME_MAX = 256
 FORK_KEY_MAX = 256
 IDEMPOTENCY_KEY_MAX = 256
+#: The most runs one page of a listing holds.
+PAGE_MAX = 1000
+#: A duration as text: a number and a unit (s, m, h, d or w), like "90s", "30m", "36h", "30d", "2w".
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DURATION_RULE = 'a number of seconds, or a number and a unit (s, m, h, d or w), like "30m", "36h" or "30d"'
 #: The largest input message, in bytes of UTF-8: one user message, not a document store.
 INPUT_MAX_BYTES = 1 << 20
 
@@ -57,6 +70,20 @@ def known_run_id(value: object) -> str:
 def session_id(value: object) -> str:
     """A session id: 1-128 characters, no control characters, valid UTF-8."""
     return _name(value, "session_id", SESSION_ID_MAX)
+
+
+def user_id(value: object) -> str:
+    """A user id: 1-128 characters, no control characters, valid UTF-8."""
+    return _name(value, "user_id", USER_ID_MAX)
+
+
+def session_state(value: object) -> dict[str, Any]:
+    """A run's session state: a JSON object (string keys, JSON values) of at most 1 MiB as JSON,
+    returned as it will read back once stored (tuples as lists)."""
+    try:
+        return state.normalised(value)
+    except state.StateError as exc:
+        raise InvalidInputError(f"{exc}; it is merged over the session's stored state, key by key") from None
 
 
 def agent_name(value: object) -> str:
@@ -99,6 +126,94 @@ def input_text(value: object, *, what: str = "input") -> str:
             "document by reference (a URL or a file id that a tool can read)"
         )
     return value
+
+
+def statuses(value: object, *, what: str = "status") -> tuple[RunStatus, ...]:
+    """Run statuses to filter on: None (any), a RunStatus or its name in any case, or several (an
+    iterable of those, or names separated by commas); in the order given, without repeats."""
+    if value is None:
+        return ()
+    if isinstance(value, str):  # a RunStatus is a str too
+        items: list[object] = list(value.split(","))
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        raise InvalidInputError(f"{what} must be a run status or several, not {type(value).__name__}")
+    found: list[RunStatus] = []
+    for item in items:
+        try:
+            if not isinstance(item, str):
+                raise ValueError(item)
+            status = RunStatus(item.strip().upper())
+        except ValueError:
+            known = ", ".join(s.value for s in RunStatus)
+            raise InvalidInputError(f"{what} {_show(str(item))} is not a run status: use {known}") from None
+        if status not in found:
+            found.append(status)
+    return tuple(found)
+
+
+def page_size(value: object) -> int:
+    """How many runs a page of a listing holds: 1 to PAGE_MAX."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= PAGE_MAX:
+        raise InvalidInputError(f"limit is {value!r}: give a whole number of runs from 1 to {PAGE_MAX}")
+    return value
+
+
+def cursor(value: object) -> str:
+    """A listing's cursor: text as a page's next_cursor gave it (what it names is the store's to check)."""
+    if not isinstance(value, str) or not value or len(value) > 1024:
+        raise InvalidInputError("cursor must be the next_cursor of the previous page, as it was returned")
+    return value
+
+
+def duration(value: object, *, what: str = "older_than") -> float:
+    """A length of time in seconds (>= 0): seconds as a number, a timedelta, or text such as "30d"."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
+        seconds = float(m[1]) * _UNITS[m[2].lower()]
+    elif isinstance(value, str) and _is_number(value):
+        seconds = float(value)
+    else:
+        raise InvalidInputError(f"{what} {_show(str(value))} is not a duration: give {DURATION_RULE}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInputError(f"{what} is {value!r}: give a duration of zero or more, {DURATION_RULE}")
+    return seconds
+
+
+def moment(value: object, *, now: float, what: str) -> float | None:
+    """A point in time as UNIX seconds: None; UNIX seconds as a number; a datetime (naive: local
+    time); or text: ISO 8601 ("2026-03-01", "2026-03-01T09:30:00+01:00"; local time without an
+    offset), UNIX seconds, or a duration ago ("30m", "6h", "7d")."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        if _is_number(value):
+            return float(value)
+        if _DURATION.fullmatch(value):
+            return now - duration(value, what=what)
+        try:
+            return datetime.fromisoformat(value.strip()).timestamp()
+        except ValueError:
+            pass
+    raise InvalidInputError(
+        f"{what} {_show(str(value))} is not a time: give an ISO 8601 date or time (2026-03-01T09:30), "
+        'UNIX seconds, or how long ago ("30m", "6h", "7d")'
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _string(value: object, what: str) -> str:

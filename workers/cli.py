@@ -4,10 +4,14 @@
     ratchet migrate                                apply the store's migrations
     ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B]
     ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
-    ratchet run AGENT INPUT [--session S] [--run-id ID] [--wait | --stream] [--timeout T]
+    ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
+                [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
-    ratchet show RUN_ID [--json]
+    ratchet show RUN_ID [--log] [--json]          a run; --log: what happened to it (retries, errors...)
+    ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
+    ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
+    delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
@@ -36,7 +40,9 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
+from workers.sessions import add_session_command, state_argument
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -109,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     _add_run_commands(sub)
+    add_ops_commands(sub)
     return parser
 
 
@@ -159,6 +166,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument(
         "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
     )
+    p.add_argument("--user-id", help="who the run is for")
+    p.add_argument("--session-state", type=state_argument, metavar="JSON", help="a JSON object merged over the "
+                   "session's state, key by key")  # fmt: skip
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
     p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
     p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
@@ -181,8 +191,11 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
     p.add_argument("run_id")
+    p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
+
+    add_session_command(sub)
 
     p = sub.add_parser("stream", help="print a run's events as they happen, until it stops")
     p.add_argument("run_id")
@@ -316,7 +329,10 @@ def _schedule_file() -> Iterator[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     client = Client()
-    handle = client.start(args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream)
+    handle = client.start(
+        args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream,
+        user_id=args.user_id, session_state=args.session_state,
+    )  # fmt: skip
     print(handle.run_id, flush=args.stream)  # before the events it streams
     if args.stream:
         return print_events(client, handle.run_id, timeout=args.timeout)
@@ -340,11 +356,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    out = Client().get_run(args.run_id)
+    client = Client()
+    out = client.get_run(args.run_id)
+    log = client.get_log if args.log else None
     if args.json:
-        print(json.dumps(jsonable(out), indent=2, default=str))
+        print(json.dumps(jsonable(out, log), indent=2, default=str))
         return 0
-    return show(out)
+    return show(out, log=log)
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

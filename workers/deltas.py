@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 import redis
 
@@ -124,6 +125,14 @@ class RedisDeltaSink:
                 self._busy = False
                 self._broken |= failed
                 self._cond.notify_all()
+
+    def discard(self, run_ids: Sequence[str]) -> None:
+        """Delete the runs' streams; if Redis does not answer, they expire after RATCHET_STREAM_TTL."""
+        try:
+            for i in range(0, len(run_ids), 500):
+                self.client.delete(*(KEY.format(run_id=run_id) for run_id in run_ids[i : i + 500]))
+        except (redis.RedisError, OSError) as exc:
+            log.warning("the live events of %d deleted runs are left to expire (%s)", len(run_ids), exc)
 
     def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
         """The stream's entries after the entry id `cursor`, in the order written."""

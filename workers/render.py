@@ -1,5 +1,6 @@
-"""What the `ratchet` command prints: a run (`show`, `jsonable`) and a run's events as they
-happen (`print_events`), text deltas inline as a chat shows them."""
+"""What the `ratchet` command prints: a run (`show`, `jsonable`) and its log, a page of runs
+(`print_page`), and a run's events as they happen (`print_events`), text deltas inline as a chat
+shows them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -15,13 +17,15 @@ from pydantic import BaseModel
 
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
-from orchestrator.run import RunOutput
+from orchestrator.run import LogEntry, RunOutput, RunPage
 from orchestrator.usage import Metrics
 
 
-def show(out: RunOutput, indent: str = "") -> int:
-    """Print the run, its messages and its member runs; the exit status: 1 for ERROR, else 0."""
-    print(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}")
+def show(out: RunOutput, indent: str = "", log: Callable[[str], list[LogEntry]] | None = None) -> int:
+    """Print the run, its messages and its member runs, and with `log` (a run's log by run_id)
+    each one's log; the exit status: 1 for ERROR, else 0."""
+    user = f"  user={out.user_id}" if out.user_id is not None else ""
+    print(terminal(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}{user}"))
     if out.parent_run_id:
         print(f"{indent}  member of {out.parent_run_id}")
     if out.forked_from:
@@ -36,25 +40,67 @@ def show(out: RunOutput, indent: str = "") -> int:
         left = max(0.0, out.retry.until - time.time())
         print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
     print(f"{indent}  usage: {usage_line(out.metrics)}")
+    if out.session_state and not indent:  # a member run shares its team's session
+        print(terminal(f"  session state: {_line(json.dumps(out.session_state), 300)}"))
+    if log is not None:
+        entries = log(out.run_id)
+        print(f"{indent}  log:{'' if entries else ' none'}")
+        for entry in entries:
+            print(terminal(f"{indent}    {log_line(entry)}"))
     for i, m in enumerate(out.messages):
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
         text = (m.content or "").replace("\n", " ")
         print(terminal(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}"))
     for member in out.member_runs:
-        show(member, indent + "    ")
+        show(member, indent + "    ", log)
     return 0 if out.status != "ERROR" else 1
 
 
-def jsonable(out: RunOutput) -> dict[str, Any]:
-    """The run as JSON values (`ratchet show --json`)."""
+def jsonable(out: RunOutput, log: Callable[[str], list[LogEntry]] | None = None) -> dict[str, Any]:
+    """The run as JSON values (`ratchet show --json`); with `log`, each run's log too."""
     data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
     if isinstance(out.content, BaseModel):  # an output_schema's instance, when the agent is imported
         data["content"] = out.content.model_dump(mode="json")
     data["messages"] = [m.model_dump(mode="json") for m in out.messages]
-    data["member_runs"] = [jsonable(m) for m in out.member_runs]
+    data["member_runs"] = [jsonable(m, log) for m in out.member_runs]
+    if log is not None:
+        data["log"] = [asdict(entry) for entry in log(out.run_id)]
     data["metrics"] = out.metrics.model_dump(mode="json")
     return data
+
+
+def log_line(entry: LogEntry) -> str:
+    """One line for a log entry: when, what, at which step, and its particulars."""
+    parts = [_when(entry.at), entry.kind, f"step {entry.seq}" if entry.seq is not None else "-"]
+    for key, value in (entry.detail or {}).items():
+        if isinstance(value, dict) and {"type", "message"} <= value.keys():
+            value = f"{value['type']}: {_line(str(value['message']))}"
+        elif isinstance(value, dict | list):
+            value = json.dumps(value)
+        parts.append(f"{key}={value}")
+    return "  ".join(parts)
+
+
+def print_page(page: RunPage) -> None:
+    """One line a run, newest first, then (on stderr) how to get the next page."""
+    for run in page.runs:
+        error = f"  {run.error.type}" if run.error else ""
+        member = f"  member of {run.parent_run_id}" if run.parent_run_id else ""
+        print(
+            terminal(
+                f"{run.run_id}  {run.status:<9}  {_when(run.created_at)}  agent={run.agent_name}  "
+                f"session={run.session_id}{member}{error}"
+            )
+        )
+    if not page.runs:
+        print("no runs", file=sys.stderr)
+    if page.next_cursor:
+        print(f"more: add --cursor {page.next_cursor}", file=sys.stderr)
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def usage_line(metrics: Metrics) -> str:

@@ -2,7 +2,8 @@
 
 - `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
 - `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
-- `ratchet.start_run(agent, input, session_id=None, run_id=None)` and
+- `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, user_id=None,
+  session_state=None)` and
   `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
@@ -127,14 +128,17 @@ def register_tasks(app: Celery) -> None:
     @app.task(name=START_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def start_run(
         self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None,
-        stream: bool = False,
+        stream: bool = False, user_id: str | None = None, session_state: dict[str, Any] | None = None,
     ) -> str:  # fmt: skip
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
         if not isinstance(stream, bool):  # JSON from any language: refuse "yes" rather than guess
             raise InvalidInputError(f"stream must be true or false, not {stream!r}")
-        return _control(self.app).start(agent, input=input, session_id=session_id, run_id=run_id, stream=stream)
+        return _control(self.app).start(
+            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
+            session_state=session_state,
+        )  # fmt: skip
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from orchestrator.messages import Message
+from orchestrator.state import StateChange
 from orchestrator.store import Claim
 
 
@@ -29,9 +30,16 @@ class InFlight:
     renewing: bool = True
     system_message: str | None = None
     messages: list[Message] = field(default_factory=list)
+    #: What each tool call (by id) changed in the session's state: committed with its result,
+    #: or flushed with it (`orchestrator.state`).
+    state_changes: dict[str, StateChange] = field(default_factory=dict)
     #: The step's own exception: Celery hands the failure handler a copy rebuilt from JSON,
     #: which loses the error's attributes.
     error: BaseException | None = None
+
+    def changes_of(self, results: list[Message]) -> list[StateChange]:
+        """What the calls whose `results` these are changed in the session's state, in order."""
+        return [self.state_changes[m.tool_call_id] for m in results if m.tool_call_id in self.state_changes]
 
 
 class InFlightSteps:

@@ -25,6 +25,7 @@ from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
 from orchestrator.store import Claim
+from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
 from orchestrator.usage import Prices
 
@@ -51,6 +52,8 @@ class ModelStep:
         if record.kind != agent.kind:
             # Started by a producer that does not import the agents: only the worker knows a team.
             self.runner.store.set_kind(claim, agent.kind)
+        if record.seq == 0 and agent.session_state:
+            self._add_state_defaults(claim, agent)
         # Rendered once, on the first step, then stored with the run and reused as-is (as Agno does).
         new_system = _system_message(agent) if record.system_message is None else None
         flight.system_message = new_system
@@ -88,6 +91,18 @@ class ModelStep:
                 "or raise max_tool_batches on the agent, restart the workers and continue it"
             )
         return self._commit(claim, message, new_system)
+
+    def _add_state_defaults(self, claim: Claim, agent: Agent) -> None:
+        """A run's first step gives its session the keys of the agent's default state it lacks,
+        before any tool of the run can read it (again on a redelivery: adding what is missing
+        twice adds nothing)."""
+        store = self.runner.store
+        retry_transient(
+            lambda: store.add_state_defaults(claim.record.session_id, agent.session_state),
+            landed=lambda: None,
+            within=self.runner.settings.lease_seconds,
+            what=f"run {claim.run_id} default session state",
+        )
 
     def _call(self, agent: Agent, prompt: list[Message], claim: Claim) -> ModelReply:
         """The model call. A streamed run's gets the callback that publishes each delta, and its

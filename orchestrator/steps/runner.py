@@ -203,9 +203,12 @@ class StepRunner:
         return True
 
     def _flush(self, run_id: str, flight: InFlight, error: dict[str, str]) -> RunRecord | None:
-        """Write the ERROR row with the in-flight messages. Their content cannot fail the write
-        (`Message.to_row` makes it storable); if the database refuses them anyway, the run still
-        goes to ERROR, without them, and the error says so: never left RUNNING for the sweeper."""
+        """Write the ERROR row with the in-flight messages, and what the tool calls whose results
+        are among them changed in the session's state: their results are stored, so a continue
+        does not run them again, and their changes must not be lost either. Their content cannot
+        fail the write (`Message.to_row` makes it storable); if the database refuses them anyway,
+        the run still goes to ERROR, without them (and without their changes: a continue runs
+        those calls again), and the error says so: never left RUNNING for the sweeper."""
 
         def fail(inflight: list[Message], error: dict[str, str]) -> RunRecord | None:
             return retry_transient(
@@ -216,6 +219,7 @@ class StepRunner:
                     error=error,
                     inflight=inflight,
                     system_message=flight.system_message,
+                    state_changes=flight.changes_of(inflight),
                 ),
                 landed=lambda: None,  # a failed fail() left the run RUNNING at this epoch; the move is guarded
                 within=self.settings.lease_seconds,

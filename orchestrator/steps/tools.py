@@ -6,6 +6,10 @@ started and never reported (its worker died) is answered as interrupted, never r
 (`ToolInterruptedError`). Every other call whose result was not committed runs again on a
 continue, so a result is kept (committed, or left in flight for the failure handler) as soon as
 its call finishes.
+
+Session state: what a call changed in its session's state (`orchestrator.state`) is kept beside
+its result in flight and goes into the database in the same transaction as that result, whichever
+write carries it (its own append, the step's commit, the failure handler's flush).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
+from orchestrator.state import CallState, StateError, Turn
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
-from orchestrator.store import Claim
+from orchestrator.store import Claim, Store
 from orchestrator.store.transient import retry_transient
 from orchestrator.tools import ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
@@ -63,12 +68,15 @@ class ToolStep:
                 )
         pending, delegations = delegation.split(agent, pending)
         last = self._run_tools(claim, agent, pending, flight)
+        changes = flight.changes_of(last)
         grace = self.runner.settings.publish_grace_seconds
         if delegations:
             # Members start as child runs in the commit that parks the team WAITING.
             steps = self.runner.durably(
                 claim,
-                lambda: delegation.start_members(store, claim, last, delegations, publish_grace=grace),
+                lambda: delegation.start_members(
+                    store, claim, last, delegations, publish_grace=grace, state_changes=changes
+                ),
                 # Landed with the commit: the members' outbox markers have the sweeper publish them.
                 landed=lambda _: [],
             )
@@ -77,7 +85,10 @@ class ToolStep:
                 self.runner.publish(step)
             return "waiting"
         committed = self.runner.durably(
-            claim, lambda: store.commit_step(claim, last, status=S.QUEUED, next_step="model", publish_grace=grace)
+            claim,
+            lambda: store.commit_step(
+                claim, last, status=S.QUEUED, next_step="model", publish_grace=grace, state_changes=changes
+            ),
         )
         self.runner.end(claim)
         self.runner.publish(StepRef.of(committed))
@@ -97,22 +108,22 @@ class ToolStep:
         bounds that wait: it kills the process, and with it the calls, which then did not finish."""
         if not calls:
             return []
-        session = claim.record.session_id
         if len(calls) == 1:
             # In this thread: the soft limit is raised inside the tool, which so does not finish.
-            flight.messages.append(self._call_tool(claim, agent, calls[0], session))
+            flight.messages.append(self._call_tool(claim, agent, calls[0], flight, Batch(self.runner.store, claim)))
             return list(flight.messages)
+        batch = Batch(self.runner.store, claim, Turn())
         pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
         # Each call in a copy of this thread's context: its span is a child of the step's.
         pending: set[Future[Message]] = {
-            pool.submit(contextvars.copy_context().run, self._call_tool, claim, agent, c, session) for c in calls
+            pool.submit(contextvars.copy_context().run, self._call_tool, claim, agent, c, flight, batch) for c in calls
         }
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 _collect(finished, flight)
                 while len(flight.messages) > (0 if pending else 1):
-                    self._append_result(claim, flight.messages[0])
+                    self._append_result(claim, flight.messages[0], flight, batch)
                     flight.messages.pop(0)
             return list(flight.messages)
         except BaseException:
@@ -124,13 +135,15 @@ class ToolStep:
                     "run %s: the step is ending with %d tool call(s) still running; waiting for them so their "
                     "results are kept (the hard time limit ends the wait)", claim.run_id, len(running),
                 )  # fmt: skip
+            batch.end()  # no running call may wait for a turn that a result left uncommitted holds
             _collect(running, flight, first_error=False)
-            self._keep(claim, flight)
+            self._keep(claim, flight, batch)
             raise
         finally:
+            batch.end()
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _keep(self, claim: Claim, flight: InFlight) -> None:
+    def _keep(self, claim: Claim, flight: InFlight, batch: Batch) -> None:
         """Commit the finished results of a step that is failing, each on its own (one may have
         been committed already when the failure struck); what cannot be committed stays in
         flight for the failure handler's flush."""
@@ -138,27 +151,33 @@ class ToolStep:
             while flight.messages:
                 message = flight.messages[0]
                 if not self.runner.store.has_tool_result(claim.run_id, message.tool_call_id or ""):
-                    self._append_result(claim, message)
+                    self._append_result(claim, message, flight, batch)
                 flight.messages.pop(0)
         except Exception as exc:  # fenced, or the database is gone: the flush (if any) carries the rest
             log.warning("run %s: %d finished tool result(s) left for the failure handler (%s)",
                         claim.run_id, len(flight.messages), type(exc).__name__)  # fmt: skip
 
-    def _append_result(self, claim: Claim, message: Message) -> None:
+    def _append_result(self, claim: Claim, message: Message, flight: InFlight, batch: Batch) -> None:
+        """Commit a result with its call's change of the session's state, then hand the batch's
+        turn on: the next call reads the state with that change in it."""
         store = self.runner.store
         call_id = message.tool_call_id or ""
+        change = flight.state_changes.get(call_id)
         retry_transient(
-            lambda: store.append_tool_result(claim, message),
+            lambda: store.append_tool_result(claim, message, change),
             landed=lambda: True if store.has_tool_result(claim.run_id, call_id) else None,
             within=self.runner.settings.lease_seconds,
             what=f"run {claim.run_id} tool result {call_id}",
         )
+        batch.release(call_id)
 
-    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str) -> Message:
+    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch) -> Message:
         with tracing.tool_call(call, claim.run_id) as span:  # nothing, unless a tracer provider is set
-            return self._run_tool(claim, agent, call, session_id, span)
+            return self._run_tool(claim, agent, call, flight, batch, span)
 
-    def _run_tool(self, claim: Claim, agent: Agent, call: ToolCall, session_id: str, span: tracing.Traced) -> Message:
+    def _run_tool(
+        self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced
+    ) -> Message:
         tool = agent.tool(call.name)
         store = self.runner.store
 
@@ -184,13 +203,18 @@ class ToolStep:
                 within=self.runner.settings.lease_seconds,
                 what=f"run {claim.run_id} start of {call.id}",
             )
+        context = ToolContext(
+            run_id=claim.run_id, tool_call_id=call.id, session_id=claim.record.session_id,
+            user_id=claim.record.user_id, state=batch.state_for(call.id),
+        )  # fmt: skip
         try:
-            value = tool.call(args, ToolContext(run_id=claim.run_id, tool_call_id=call.id, session_id=session_id))
+            value = tool.call(args, context)
         except self.runner.timeouts:  # the step's time is up: not the tool's error, the step's
             raise
         except BaseException as exc:
             if self.runner.stopping(exc):  # the process is going away: the call did not finish
                 raise
+            batch.release(call.id)  # a call that raised changes nothing
             # A tool's failure is the model's to read, not the run's; SystemExit included (a tool
             # wrapping argparse exits 2), which would otherwise end the pool process and have
             # the tool run again on every re-claim. Nothing below may raise: the tool ran.
@@ -199,7 +223,45 @@ class ToolStep:
                 text = f"the tool raised {type(exc).__name__}({text})"
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
             return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
+        try:
+            change = context.state.change()
+        except StateError as exc:
+            batch.release(call.id)
+            text = f"{exc}; the call's changes to the session state were not kept"
+            return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
+        if change is None:
+            batch.release(call.id)
+        else:
+            flight.state_changes[call.id] = change
         return result(_render(value), args=_jsonable(args, call))
+
+
+class Batch:
+    """The calls of one tool step and their views of the session's state (`CallState`): with
+    more than one call, they take turns (`Turn`) from a call's first use of the state until its
+    result and change are committed."""
+
+    def __init__(self, store: Store, claim: Claim, turn: Turn | None = None) -> None:
+        self._store = store
+        self._session_id = claim.record.session_id
+        self._turn = turn
+        self._states: dict[str, CallState] = {}
+
+    def state_for(self, call_id: str) -> CallState:
+        """The view of the call `call_id`, read from the store when the call first uses it."""
+        view = self._states[call_id] = CallState(lambda: self._store.session_state(self._session_id), self._turn)
+        return view
+
+    def release(self, call_id: str) -> None:
+        """The call's change is committed, or there is none: the next call may take its turn."""
+        view = self._states.get(call_id)
+        if view is not None:
+            view.release()
+
+    def end(self) -> None:
+        """The batch is over: nobody waits for a turn from now on."""
+        if self._turn is not None:
+            self._turn.end()
 
 
 def not_run(call: ToolCall, why: str) -> Message:

@@ -29,6 +29,7 @@ from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
+from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.schema import messages, runs
 
@@ -99,7 +100,7 @@ def parse(history: str) -> list[tuple[str, int]]:
     return [(str(run_id), int(count)) for run_id, count in json.loads(history)]
 
 
-def read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[Message]]:
+def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[Message]]:
     """The messages of each chosen run, up to its count then, without system messages."""
     if not chosen:
         return {}
@@ -146,3 +147,28 @@ class HistoryCache:
         if any(p is None for p in parts):
             return None
         return [m for part in parts for m in part or ()]
+
+
+def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int, now: float) -> list[Message]:
+    """`Store.history`: fix the claimed run's history if it has none yet (reading the chosen runs'
+    messages in the same lazy transaction), else read what is stored; messages a worker read
+    before come from `cache`."""
+    read: dict[tuple[str, int], list[Message]] = {}
+    if claim.record.history is None:
+
+        def fix_and_read(c: Connection) -> list[tuple[str, int]]:
+            chosen = parse(fix(c, claim, num_runs, now))
+            read.update(_read(c, cache.missing(chosen)))  # same transaction
+            return chosen
+
+        chosen = backend.lazy(fix_and_read)
+    else:
+        chosen = parse(claim.record.history)
+    found = cache.messages(chosen, read)
+    if found is None:
+        missing = cache.missing(chosen)
+        read = backend.quick(lambda c: _read(c, missing))
+        found = cache.messages(chosen, read)
+    cache.put(read)
+    assert found is not None  # every chosen run is kept or was just read
+    return found

@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from orchestrator.errors import RunNotFoundError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
+from orchestrator.state import from_json
 from orchestrator.store import claims, reads, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
@@ -126,7 +127,8 @@ class PostgresBackend(Backend):
         row = conn.execute(statements.RUN_PG, {"b_run_id": run_id, "b_since": 0}).first()
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
-        return reads.output_of(conn, RunRecord.from_row(row), statements.messages_from_json(row.messages_json))
+        transcript = statements.messages_from_json(row.messages_json)
+        return reads.output_of(conn, RunRecord.from_row(row), transcript, from_json(row.session_state_json))
 
     def on_final(self, conn: Connection, run_id: str) -> None:
         notify_final(conn, run_id)

@@ -10,8 +10,8 @@ from sqlalchemy import Connection
 
 from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
-from orchestrator.run import RunOutput, RunRecord, Session
-from orchestrator.store import reads
+from orchestrator.run import LogEntry, RunOutput, RunPage, RunRecord, Session
+from orchestrator.store import listing, reads, sessions
 from orchestrator.store.backend import Backend
 
 T = TypeVar("T")
@@ -45,13 +45,27 @@ class StoreReads:
         """The run's output if it stopped, else None, in one read: what a waiter polls."""
         return self._backend.quick(lambda c: reads.final_output(c, run_id))
 
-    def get_session(self, session_id: str) -> Session | None:
-        """The session's top-level runs, oldest first; None if the session does not exist."""
-        return self._backend.quick(lambda c: reads.get_session(c, session_id))
+    def get_session(self, session_id: str, user_id: str | None = None) -> Session | None:
+        """The session, its state and its top-level runs (only `user_id`'s, if given), oldest
+        first; None if the session does not exist."""
+        return self._backend.quick(lambda c: reads.get_session(c, session_id, user_id))
+
+    def session_state(self, session_id: str) -> dict[str, Any]:
+        """The session's state as stored now ({} when none was set)."""
+        return self._backend.quick(lambda c: sessions.read_state(c, session_id))
 
     def get_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
         return self._backend.quick(lambda c: reads.get_events(c, run_id))
+
+    def get_log(self, run_id: str) -> list[LogEntry]:
+        """The run's log (retries, errors, recoveries, fences, continues...), oldest first, read
+        with the run in one snapshot; RunNotFoundError if there is no such run."""
+        return self._backend.snapshot(lambda c: reads.get_log(c, run_id))
+
+    def list_runs(self, filter: listing.RunFilter, *, limit: int, cursor: str | None = None) -> RunPage:
+        """One page of the runs `filter` selects, newest first, after `cursor` (`store/listing.py`)."""
+        return self._backend.quick(lambda c: listing.list_runs(c, filter, limit=limit, cursor=cursor))
 
     def run_events(self, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
         """The run's row and its durable events after `after` in id order, read in one snapshot."""

@@ -15,10 +15,11 @@ from sqlalchemy import Connection, Row, select
 from orchestrator.errors import RunNotFoundError
 from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
-from orchestrator.run import RetryWait, RunOutput, RunRecord, Session
+from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
+from orchestrator.state import from_json
 from orchestrator.status import RunStatus
-from orchestrator.store import statements
-from orchestrator.store.schema import events, messages, runs, sessions, tool_starts
+from orchestrator.store import sessions, statements
+from orchestrator.store.schema import events, messages, runs, tool_starts
 
 S = RunStatus
 
@@ -49,15 +50,23 @@ def final_output(conn: Connection, run_id: str) -> RunOutput | None:
     return output_of(conn, record) if record.status.is_final else None
 
 
-def output_of(conn: Connection, record: RunRecord, transcript: list[Message] | None = None) -> RunOutput:
-    """The output of the run `record`; `transcript`: its messages, if the caller read them already."""
+def output_of(
+    conn: Connection,
+    record: RunRecord,
+    transcript: list[Message] | None = None,
+    state: dict[str, Any] | None = None,
+) -> RunOutput:
+    """The output of the run `record`; `transcript`: its messages, and `state`: its session's
+    state, if the caller read them already."""
+    if state is None:
+        state = sessions.read_state(conn, record.session_id)
     members: list[RunOutput] = []
     if record.kind == "team":  # only a team's runs have member runs
-        members = [output_of(conn, child) for child in children(conn, record.run_id)]
+        members = [output_of(conn, child, state=state) for child in children(conn, record.run_id)]
     if transcript is None:
         transcript = get_messages(conn, record.run_id)
     retry = _retry_wait(conn, record) if record.status == S.QUEUED and record.retries else None
-    return RunOutput.from_record(record, transcript, members, retry)
+    return RunOutput.from_record(record, transcript, members, retry, session_state=state)
 
 
 def _retry_wait(conn: Connection, record: RunRecord) -> RetryWait | None:
@@ -80,16 +89,21 @@ def _retry_row(conn: Connection, run_id: str, seq: int) -> Row[Any, Any] | None:
     ).first()
 
 
-def get_session(conn: Connection, session_id: str) -> Session | None:
-    """The session's top-level runs, oldest first; None if the session does not exist."""
-    if conn.execute(select(sessions.c.session_id).where(sessions.c.session_id == session_id)).first() is None:
+def get_session(conn: Connection, session_id: str, user_id: str | None = None) -> Session | None:
+    """The session, its state and its top-level runs (only those of `user_id`, if given), oldest
+    first; None if the session does not exist."""
+    found = sessions.row(conn, session_id)
+    if found is None:
         return None
-    rows = conn.execute(
-        select(runs)
-        .where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
-        .order_by(runs.c.created_at, runs.c.run_id)
-    )
-    return Session(session_id=session_id, runs=[output_of(conn, RunRecord.from_row(r)) for r in rows])
+    query = select(runs).where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
+    if user_id is not None:
+        query = query.where(runs.c.user_id == user_id)
+    state = from_json(found.session_state)
+    outputs = [
+        output_of(conn, RunRecord.from_row(r), state=state)
+        for r in conn.execute(query.order_by(runs.c.created_at, runs.c.run_id))
+    ]
+    return Session(session_id=session_id, runs=outputs, user_id=found.user_id, session_state=state)
 
 
 def get_events(conn: Connection, run_id: str) -> list[dict[str, Any]]:
@@ -97,6 +111,19 @@ def get_events(conn: Connection, run_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
     return [
         {"at": r.at, "kind": r.kind, "seq": r.seq, "detail": json.loads(r.detail) if r.detail else None} for r in rows
+    ]
+
+
+def get_log(conn: Connection, run_id: str) -> list[LogEntry]:
+    """The run's log (what `ratchet_events` holds for it), oldest first; RunNotFoundError if
+    there is no such run."""
+    get_record(conn, run_id)
+    rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
+    return [
+        LogEntry(
+            id=r.id, run_id=r.run_id, at=r.at, kind=r.kind, seq=r.seq, detail=json.loads(r.detail) if r.detail else None
+        )
+        for r in rows
     ]
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     false,
+    text,
 )
 
 metadata = MetaData()
@@ -86,6 +87,18 @@ Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
+# Listing runs newest first by status, and by agent and status (migration 0007, `listing.py`):
+# without QUEUED and RUNNING runs, so that a step, which moves its run between those two, writes
+# no entry in them.
+_SETTLED = text("status NOT IN ('QUEUED', 'RUNNING')")
+Index(
+    "ix_ratchet_runs_status_listing", runs.c.status, runs.c.created_at, runs.c.run_id,
+    postgresql_where=_SETTLED, sqlite_where=_SETTLED,
+)  # fmt: skip
+Index(
+    "ix_ratchet_runs_agent_listing", runs.c.agent_name, runs.c.status, runs.c.created_at, runs.c.run_id,
+    postgresql_where=_SETTLED, sqlite_where=_SETTLED,
+)  # fmt: skip
 
 messages = Table(
     "ratchet_messages",

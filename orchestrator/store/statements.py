@@ -246,8 +246,18 @@ def _claim_pg() -> Select[Any]:
 #: PostgreSQL, autocommitted: CLAIM, returning the claimed row with the messages from `b_since`
 #: on; the claim does not wait for its WAL flush (see `PostgresBackend.lazy`).
 CLAIM_PG = _claim_pg()
-#: PostgreSQL: the run `b_run_id` with its messages from `b_since` on.
-RUN_PG = with_messages(runs).where(runs.c.run_id == bindparam("b_run_id", type_=String))
+#: PostgreSQL: the run `b_run_id` with its messages from `b_since` on, and its session's state
+#: (`session_state_json`): a producer's read of a run in one round trip.
+RUN_PG = (
+    with_messages(runs)
+    .add_columns(
+        select(sessions.c.session_state)
+        .where(sessions.c.session_id == runs.c.session_id)
+        .scalar_subquery()
+        .label("session_state_json")
+    )
+    .where(runs.c.run_id == bindparam("b_run_id", type_=String))
+)
 
 
 def messages_from_json(values: list[list[Any]] | None) -> list[Message]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, insert
@@ -25,9 +26,10 @@ from sqlalchemy import Connection, Engine, insert
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
+from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
 from orchestrator.store import history as session_history
-from orchestrator.store import statements, writes
+from orchestrator.store import sessions, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
@@ -99,12 +101,14 @@ class Store(StoreReads):
         stream: bool = False,
         user_id: str | None = None,
         history: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
         trace_context: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
         input, atomically: on PostgreSQL in one statement (autocommitted unless `conn`, the
-        caller's transaction, is given), on SQLite in one transaction."""
+        caller's transaction, is given), on SQLite in one transaction. `session_state`: merged
+        over the session's stored state, key by key, in the same transaction."""
         now = self.clock()
         values: dict[str, Any] = dict(
             run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
@@ -115,10 +119,12 @@ class Store(StoreReads):
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
             trace_context=trace_context,
         )  # fmt: skip
-        if conn is not None:
-            return self._backend.create(conn, values, input_messages)
-        with self._backend.single_statement() as c:
-            return self._backend.create(c, values, input_messages)
+        changes = [StateChange(set=dict(session_state))] if session_state else []
+        opener = self.engine.begin if changes else self._backend.single_statement
+        with nullcontext(conn) if conn is not None else opener() as c:
+            record = self._backend.create(c, values, input_messages)
+            sessions.apply(c, session_id, changes)
+            return record
 
     def _insert_messages(
         self, conn: Connection, run_id: str, start: int, items: Sequence[Message], now: float,
@@ -212,19 +218,23 @@ class Store(StoreReads):
         publish_grace: float,
         content: str | None = None,
         system_message: str | None = None,
+        state_changes: Sequence[StateChange] = (),
         conn: Connection | None = None,
     ) -> RunRecord:
         """Append the step's messages and move the run on, fenced by the epoch, atomically. A
         step left QUEUED is published by the caller (`publish_grace`: see `outbox`).
+        `state_changes`: what the tool calls whose results these are changed in the session's
+        state, applied in the same transaction.
 
-        Without `conn` it is its own write (on PostgreSQL one autocommitted statement) and the
-        messages go into this process's transcript cache. With `conn`, the caller's transaction
-        carries it and the caller calls `remember` once that committed."""
+        Without `conn` it is its own write (on PostgreSQL one autocommitted statement, unless it
+        changes the state) and the messages go into this process's transcript cache. With
+        `conn`, the caller's transaction carries it and the caller calls `remember` once that
+        committed."""
         if conn is None:
-            with self._backend.single_statement() as c:
+            with self.engine.begin() if state_changes else self._backend.single_statement() as c:
                 committed = self.commit_step(
                     claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
-                    content=content, system_message=system_message, conn=c,
+                    content=content, system_message=system_message, state_changes=state_changes, conn=c,
                 )  # fmt: skip
             self.remember(committed, new_messages)
             return committed
@@ -240,17 +250,25 @@ class Store(StoreReads):
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
+        sessions.apply(conn, record.session_id, state_changes)
         return record
 
-    def append_tool_result(self, claim: Claim, message: Message) -> None:
-        """Commit one finished tool call's result now, so a crash later never re-runs it."""
+    def append_tool_result(self, claim: Claim, message: Message, change: StateChange | None = None) -> None:
+        """Commit one finished tool call's result now, so a crash later never re-runs it, with
+        what the call changed in the session's state (`change`), in one transaction."""
         now = self.clock()
         with self.engine.begin() as conn:
             count = writes.count_tool_result(conn, claim, now)
             if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
             self._insert_messages(conn, claim.run_id, count - 1, [message], now, claim.record.seq, claim.epoch)
+            sessions.apply(conn, claim.record.session_id, [change] if change is not None else [])
         self.transcripts.extend(claim.run_id, count - 1, [message])
+
+    def add_state_defaults(self, session_id: str, defaults: Mapping[str, Any]) -> None:
+        """Add the keys of an agent's default `session_state` that the session's state lacks."""
+        with self.engine.begin() as conn:
+            sessions.add_defaults(conn, session_id, defaults)
 
     def step_landed(self, claim: Claim) -> RunRecord | None:
         """After a write of the claimed step failed on a transient error: the run if that write
@@ -270,26 +288,7 @@ class Store(StoreReads):
         its first step chosen from the last `num_runs` runs and stored, fenced by the claim (a
         lazy write: lost in a crash only with the claim, whose step then commits nothing); on
         every later one, as stored. FencedError if the claim was lost."""
-        read: dict[tuple[str, int], list[Message]] = {}
-        if claim.record.history is None:
-            now = self.clock()
-
-            def fix(c: Connection) -> list[tuple[str, int]]:
-                chosen = session_history.parse(session_history.fix(c, claim, num_runs, now))
-                read.update(session_history.read(c, self.histories.missing(chosen)))  # same transaction
-                return chosen
-
-            chosen = self._backend.lazy(fix)
-        else:
-            chosen = session_history.parse(claim.record.history)
-        found = self.histories.messages(chosen, read)
-        if found is None:
-            missing = self.histories.missing(chosen)
-            read = self._backend.quick(lambda c: session_history.read(c, missing))
-            found = self.histories.messages(chosen, read)
-        self.histories.put(read)
-        assert found is not None  # every chosen run is kept or was just read
-        return found
+        return session_history.for_claim(self._backend, self.histories, claim, num_runs, self.clock())
 
     def set_kind(self, claim: Claim, kind: str) -> None:
         """Record what the run is (agent or team) as the worker, which imports it, knows it: a
@@ -351,9 +350,11 @@ class Store(StoreReads):
         inflight: Sequence[Message] = (),
         system_message: str | None = None,
         owner: str | None = None,
+        state_changes: Sequence[StateChange] = (),
     ) -> RunRecord | None:
         """Put the run in ERROR, flushing the in-flight messages after the committed ones (the
-        move keeps the step's seq and epoch, so they are stamped with the failed step's).
+        move keeps the step's seq and epoch, so they are stamped with the failed step's), and
+        applying `state_changes`, what the tool calls whose results are among them changed.
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
@@ -370,6 +371,7 @@ class Store(StoreReads):
                     conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"],
                     **writes.position(record),
                 )  # fmt: skip
+                sessions.apply(conn, record.session_id, state_changes)
             return record
 
 

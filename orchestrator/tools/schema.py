@@ -94,9 +94,10 @@ def _parse_items(body: list[str]) -> dict[str, str]:
 
 
 def signature_model(
-    fn: Callable[..., Any], name: str, descriptions: dict[str, str], context_type: type
+    fn: Callable[..., Any], name: str, descriptions: dict[str, str], context_type: type, *injected: str
 ) -> tuple[str | None, type[BaseModel]]:
-    """The pydantic model of the function's arguments, and the name of its context parameter."""
+    """The pydantic model of the function's arguments, and the name of its context parameter;
+    parameters named in `injected` are the engine's to pass, left out of the model too."""
     try:
         hints = get_type_hints(fn, include_extras=True)  # keep Annotated constraints and validators
     except Exception as exc:  # an unresolvable annotation is the user's to fix, named here
@@ -107,8 +108,10 @@ def signature_model(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(f"tool {name}: *args/**kwargs cannot be described to a model")
         annotation = hints.get(pname, Any)
-        if annotation is context_type:
+        if annotation is context_type or annotation == context_type | None:  # the engine's to pass
             context_param = pname
+            continue
+        if pname in injected:
             continue
         default = ... if param.default is param.empty else param.default
         if pname in descriptions:

@@ -6,7 +6,10 @@ arguments, like an exception raised by the tool, become a tool message with
 `tool_call_error=True` that the model sees on its next turn. They never fail the run.
 
 A tool may take a `ToolContext` parameter (any name, annotated `ToolContext`): it carries the
-run id and an idempotency key `run_id:tool_call_id` that stays the same when a step is retried.
+run id, an idempotency key `run_id:tool_call_id` that stays the same when a step is retried, the
+user id, and the session's state (`ToolContext.session_state`). A parameter named
+`session_state` gets that state too (as Agno passes it), and, like the context, is not shown to
+the model. What the call changes in the state is stored with its result (`orchestrator.state`).
 """
 
 from __future__ import annotations
@@ -15,16 +18,20 @@ import functools
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 from pydantic import ValidationError
 
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.models.base import ToolSpec
+from orchestrator.state import CallState
 from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
 from orchestrator.untrusted import safe_str
+
+#: A tool parameter of this name is given the session's state (Agno's convention), not the model's.
+STATE_PARAM = "session_state"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,11 +41,23 @@ class ToolContext:
     run_id: str
     tool_call_id: str
     session_id: str | None = None
+    #: Who the run is for, as its producer said.
+    user_id: str | None = None
+    #: Where `session_state` comes from: the engine's view of the session for this call (a
+    #: context built without one, in a test of a tool, has a state of its own, initially empty).
+    state: CallState = field(default_factory=lambda: CallState(dict), repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
         """`run_id:tool_call_id`: the same on every retry of this call; pass it to side effects."""
         return f"{self.run_id}:{self.tool_call_id}"
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """The session's state, a dict to read and change in place (Agno's `session_state`): read
+        when the call first uses it; what the call changed is stored with its result, once. A
+        call that raises changes nothing. See `orchestrator.state`."""
+        return self.state.open()
 
 
 class Tool:
@@ -58,7 +77,8 @@ class Tool:
         self.description = description or summary or self.name
         #: If True, a call that started and never finished is not run again (see DESIGN.md).
         self.at_most_once = at_most_once
-        self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext)
+        self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext, STATE_PARAM)
+        self._wants_state = STATE_PARAM in inspect.signature(fn).parameters and self._context_param != STATE_PARAM
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -104,6 +124,8 @@ class Tool:
         kwargs = dict(arguments)
         if self._context_param:
             kwargs[self._context_param] = context
+        if self._wants_state:
+            kwargs[STATE_PARAM] = context.session_state
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = process_loop().run(result)

@@ -8,6 +8,8 @@ hold a tool mid-call, learn which pool process runs it, and then kill exactly th
 - `stubborn-<key>`  the wait ignores Celery's soft time limit (a badly behaved tool);
 - `started-<key>.<pid>`   written by `effect(key)` when a process starts it;
 - `model-<run_id>-<seq>.<pid>`   written before each model call of a step;
+- `changed-<key>.<pid>`   written by `tally(key)` once it changed the session state (not yet
+  committed); `hold-after-<key>` then holds it there;
 - `crash-before-publish-<run_id>`   the next worker process that is about to publish a step of
   that run after committing it dies instead (`os._exit`), once: the commit/publish gap;
 - `publish-twice`   every step a worker publishes is published twice (duplicate deliveries);
@@ -148,6 +150,25 @@ effect_once = tool(name="effect_once", at_most_once=True)(_effect_once)
 
 
 @tool
+def tally(key: str, ctx: ToolContext) -> str:
+    """Count `key` in the session's state: one more in `count`, and `key` added to `tallied`."""
+    with _ledger().begin() as conn:
+        conn.execute(
+            insert(attempts).values(
+                run_id=ctx.run_id, tool_call_id=ctx.tool_call_id, key=key, pid=os.getpid(), at=time.time()
+            )
+        )
+    (chaos_dir() / f"started-{key}.{os.getpid()}").touch()
+    _hold(key)
+    state = ctx.session_state
+    state["count"] = state.get("count", 0) + 1
+    state["tallied"] = [*state.get("tallied", []), key]
+    (chaos_dir() / f"changed-{key}.{os.getpid()}").touch()
+    _hold(f"after-{key}")
+    return f"{key}: tallied"
+
+
+@tool
 def crash(key: str) -> str:
     """Kill the process that runs it, every time (a poison step)."""
     (chaos_dir() / f"started-{key}.{os.getpid()}").touch()
@@ -169,7 +190,7 @@ AGENT = "chaos-agent"
 Agent(
     name=AGENT,
     model=MarkedChat(id="scripted"),
-    tools=[effect, effect_once, crash, effect_async],
+    tools=[effect, effect_once, crash, effect_async, tally],
     instructions="Do what the script says.",
     retries=2,
     retry_policy=FAST_RETRIES,

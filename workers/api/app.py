@@ -10,7 +10,9 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
                                     (204 once the run has stopped and nothing is left to send)
-    GET  /sessions/{id}/runs        a session's runs, oldest first
+    GET  /sessions/{id}             a session: its user, its state and its runs (?user_id= filters them)
+    GET  /sessions/{id}/runs        the same (the route it had first)
+    GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
@@ -56,6 +58,12 @@ class StartRequest(BaseModel):
     stream: bool = Field(
         default=False, description="publish the model's text as it is written (RunContent events), not only each step"
     )
+    user_id: str | None = Field(default=None, description="who the run is for (1-128 characters)")
+    session_state: dict[str, Any] | None = Field(
+        default=None,
+        description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
+        "at most 1 MiB); the run's tools read and change the result",
+    )
 
 
 class ContinueRequest(BaseModel):
@@ -75,7 +83,8 @@ class ErrorDetail(BaseModel):
     type: str
     message: str
     run_id: str | None = Field(
-        default=None, description="503 only: the run, saved as QUEUED, that the sweeper will publish"
+        default=None,
+        description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
     )
     details: list[dict[str, Any]] | None = Field(
         default=None, description="422 only: each field that does not fit, and why"
@@ -132,6 +141,9 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     app.include_router(router)
+    from workers.api import records  # its routes use this module's dependencies
+
+    app.include_router(records.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
@@ -157,7 +169,10 @@ def start_run(
     _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
-    handle = client.start(body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream)
+    handle = client.start(
+        body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
+        user_id=body.user_id, session_state=body.session_state,
+    )  # fmt: skip
     run = client.get_run(handle.run_id)
     if key is not None and _first_input(run) != body.input:
         # The control refuses another agent or session for the run id; another input is ours to catch.
@@ -284,10 +299,16 @@ async def run_events(
         yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
 
 
+@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
 @router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
-def session_runs(session_id: str, client: ClientDep) -> Session:
-    """The session's runs, oldest first, each with its messages and member runs."""
-    session = client.get_session(session_id)
+def session_runs(
+    session_id: str,
+    client: ClientDep,
+    user_id: Annotated[str | None, Query(description="only the runs of this user")] = None,
+) -> Session:
+    """The session: its user, its state, and its runs (those of `user_id`, if given), oldest
+    first, each with its messages and member runs."""
+    session = client.get_session(session_id, user_id=user_id)
     if session is None:
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
     return session

@@ -6,6 +6,7 @@ mistake is always a 4xx; a 500 means a fault of the server, logged with its trac
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
     RunConflictError, RunBusyError, RunNotContinuableError  409
+    RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
     BrokerUnavailableError (the run is saved as QUEUED)     503
@@ -28,6 +29,7 @@ from orchestrator.errors import (
     RatchetError,
     RunBusyError,
     RunConflictError,
+    RunLiveError,
     RunNotContinuableError,
     RunNotFoundError,
 )
@@ -41,6 +43,7 @@ STATUS: dict[type[RatchetError], int] = {
     RunConflictError: 409,
     RunBusyError: 409,
     RunNotContinuableError: 409,
+    RunLiveError: 409,
     InvalidInputError: 422,
     BrokerUnavailableError: 503,
 }
@@ -83,6 +86,8 @@ async def _ratchet_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     if isinstance(exc, BrokerUnavailableError):  # the run is saved: say which, and when to look again
         return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id, headers={"Retry-After": "5"})
+    if isinstance(exc, RunLiveError):
+        return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id)
     return error_response(status, type(exc).__name__, str(exc))
 
 

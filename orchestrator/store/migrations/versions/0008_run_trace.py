@@ -8,7 +8,7 @@ Rows written before this migration read as NULL: their steps' spans join a trace
 the run id, the same on every worker.
 
 Revision ID: 0008_run_trace
-Revises: 0006_sessions_history
+Revises: 0007_run_listing
 Create Date: 2026-11-30
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008_run_trace"
-down_revision = "0006_sessions_history"
+down_revision = "0007_run_listing"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,86 @@
+"""RESULTS.md and results.json: what a benchmark run writes (`write`), and RESULTS.md written
+again from results.json (`render`). Apart from `bench.__main__` so that a benchmark run alone
+(`python -m bench.listing`) writes its figures without importing every other benchmark."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.stats import Row, Section
+
+HERE = Path(__file__).resolve().parent
+#: Figures a quick run does not measure (tests/chaos/test_default_recovery.py shows the same).
+NOT_QUICK = ("recovery_default_s",)
+REQUIRED = (
+    "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
+    "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
+    "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg", "listing_ms_pg",
+    "history_step_ratio_pg", "history_step_ratio_sqlite",
+)  # fmt: skip
+
+
+def render(out: Path) -> int:
+    """Rewrite RESULTS.md from results.json (after editing FINDINGS.md, say); results.json is
+    left as it is."""
+    data = json.loads((out / "results.json").read_text())
+    sections = []
+    for s in data["sections"]:
+        section = Section(s["title"], rows=[Row.from_json(r) for r in s["rows"]], notes=s["notes"])
+        section.seconds = s["seconds"]
+        sections.append(section)
+    _markdown(out, data, sections)
+    return 0
+
+
+def write(
+    out: Path, sections: list[Section], numbers: dict[str, float], *, quick: bool, elapsed: float,
+    when: str | None = None,
+) -> None:  # fmt: skip
+    """Write results.json and RESULTS.md for a run's sections and figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "when": when or datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick, "seconds": round(elapsed, 1),
+        "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
+    }  # fmt: skip
+    data = {
+        **{k: (round(v, 6) if math.isfinite(v) else None) for k, v in sorted(numbers.items())},
+        "meta": meta,
+        "sections": [
+            {"title": s.title, "seconds": round(s.seconds, 1), "rows": [r.to_json() for r in s.rows], "notes": s.notes}
+            for s in sections
+        ],
+    }
+    (out / "results.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    _markdown(out, data, sections)
+
+
+def _markdown(out: Path, data: dict[str, Any], sections: list[Section]) -> None:
+    """RESULTS.md: the table of every section's rows, the headline figures, the findings."""
+    meta = data["meta"]
+    lines = [
+        "# Ratchet benchmark results",
+        "",
+        f"Measured {meta['when']} on {meta['cpus']} CPUs, Python {meta['python']}"
+        f"{' (quick run: fewer rounds, shorter runs)' if meta['quick'] else ''}; {meta['seconds']:.0f} s in all. "
+        "How to read this: [README.md](README.md).",
+        "",
+        "| what | setup | median | min-max | rounds | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sections:
+        lines.append(f"| **{s.title}** | | | | | |")
+        for row in s.rows:
+            lines.append("| " + " | ".join(c.replace("|", "/") for c in row.cells()) + " |")
+    lines += ["", "## Headline numbers", "", "```json"]
+    lines += [json.dumps({k: data[k] for k in REQUIRED if k in data}, indent=2)]
+    lines += ["```", ""]
+    findings = HERE / "FINDINGS.md"
+    if findings.exists():
+        lines += [findings.read_text().rstrip(), ""]
+    (out / "RESULTS.md").write_text("\n".join(lines))

@@ -1,0 +1,106 @@
+"""The HTTP API's listing, log and session delete (`workers/api/records.py`), called in process
+over ASGI on SQLite and PostgreSQL: the same filters, pages, errors and refusals as `Client`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from fastapi import FastAPI
+
+from orchestrator import Client, RunStatus
+from orchestrator.settings import Settings
+from orchestrator.store import Store
+from tests.conftest import make_settings
+from tests.integration.stored_runs import rows_of, seed
+from tests.integration.test_api import error_of
+from workers.api.app import create_app
+
+S = RunStatus
+
+
+@pytest.fixture
+def store(settings: Settings) -> Store:
+    return Store.open(settings.database_url)
+
+
+@pytest.fixture
+def app(settings: Settings, store: Store) -> FastAPI:
+    return create_app(settings, client=Client(settings, store=store))
+
+
+def call(app: FastAPI, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One request to the app, as an HTTP client would send it."""
+
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ratchet") as http:
+            return await http.request(method, path, **kwargs)
+
+    return asyncio.run(send())
+
+
+def test_runs_are_listed_by_page_with_the_clients_filters(app: FastAPI, store: Store) -> None:
+    failed = [seed(store, S.ERROR, agent="mailer", user_id="u1") for _ in range(3)]
+    cancelled = seed(store, S.CANCELLED, agent="mailer")
+    seed(store, S.COMPLETED, agent="mailer")
+    team = seed(store, S.COMPLETED, agent="crew", kind="team")
+    member = seed(store, S.COMPLETED, agent="mailer", parent=team)
+
+    first = call(app, "GET", "/runs", params={"status": "ERROR", "agent": "mailer", "limit": 2})
+    assert first.status_code == 200, first.text
+    assert [r["run_id"] for r in first.json()["runs"]] == failed[::-1][:2]
+    assert first.json()["runs"][0]["error"] == {"type": "ModelCallError", "message": "it broke"}
+    cursor = first.json()["next_cursor"]
+    rest = call(app, "GET", "/runs", params={"status": "ERROR", "agent": "mailer", "limit": 2, "cursor": cursor})
+    assert [r["run_id"] for r in rest.json()["runs"]] == [failed[0]] and rest.json()["next_cursor"] is None
+    # Several statuses: repeated, or separated by commas; members when asked
+    both = call(app, "GET", "/runs", params=[("status", "ERROR"), ("status", "cancelled"), ("since", "1h")])
+    assert [r["run_id"] for r in both.json()["runs"]] == [cancelled, *failed[::-1]]
+    assert len(call(app, "GET", "/runs", params={"status": "ERROR,CANCELLED"}).json()["runs"]) == 4
+    members = call(app, "GET", "/runs", params={"agent": "mailer", "status": "COMPLETED", "members": "true"})
+    assert member in [r["run_id"] for r in members.json()["runs"]]
+    assert [r["run_id"] for r in call(app, "GET", "/runs", params={"user_id": "u1"}).json()["runs"]] == failed[::-1]
+
+
+def test_a_runs_log_is_read_whole_and_an_unknown_run_is_a_404(app: FastAPI, store: Store) -> None:
+    run_id = seed(store, S.ERROR)
+
+    log = call(app, "GET", f"/runs/{run_id}/log")
+
+    assert log.status_code == 200, log.text
+    assert log.json()["run_id"] == run_id
+    assert [(e["kind"], e["detail"]["to"]) for e in log.json()["entries"]] == [("error", "ERROR")]
+    error_of(call(app, "GET", "/runs/no-such-run/log"), 404, "RunNotFoundError")
+
+
+def test_deleting_a_session_answers_what_went_and_refuses_a_live_run_by_name(app: FastAPI, store: Store) -> None:
+    done = [seed(store, S.COMPLETED, session_id="s-done") for _ in range(2)]
+    going = seed(store, S.QUEUED, session_id="s-busy")
+
+    deleted = call(app, "DELETE", "/sessions/s-done")
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"session_id": "s-done", "runs": 2} and rows_of(store, done)["runs"] == 0
+
+    error_of(call(app, "DELETE", "/sessions/s-done"), 404, "SessionNotFound")
+    refused = error_of(call(app, "DELETE", "/sessions/s-busy"), 409, "RunLiveError")
+    assert refused["run_id"] == going and f"ratchet cancel {going}" in refused["message"]
+    assert rows_of(store, [going])["runs"] == 1
+
+
+def test_a_listing_the_api_cannot_take_is_a_422_saying_why(redis_url: str, tmp_path: Path) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url)  # the same on either database
+    app = create_app(settings)
+    for params, says in [
+        ({"status": "DONE"}, "is not a run status"),
+        ({"limit": 5000}, "from 1 to 1000"),
+        ({"limit": "many"}, "limit"),
+        ({"cursor": "not-a-cursor"}, "not one a listing returned"),
+        ({"since": "someday"}, "is not a time"),
+        ({"agent": "a\x07"}, "control character"),
+    ]:
+        response = call(app, "GET", "/runs", params=params)
+        assert response.status_code == 422, (params, response.text)
+        assert says in response.json()["error"]["message"], params

@@ -1,0 +1,90 @@
+"""The HTTP API's routes on stored runs: list them, read a run's log, delete a session.
+
+    GET    /runs                 a page of runs, newest first: ?status=ERROR&agent=a&since=6h&cursor=...
+    GET    /runs/{run_id}/log    what happened to the run besides its messages (retries, errors...)
+    DELETE /sessions/{id}        the session, its runs and everything stored for them
+
+Each calls `Client` (`list_runs`, `get_log`, `delete_session`) with the same arguments and
+errors. `GET /runs/{run_id}/events` is another thing: the run's events as a live stream
+(`workers.api.app`); the log is a stored record, read at once. Pruning old runs is the command
+line's and Python's (`ratchet prune`, `Client.prune`): a bulk delete is an operator's job, run
+from a schedule, not a request a token holder makes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, Field
+
+from orchestrator.run import LogEntry, RunPage
+from workers.api.app import ClientDep, _errors
+from workers.api.errors import ApiError
+
+router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+
+
+class RunLog(BaseModel):
+    """The answer of `GET /runs/{run_id}/log`."""
+
+    run_id: str
+    entries: list[LogEntry] = Field(description="oldest first")
+
+
+class SessionDeleted(BaseModel):
+    """The answer of `DELETE /sessions/{session_id}`."""
+
+    session_id: str
+    runs: int = Field(description="runs deleted, member runs included")
+
+
+@router.get("/runs", response_model=RunPage, tags=["runs"], responses=_errors(401, 422))
+def list_runs(
+    client: ClientDep,
+    status: Annotated[
+        list[str] | None,
+        Query(
+            description="QUEUED, RUNNING, WAITING, PAUSED, ERROR, COMPLETED or CANCELLED; "
+            "several: repeat it, or separate them with commas"
+        ),
+    ] = None,
+    agent: Annotated[str | None, Query(description="runs of this agent or team")] = None,
+    session_id: Annotated[str | None, Query(description="runs in this session")] = None,
+    user_id: Annotated[str | None, Query(description="runs for this user")] = None,
+    since: Annotated[
+        str | None, Query(description='created at or after: ISO 8601, UNIX seconds, or how long ago ("6h", "7d")')
+    ] = None,
+    until: Annotated[str | None, Query(description="created before (the same forms)")] = None,
+    limit: Annotated[int, Query(description="runs a page, 1-1000")] = 50,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    members: Annotated[bool, Query(description="also member runs of teams (default: top-level runs)")] = False,
+) -> RunPage:
+    """A page of runs, newest first, and the cursor of the next page (null on the last). A run
+    started meanwhile never shifts a page; each page costs the same however deep."""
+    statuses = None if status is None else [s for item in status for s in item.split(",")]
+    return client.list_runs(
+        status=statuses, agent=agent, session_id=session_id, user_id=user_id, since=since, until=until,
+        limit=limit, cursor=cursor, members=members,
+    )  # fmt: skip
+
+
+@router.get("/runs/{run_id}/log", response_model=RunLog, tags=["runs"], responses=_errors(401, 404, 422))
+def run_log(run_id: str, client: ClientDep) -> RunLog:
+    """The run's log, oldest first: retries, errors, leases the sweeper took back, fenced writes,
+    delegations and fan-ins, continues, cancels (not its member runs': ask for each)."""
+    return RunLog(run_id=run_id, entries=client.get_log(run_id))
+
+
+@router.delete(
+    "/sessions/{session_id}", response_model=SessionDeleted, tags=["sessions"], responses=_errors(401, 404, 409, 422)
+)
+def delete_session(session_id: str, client: ClientDep) -> SessionDeleted:
+    """Delete the session, its runs (member runs included) and everything stored for them. 409
+    (RunLiveError, naming the run in `run_id`) if a run in it is live, and nothing is deleted:
+    cancel it or let it stop first."""
+    deleted = client.delete_session(session_id)
+    if deleted is None:
+        raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
+    return SessionDeleted(session_id=session_id, runs=deleted.runs)
