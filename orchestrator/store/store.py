@@ -29,11 +29,12 @@ from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
 from orchestrator.store import history as session_history
-from orchestrator.store import sessions, statements, writes
+from orchestrator.store import metrics, sessions, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
+from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
@@ -82,6 +83,13 @@ class Store(StoreReads):
         """Drop the pools and stop the listener of a store its opener owns (cached ones: `forget_stores`);
         `close=False`, after a fork, leaves the parent's pooled connections open."""
         self._backend.dispose(close=close)
+
+    def metrics(self) -> MetricsSnapshot:
+        """Runs by agent and status now, and the counters (`store/metrics.py`); first adds the
+        rows settled since any process last asked to the stored totals."""
+        with self.engine.begin() as conn:
+            metrics.fold(conn, upto=self.clock() - metrics.SETTLE_SECONDS)
+        return self._backend.snapshot(metrics.read)
 
     # ---------------------------------------------------------------- producer writes
 
@@ -245,7 +253,7 @@ class Store(StoreReads):
             b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
             b_status=transition((S.RUNNING,), status), b_next=next_step, b_count=len(new_messages),
             b_publish_after=due_at(status, now, publish_grace=publish_grace),
-            b_content=content, b_system=system_message,
+            b_content=content, b_system=system_message, b_started=claim.record.updated_at,
         )  # fmt: skip
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
