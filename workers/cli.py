@@ -39,6 +39,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.metrics import add_metrics_command
 from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
 from workers.sessions import add_session_command, state_argument
@@ -164,6 +165,7 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
     p.set_defaults(func=cmd_scripted_model)
     add_api_command(sub)
+    add_metrics_command(sub)
 
 
 def _add_run_commands(sub: Any) -> None:

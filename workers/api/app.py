@@ -14,6 +14,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
+    GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
 """
@@ -27,8 +28,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import validation
@@ -42,6 +45,7 @@ from orchestrator.settings import Settings
 from workers.api import errors
 from workers.api.errors import ApiError
 from workers.api.gate import Gate
+from workers.metrics import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
 MAX_WAIT = 300.0
@@ -316,3 +320,19 @@ def session_runs(
     if session is None:
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
     return session
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    tags=["meta"],
+    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **_errors(401)},
+)
+def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
+    """Prometheus metrics in its text format: runs by agent and status, retries, sweeper
+    recoveries, fenced writes, errors, poison steps, tokens, cost, step durations and queue
+    lengths, read from the store and the broker now, so every API process answers the same.
+    Needs a token like every route but /health: give Prometheus one (`authorization:` in its
+    scrape config)."""
+    body, content_type = exposition(client, accept)
+    return Response(body, headers={"Content-Type": content_type})
