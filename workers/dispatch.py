@@ -40,6 +40,8 @@ class CeleryDispatcher:
         names = (self.settings.model_queue, self.settings.tools_queue, self.settings.control_queue)
         lengths: dict[str, int] = {}
         with self.app.connection_for_read() as conn:
+            # One more try at once, not kombu's default two seconds later: a scrape waits on it.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
             for name in names:
                 channel = conn.channel()
                 try:
