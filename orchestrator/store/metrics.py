@@ -39,7 +39,9 @@ from orchestrator.usage import USAGE_COLUMNS
 
 #: Seconds a row's time may precede its commit (see above); reads sum the rows since then.
 SETTLE_SECONDS = 60.0
-#: Upper bounds of the step-duration buckets, in seconds (fixed: the stored totals count by them).
+#: Upper bounds of the step-duration buckets, in seconds. Fixed: the stored totals count by them
+#: (after a change, delete every row of ratchet_metric_totals but the mark and set the mark to 0:
+#: the next read counts the stored rows again, without the runs deleted meanwhile).
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 #: The run events counted, by the kind `Store.log_event` gives them. "poison" is an "error" event
 #: of a poison step (counted under "error" too).
