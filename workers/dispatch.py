@@ -17,6 +17,7 @@ from contextlib import suppress
 from celery import Celery
 
 from orchestrator.ports import StepRef
+from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from workers.app import MODEL_TASK, TOOLS_TASK, create_app
 
@@ -32,12 +33,14 @@ class CeleryDispatcher:
         self._queues = {"model": settings.model_queue, "tools": settings.tools_queue}
 
     def queue_lengths(self) -> dict[str, int]:
-        """Messages waiting in the model, tools and control queues (on Redis, with the priority
-        lists kombu keeps beside a queue; not those delivered to a worker and not yet acked): a
-        passive declare of each, which every kombu transport answers. A queue the broker does not
-        know (never declared, or on Redis empty) holds nothing. Raises if the broker cannot be
-        reached (bounded by its connection and socket timeouts)."""
-        names = (self.settings.model_queue, self.settings.tools_queue, self.settings.control_queue)
+        """Messages waiting in the model, tools and control queues and in every queue the agents
+        of this process name (on Redis with the priority lists kombu keeps beside a queue; not
+        those delivered to a worker and not yet acked): a passive declare of each, which every
+        kombu transport answers. A queue the broker does not know (never declared, or on Redis
+        empty) holds nothing. Raises if the broker cannot be reached (bounded by its connection
+        and socket timeouts)."""
+        defaults = {self.settings.model_queue, self.settings.tools_queue, self.settings.control_queue}
+        names = sorted(defaults | named_queues())
         lengths: dict[str, int] = {}
         with self.app.connection_for_read() as conn:
             # One more try at once, not kombu's default two seconds later: a scrape waits on it.

@@ -13,17 +13,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from orchestrator import Agent, Client, RunStatus
+from orchestrator import agent as agent_module
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import metrics as store_metrics
 from orchestrator.store.database import open_engine
-from orchestrator.store.schema import events, messages, metric_totals, runs
+from orchestrator.store.schema import metric_totals
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -207,7 +208,7 @@ def counters(snapshot: store_metrics.MetricsSnapshot) -> tuple[object, ...]:
     return snapshot.events, snapshot.tokens, {k: round(v, 12) for k, v in snapshot.cost.items()}, steps
 
 
-def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_another_process_or_deleted(
+def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_another_process_pruned_or_deleted(
     inline: InMemoryDispatcher,
 ) -> None:
     clock = Clock()
@@ -233,17 +234,22 @@ def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_anothe
     finally:
         other.dispose()
 
-    # A run written after the mark, then deleted with its rows: its counts stay (retention's way).
-    doomed = flaky.run("three")
+    # A run written after the mark, its session deleted at once: its counts stay.
+    doomed = flaky.run("three", session_id="forget-me")
     grown = inline.store.metrics()
     assert grown.events[(flaky.name, "retry")] == 2
-    with inline.store.engine.begin() as conn:
-        store_metrics.keep_counted(conn, [doomed.run_id])
-        for table in (events, messages, runs):
-            conn.execute(delete(table).where(table.c.run_id == doomed.run_id))
+    deleted = inline.client.delete_session("forget-me")
+    assert deleted is not None and deleted.runs == 1
     after = inline.store.metrics()
     assert counters(after) == counters(grown)
-    assert after.runs[(flaky.name, "COMPLETED")] == 1  # the gauge does drop: the run is gone
+    assert after.runs == {**folded.runs}  # the gauge does drop: the run is gone
+    assert doomed.run_id not in {r.run_id for r in inline.client.list_runs(limit=10).runs}
+
+    # The runs behind the mark pruned: their counts stay too.
+    assert inline.client.prune(older_than=60).runs == 2
+    pruned = inline.store.metrics()
+    assert counters(pruned) == counters(grown)
+    assert pruned.runs == {}
 
 
 def totals(store: Store) -> int:
@@ -252,20 +258,37 @@ def totals(store: Store) -> int:
         return len(conn.execute(select(metric_totals).where(metric_totals.c.name != "mark")).all())
 
 
+@pytest.fixture
+def forget_agents() -> Iterator[None]:
+    """Forget the agents a test defines: one that names a queue would have every embedded worker
+    later in the session consume that queue (`routing.named_queues`) on the shared Redis."""
+    before = set(agent_module._registry)
+    yield
+    for added in set(agent_module._registry) - before:
+        agent_module._registry.pop(added, None)
+        agent_module._sites.pop(added, None)
+
+
 @pytest.mark.redis
+@pytest.mark.usefixtures("forget_agents")
 def test_queue_lengths_count_the_steps_waiting_on_a_redis_broker_with_no_worker(tmp_path: Path, redis_url: str) -> None:
     settings = make_settings(f"sqlite:///{tmp_path}/runs.db", redis_url)
+    gpu = settings.model_queue.removesuffix(".model") + ".gpu"  # cleaned up with the test's queues
+    routed = Agent(name=name("routed"), model=ScriptedModel(), queue=gpu)
     client = Client(settings)
-    for text in ("one", "two", "three"):
+    for text in ("one", "two"):
         client.start(name("queued"), input=text)  # nobody consumes the queues
+    client.start(name("urgent"), input="three", priority=9)  # on Redis, a list beside the queue's
+    client.start(routed.name, input="four")
 
     got = scrape(TestClient(create_app(settings, client=client)))
 
     assert got("ratchet_queue_length", queue=settings.model_queue) == 3
+    assert got("ratchet_queue_length", queue=gpu) == 1
     assert got("ratchet_queue_length", queue=settings.tools_queue) == 0
     assert got("ratchet_queue_length", queue=settings.control_queue) == 0
     queued = [v for (n, labels), v in got.samples.items() if n == "ratchet_runs" and ("status", "QUEUED") in labels]
-    assert sum(queued) == 3
+    assert sum(queued) == 4
 
 
 def test_a_broker_that_does_not_answer_leaves_out_the_queue_lengths_not_the_metrics(
