@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from sqlalchemy import select
@@ -144,7 +145,9 @@ def test_a_scrape_after_known_runs_counts_them_by_agent_and_status_with_their_re
     assert "ratchet_queue_length" not in got.text
 
 
-def test_metrics_need_the_apis_token_when_it_has_tokens(inline: InMemoryDispatcher) -> None:
+def test_metrics_need_the_apis_token_when_it_has_tokens_and_come_as_openmetrics_when_asked(
+    inline: InMemoryDispatcher,
+) -> None:
     settings = inline.settings.model_copy(update={"api_tokens": SecretStr("scrape-token")})
     api = TestClient(create_app(settings, client=inline.client))
     ok = agent("ok", final_text="hi")
@@ -153,6 +156,15 @@ def test_metrics_need_the_apis_token_when_it_has_tokens(inline: InMemoryDispatch
     assert api.get("/metrics").status_code == 401
     assert api.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert scrape(api, token="scrape-token")("ratchet_runs", agent=ok.name, status="COMPLETED") == 1
+    # What Prometheus asks for first: OpenMetrics.
+    asked = {"Authorization": "Bearer scrape-token", "Accept": "application/openmetrics-text;version=1.0.0"}
+    response = api.get("/metrics", headers=asked)
+    assert response.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    families = {f.name: f for f in openmetrics_families(response.text)}
+    assert families["ratchet_tokens"].type == "counter"
+    assert {s.labels["kind"]: s.value for s in families["ratchet_tokens"].samples} == {
+        "input": 100, "output": 10, "cache_read": 40, "reasoning": 3
+    }  # fmt: skip
 
 
 def test_a_step_fenced_by_a_cancel_a_sweeper_recovery_and_a_poison_step_are_counted(db_url: str) -> None:
