@@ -194,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE, help="where results.json and RESULTS.md are")
     args = parser.parse_args(argv)
     if shutil.which(CHROMIUM) is None:
-        print(f"bench.page: no Chromium at {CHROMIUM}: apt-get install chromium (or set BENCH_CHROMIUM)", file=sys.stderr)
+        print(
+            f"bench.page: no Chromium at {CHROMIUM}: apt-get install chromium (or set BENCH_CHROMIUM)", file=sys.stderr
+        )
         return 2
     began = time.monotonic()
     with bench_env() as env:

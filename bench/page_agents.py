@@ -36,10 +36,12 @@ researcher = Agent(
     model=ScriptedModel(
         id="gpt-4o-mini",
         script=ScriptConfig(
-            batches=[[
-                {"tool": "lookup", "arguments": {"query": "celery acks_late"}},
-                {"tool": "fetch_page", "arguments": {"url": "https://docs.example.org/celery"}},
-            ]],
+            batches=[
+                [
+                    {"tool": "lookup", "arguments": {"query": "celery acks_late"}},
+                    {"tool": "fetch_page", "arguments": {"url": "https://docs.example.org/celery"}},
+                ]
+            ],
             final_text="Celery redelivers a late-acknowledged task when its worker dies. {tool_results}",
             faults=[Fault(turn=2, status=400, times=1, message="Invalid 'messages[3].content': string too long")],
         ),
@@ -67,10 +69,12 @@ crew = Team(
     model=ScriptedModel(
         id="gpt-4o",
         script=ScriptConfig(
-            batches=[[
-                {"tool": TO_MEMBER, "arguments": {"member_id": member_id(writer), "task": "otters holding hands"}},
-                {"tool": TO_MEMBER, "arguments": {"member_id": member_id(researcher), "task": "celery acks_late"}},
-            ]],
+            batches=[
+                [
+                    {"tool": TO_MEMBER, "arguments": {"member_id": member_id(writer), "task": "otters holding hands"}},
+                    {"tool": TO_MEMBER, "arguments": {"member_id": member_id(researcher), "task": "celery acks_late"}},
+                ]
+            ],
             final_text="The team's answer: {tool_results}",
         ),
     ),

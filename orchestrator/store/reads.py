@@ -17,10 +17,10 @@ from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
 from orchestrator.state import from_json
-from orchestrator.timeline import COLUMNS, Step, derive_steps
 from orchestrator.status import RunStatus
 from orchestrator.store import sessions, statements
 from orchestrator.store.schema import events, messages, runs, tool_starts
+from orchestrator.timeline import COLUMNS, Step, derive_steps
 
 S = RunStatus
 
