@@ -50,12 +50,16 @@ researcher = Agent(
     instructions="Answer from the notes; fetch a page when they are not enough.",
     role="Finds facts.",
 )
+
+
+def transcript(batches: int) -> ScriptConfig:
+    """The transcriber's script: `batches` tool batches of two calls, then its answer."""
+    return ScriptConfig(tool_batches=batches, calls_per_batch=2, tool="note", final_text="Transcribed.")
+
+
 transcriber = Agent(
     name="transcriber",
-    model=ScriptedModel(
-        id="gpt-4o-mini",
-        script=ScriptConfig(tool_batches=BATCHES, calls_per_batch=2, tool="note", final_text="Transcribed."),
-    ),
+    model=ScriptedModel(id="gpt-4o-mini", script=transcript(BATCHES)),
     tools=[note],
     max_tool_batches=BATCHES,
 )
