@@ -433,7 +433,10 @@ function memberTree(members, root) {
 }
 
 // The timeline: each stored message at its index, each step before the first message it wrote
-// (or where it would have), each log entry after the messages written before it.
+// (or where it would have), each log entry after the messages written before it. Steps and log
+// entries at one place go by step (seq): an entry logged as it moved the run on to step s (a
+// retry, a delegation, a fan-in, a continue in place) before step s, one that happened in step s
+// (an error, a lease taken back, a fenced write, a cancel, a team's continue) after it.
 function timeline(run, steps, log) {
   const box = el("div", { class: "timeline", id: "timeline" });
   let messages = run.messages;
@@ -450,7 +453,7 @@ function timeline(run, steps, log) {
   log.forEach((entry, i) => {
     const d = entry.detail || {};
     if ((entry.kind === "error" && !d.member_run_id) || entry.kind === "retry") return; // on their step
-    const opens = ["continue", "fan_in", "delegate"].includes(entry.kind);
+    const opens = ["delegate", "fan_in"].includes(entry.kind) || (entry.kind === "continue" && d.to !== "WAITING");
     put(d.n_messages ?? messages.length, [entry.seq ?? 0, opens ? 0 : 2, i], logNode(entry));
   });
   const frag = document.createDocumentFragment();
@@ -526,7 +529,7 @@ function logNode(entry) {
     fenced: `a stale write was refused${d.owner ? ` (from ${d.owner})` : ""}`,
     continue: "continued", cancel: "cancelled", delegate: "delegated to member runs",
     fan_in: "the members ended: their answers were fanned in",
-    error: d.member_run_id ? `member run ${d.member_run_id} failed: ${d.type || ""} ${d.message || ""}` : "error",
+    error: `${d.type || "Error"}: ${d.message || ""}`,
   };
   const node = el("div", { class: `logline${entry.kind === "error" ? " bad" : ""}`, "data-kind": entry.kind },
     el("b", { text: entry.kind }), " · ", words[entry.kind] || JSON.stringify(d), " · ",
