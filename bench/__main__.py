@@ -99,7 +99,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
     if "listing" in only:
         run("listing runs", lambda: listing.measure(env, runs=20_000 if q else 1_000_000, rounds=20 if q else 60))
     if "page" in only:
-        run("run page in Chromium", lambda: page.measure(env, rounds=3 if q else 15, batches=60 if q else 333))
+        run("run page in Chromium", lambda: page.measure(env, rounds=2 if q else 15, batches=20 if q else 333))
 
 
 def _ran(only: set[str]) -> set[str]:

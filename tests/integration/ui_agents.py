@@ -59,5 +59,5 @@ Agent(
 )
 Agent(
     name="ui-writer",
-    model=ScriptedModel(script=ScriptConfig(final_text=" ".join(f"word{i}" for i in range(WORDS)), chunk_delay_s=0.05)),
+    model=ScriptedModel(script=ScriptConfig(final_text=" ".join(f"word{i}" for i in range(WORDS)), chunk_delay_s=0.08)),
 )
