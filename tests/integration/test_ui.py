@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import playwright.sync_api as pw
 import pytest
 
 import tests.integration.ui_agents  # noqa: F401  (the embedded worker runs its agents)
@@ -20,7 +21,6 @@ from tests.conftest import make_settings
 from tests.integration.test_api import ApiServer, start_api
 from tests.integration.ui_agents import MARKUP, WORDS
 
-pw = pytest.importorskip("playwright.sync_api", reason="the dev extra installs playwright (pip install -e '.[dev]')")
 CHROMIUM = os.environ.get("RATCHET_TEST_CHROMIUM", "/usr/bin/chromium")
 APP = "tests.integration.ui_agents"
 TOKEN = "ui-test-token-7f3a"
