@@ -25,6 +25,7 @@ from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunOutput
 from orchestrator.tools import Tool, Toolkit, flatten
+from orchestrator.tools.tool import queue_name, tools_queue
 
 if TYPE_CHECKING:
     from orchestrator.client import Client, RunHandle
@@ -43,6 +44,14 @@ def _history_runs(name: str, num_history_runs: int | None) -> int:
             f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
         )
     return num_history_runs
+
+
+def _session_state(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An agent's `session_state=` checked and made storable ({} when not given)."""
+    try:
+        return {} if given is None else state.normalised(given)
+    except state.StateError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
 
 
 class Agent:
@@ -66,6 +75,7 @@ class Agent:
         add_history_to_context: bool = False,
         num_history_runs: int | None = None,
         session_state: Mapping[str, Any] | None = None,
+        queue: str | None = None,
         client: Client | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -101,13 +111,12 @@ class Agent:
         self.add_history_to_context = bool(add_history_to_context)
         #: How many earlier runs of the session the context includes (Agno's default: 3).
         self.num_history_runs = _history_runs(name, num_history_runs)
-        try:
-            defaults = {} if session_state is None else state.normalised(session_state)
-        except state.StateError as exc:
-            raise ConfigurationError(f"{name}: {exc}") from None
         #: The state a session starts with (Agno's `session_state=`): each run's first step adds
         #: the keys the session's stored state lacks (`orchestrator.state`).
-        self.session_state = defaults
+        self.session_state = _session_state(name, session_state)
+        #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
+        self.queue = None if queue is None else queue_name(queue, f"agent {name}")
+        self.tool_queue = tools_queue(name, self.tools)
         self._client = client
         register(self)
 
@@ -160,60 +169,67 @@ class Agent:
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
+        priority: int | None = None,
     ) -> RunHandle:
-        """Enqueue a run and return at once with its handle. `user_id` and `session_state` (merged
-        over the session's stored state): see `Client.start`."""
+        """Enqueue a run and return at once with its handle. `user_id`, `session_state` (merged
+        over the session's stored state) and `priority` (0-9, higher first): see `Client.start`."""
         return self.client.start(
             self.name, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state,
+            session_state=session_state, priority=priority,
         )  # fmt: skip
 
     @overload
     def run(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None,
         stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> RunOutput: ...  # fmt: skip
 
     @overload
     def run(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> Iterator[RunEvent]: ...  # fmt: skip
 
     def run(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> RunOutput | Iterator[RunEvent]:  # fmt: skip
         """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too),
         with the session's state after it (`RunOutput.session_state`).
 
         `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
         (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
-        handle = self.start(input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream)
+        handle = self.start(
+            input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
+            priority=priority,
+        )  # fmt: skip
         return self.client.stream(handle.run_id, timeout=timeout) if stream else handle.wait(timeout)
 
     @overload
     async def arun(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None,
         stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> RunOutput: ...  # fmt: skip
 
     @overload
     async def arun(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> AsyncIterator[RunEvent]: ...  # fmt: skip
 
     async def arun(
         self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
+        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
     ) -> RunOutput | AsyncIterator[RunEvent]:  # fmt: skip
         """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
         `async for event in await agent.arun(input, stream=True)`."""
         client = self.client
         handle = await asyncio.to_thread(
-            self.start, input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream
-        )
+            self.start, input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
+            priority=priority,
+        )  # fmt: skip
         return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
 
     def get_session_state(self, session_id: str) -> dict[str, Any]:
@@ -328,6 +344,12 @@ def _definition_site(agent: Agent) -> _Site:
 
 def _constructs(frame: FrameType, agent: Agent) -> bool:
     return frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is agent
+
+
+def registered() -> list[Agent]:
+    """Every agent and team registered in this process."""
+    with _registry_lock:
+        return list(_registry.values())
 
 
 def find_agent(name: str) -> Agent | None:

@@ -122,6 +122,7 @@ class Client:
         stream: bool = False,
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
@@ -140,10 +141,14 @@ class Client:
         `user_id`: who the run is for, stored with it (and with its session, if this is the
         session's first run). `session_state`: a dict merged over the session's stored state,
         key by key, as the run is written (Agno's `run(session_state=...)`); its tools read and
-        change the result (`ToolContext.session_state`)."""
+        change the result (`ToolContext.session_state`).
+
+        `priority`: 0-9, higher first; a run without one is as 0. Every step of the run (and of
+        its team members) is published with it, so under a backlog its steps are taken before
+        lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it)."""
         run_id = self.control.start(
             agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state,
+            session_state=session_state, priority=priority,
         )  # fmt: skip
         return RunHandle(run_id, self)
 

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import validation
+from orchestrator import tracing, validation
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
@@ -35,7 +35,8 @@ from orchestrator.errors import (
     RunNotFoundError,
 )
 from orchestrator.messages import Message, ToolCall, unanswered_calls
-from orchestrator.ports import Dispatcher, StepRef, get_dispatcher
+from orchestrator.ports import Dispatcher, get_dispatcher
+from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
@@ -89,12 +90,14 @@ class RunControl:
         stream: bool = False,
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
         `user_id`: who the run is for (the session's user too, if this is its first run).
         `session_state`: merged over the session's stored state, key by key, when the run is
-        written (`orchestrator.state`).
+        written (`orchestrator.state`). `priority`: 0-9, higher first (None: none, as 0); every
+        step of the run is published with it.
 
         A run_id that exists, for the same agent (and the same session and user, if given), is
         the same start again (a retry, a redelivery): its id is returned, nothing is published
@@ -106,17 +109,19 @@ class RunControl:
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         user_id = None if user_id is None else validation.user_id(user_id)
         state = None if session_state is None else validation.session_state(session_state)
+        priority = None if priority is None else validation.priority(priority)
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
             kind = "agent"  # a producer need not import the agents; the worker knows them
         try:
-            record = self.store.create_run(
-                run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
-                input_messages=[Message(role="user", content=input)],
-                publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
-                session_state=state,
-            )  # fmt: skip
+            with tracing.starting(agent, run_id) as trace_context:
+                record = self.store.create_run(
+                    run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
+                    input_messages=[Message(role="user", content=input)],
+                    publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
+                    session_state=state, priority=priority, trace_context=trace_context,
+                )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
             if existing.agent_name != agent or given_session not in (None, existing.session_id):
@@ -145,7 +150,7 @@ class RunControl:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
         once, so the first sweep after the broker is back publishes it, and raise
         BrokerUnavailableError naming the run: nothing is lost."""
-        step = StepRef.of(record)
+        step = step_of(record, calls=owed(self.store, record.run_id))
         try:
             self.dispatcher.publish(step)
         except Exception as exc:
@@ -221,16 +226,17 @@ class RunControl:
         if input is not None:
             messages.append(Message(role="user", content=input))
         try:
-            created = self.store.create_run(
-                run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
-                input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
-                # A fork of a member's run is the user's own run, not a member of the team any more.
-                publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
-                forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
-                # The fork has the source's history, not the source itself again (it copies its messages).
-                history=record.history if record.history is not None else "[]",
-                user_id=record.user_id,
-            )  # fmt: skip
+            with tracing.starting(record.agent_name, fork_id, source=record) as trace_context:
+                created = self.store.create_run(
+                    run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
+                    input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
+                    # A fork of a member's run is the user's own run, not a member of the team any more.
+                    publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
+                    forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
+                    # The fork has the source's history, not the source itself again (it copies its messages).
+                    history=record.history if record.history is not None else "[]",
+                    user_id=record.user_id, priority=record.priority, trace_context=trace_context,
+                )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))
         self.publish(created)

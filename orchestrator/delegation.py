@@ -43,10 +43,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
+from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
@@ -123,19 +125,23 @@ def start_members(
         members: list[RunRecord] = []
         for d in delegations:
             for member in d.members:
-                created = store.create_run(
-                    run_id=str(uuid.uuid4()), session_id=team.session_id, agent_name=member.name,
-                    kind=member.kind, input_messages=[Message(role="user", content=d.task)],
-                    publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                    stream=team.stream, user_id=team.user_id, conn=conn,
-                )  # fmt: skip
+                run_id = str(uuid.uuid4())
+                # In the trace of the leader's step (or of the team, where this worker traces nothing).
+                with tracing.starting(member.name, run_id, team=team) as trace_context:
+                    created = store.create_run(
+                        run_id=run_id, session_id=team.session_id, agent_name=member.name,
+                        kind=member.kind, input_messages=[Message(role="user", content=d.task)],
+                        publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
+                        stream=team.stream, user_id=team.user_id, priority=team.priority,
+                        trace_context=trace_context, conn=conn,
+                    )  # fmt: skip
                 members.append(created)
         store.log_event(
             conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members},
             **writes.position(team),
         )  # fmt: skip
     log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
-    return [StepRef.of(m) for m in members]
+    return [step_of(m) for m in members]
 
 
 # ---------------------------------------------------------------- fan-in
@@ -210,7 +216,7 @@ def wake_step(team: RunRecord | None) -> StepRef | None:
     """The leader's step to publish after a fan-in that moved the team to QUEUED."""
     if team is None or team.status != S.QUEUED or team.next_step is None:
         return None
-    return StepRef.of(team)
+    return step_of(team)
 
 
 def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRecord | None:

@@ -13,14 +13,13 @@ import importlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
     from orchestrator.events import RunEvent
-    from orchestrator.run import RunRecord
     from orchestrator.store import Store
 
 StepKind = Literal["model", "tools"]
@@ -28,17 +27,22 @@ StepKind = Literal["model", "tools"]
 
 @dataclass(frozen=True, kw_only=True)
 class StepRef:
-    """One step to run: only ids cross the broker. `countdown` delays delivery (short waits only)."""
+    """One step to run: only ids cross the broker. `countdown` delays delivery (short waits only).
+
+    Where it goes and in which order are `orchestrator.routing`'s: `queue` names the queue its
+    agent or tool asked for (None: the default queue of its kind, RATCHET_MODEL_QUEUE or
+    RATCHET_TOOLS_QUEUE); `priority` is its run's, 0-9, higher first (None: none, as 0).
+    `routed` is False when the publisher does not define the run's agent and so could not tell
+    its queue: the step goes to the default queue, and the worker that takes it sends it on to
+    its agent's queue if that names one."""
 
     run_id: str
     seq: int
     kind: StepKind
     countdown: float | None = None
-
-    @classmethod
-    def of(cls, record: RunRecord) -> StepRef:
-        """The step a QUEUED run is due for, as its row records it."""
-        return cls(run_id=record.run_id, seq=record.seq, kind=cast(StepKind, record.next_step or "model"))
+    queue: str | None = None
+    priority: int | None = None
+    routed: bool = True
 
 
 class Dispatcher(Protocol):

@@ -50,6 +50,11 @@ class RunRecord:
     user_id: str | None = None
     #: The earlier runs of the session its context includes, as JSON (`orchestrator.history`).
     history: str | None = None
+    #: The priority its producer gave it, 0-9, higher first (None: none given, the lowest, as 0).
+    priority: int | None = None
+    #: The trace its steps' spans join, as a W3C traceparent (`orchestrator.tracing`); None:
+    #: derived from the run id.
+    trace_context: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -142,6 +147,8 @@ class RunOutput:
     #: The session's state as read with the run: once the run has ended, its state after the run
     #: unless a later run of the session changed it since (`orchestrator.state`).
     session_state: dict[str, Any] = field(default_factory=dict)
+    #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
+    priority: int | None = None
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -199,6 +206,7 @@ class RunOutput:
             history_run_ids=[str(run_id) for run_id, _ in json.loads(record.history)] if record.history else None,
             user_id=record.user_id,
             session_state=session_state if session_state is not None else {},
+            priority=record.priority,
         )
 
 

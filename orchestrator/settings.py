@@ -89,7 +89,8 @@ class Settings(BaseModel):
     #: `ratchet migrate` once).
     auto_migrate: bool = True
     #: The module(s) that define your agents, comma-separated: the default of `--app` for
-    #: `ratchet worker`, `beat`, `sweep` and `run`.
+    #: `ratchet worker`, `beat`, `sweep` and `run`, and what `celery -A workers.app worker` imports
+    #: (Celery's `imports`).
     app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
     dispatcher: str = "workers.dispatch:CeleryDispatcher"
@@ -178,7 +179,7 @@ class Settings(BaseModel):
 
 
 # RATCHET_-prefixed variables that are read elsewhere on purpose and are not settings.
-_NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url"}
+_NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url", "test_amqp_url"}
 
 
 def env_secret(name: str) -> str | None:

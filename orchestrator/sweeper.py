@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from orchestrator.agent import get_agent
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import PoisonStepError
-from orchestrator.ports import StepRef
+from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
@@ -113,13 +113,13 @@ class Sweeper:
         )  # fmt: skip
         if moved is not None:
             report.requeued.append(moved.run_id)
-            self.runner.publish(StepRef.of(moved))
+            self.runner.publish(step_of(moved, calls=owed(self.store, moved.run_id)))
 
     def _due(self, report: SweepReport, record: RunRecord) -> None:
         """A QUEUED step nobody claimed in time: publish it again."""
         if self.store.mark_due(record.run_id, epoch=record.epoch, publish_grace=self.settings.publish_grace_seconds):
             report.republished.append(record.run_id)
-            self.runner.publish(StepRef.of(record))
+            self.runner.publish(step_of(record, calls=owed(self.store, record.run_id)))
 
     def _fan_in(self, report: SweepReport, team_id: str) -> None:
         """A WAITING team whose members all ended: the fan-in a crash left undone."""

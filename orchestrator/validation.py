@@ -40,6 +40,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION_RULE = 'a number of seconds, or a number and a unit (s, m, h, d or w), like "30m", "36h" or "30d"'
 #: The largest input message, in bytes of UTF-8: one user message, not a document store.
 INPUT_MAX_BYTES = 1 << 20
+#: A run's priorities: 0 (the lowest, as no priority) to 9 (the highest).
+PRIORITY_MIN, PRIORITY_MAX = 0, 9
 
 RUN_ID_RULE = f"1-{RUN_ID_MAX} characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
 _RUN_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{RUN_ID_MAX}}}")
@@ -99,6 +101,21 @@ def fork_key(value: object) -> str:
 def idempotency_key(value: object) -> str:
     """An HTTP API client's Idempotency-Key: 1-256 characters, no control characters."""
     return _name(value, "Idempotency-Key", IDEMPOTENCY_KEY_MAX)
+
+
+def priority(value: object) -> int:
+    """A run's priority: an int from 0 to 9, higher first."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(
+            f"priority must be an int from {PRIORITY_MIN} to {PRIORITY_MAX} (higher runs first), "
+            f"not {type(value).__name__}"
+        )
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InvalidInputError(
+            f"priority {value} is out of range: give {PRIORITY_MIN} (the lowest, as no priority) to "
+            f"{PRIORITY_MAX} (the highest)"
+        )
+    return value
 
 
 def input_text(value: object, *, what: str = "input") -> str:

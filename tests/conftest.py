@@ -18,15 +18,17 @@ from pathlib import Path
 
 import pytest
 import redis
+from kombu import Connection
 
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
-from tests.isolation import BrokerLeftovers, PgDatabases
+from tests.isolation import AmqpQueues, BrokerLeftovers, PgDatabases
 
 REDIS_URL = os.environ.get("RATCHET_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 PG_URL = os.environ.get("RATCHET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+AMQP_URL = os.environ.get("RATCHET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 TEST_KEY = "sk-test-key-for-the-scripted-model"
 
 #: The queue tags `make_settings` handed out in this session, in order (see `_broker_keys`).
@@ -42,6 +44,24 @@ def redis_url() -> str:
     except redis.RedisError as exc:
         pytest.fail(f"Redis is not reachable at {REDIS_URL} ({exc}); `make test` starts it")
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    try:
+        with Connection(AMQP_URL, connect_timeout=3) as conn:
+            conn.connect()
+    except Exception as exc:
+        pytest.fail(f"RabbitMQ is not reachable at {AMQP_URL} ({exc}); `make test` starts it")
+    return AMQP_URL
+
+
+@pytest.fixture
+def amqp_settings(db_url: str, amqp_url: str) -> Iterator[Settings]:
+    """Settings on RabbitMQ with queues of the test's own, deleted (with their exchanges) after it."""
+    settings = make_settings(db_url, amqp_url)
+    yield settings
+    AmqpQueues(amqp_url).delete([settings.model_queue, settings.tools_queue, settings.control_queue])
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """What keeps tests apart on the shared servers: a PostgreSQL database per test, copied from a
-template migrated once, and the cleanup of the Redis keys of a test's queues.
+template migrated once, and the cleanup of the Redis keys of a test's queues and of its
+RabbitMQ queues.
 
 Redis holds, for a queue `t.<tag>.model`: the queue's list (and its priority lists, the name
 followed by "\\x06\\x16" and a digit), kombu's binding tables `_kombu.binding.t.<tag>.model` and
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 import redis
+from kombu import Connection
 from sqlalchemy import Engine, create_engine, text
 
 from orchestrator.store.database import migrate, open_engine
@@ -116,6 +118,21 @@ class BrokerLeftovers:
             if _ours(routing_key, marks):
                 found.append((tag, routing_key))
         return found
+
+
+class AmqpQueues:
+    """Deletes a test's RabbitMQ queues and the exchanges Celery declared for them (one direct
+    exchange per queue, of the same name)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def delete(self, names: Iterable[str]) -> None:
+        with Connection(self.url, connect_timeout=5) as conn:
+            channel = conn.channel()
+            for name in names:
+                channel.queue_delete(name)
+                channel.exchange_delete(name)
 
 
 def _marks(tags: Iterable[str]) -> tuple[str, ...]:

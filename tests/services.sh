@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Make sure the servers the tests need are up: Redis on 127.0.0.1:6379 and PostgreSQL on
-# 127.0.0.1:5432 (trust auth, database "test"), and that Debian's Chromium is there for the run
-# pages' browser tests. Starts what is not running; installs what is missing (Debian packages,
-# as root). Idempotent: running it twice changes nothing.
+# Make sure the servers the tests need are up: Redis on 127.0.0.1:6379, PostgreSQL on
+# 127.0.0.1:5432 (trust auth, database "test") and RabbitMQ on 127.0.0.1:5672 (guest/guest, for
+# the priority tests), and that Debian's Chromium is there for the run pages' browser tests.
+# Starts what is not running; installs what is missing (Debian packages, as root). Idempotent:
+# running it twice changes nothing.
 set -euo pipefail
 
 REDIS_PORT=${RATCHET_TEST_REDIS_PORT:-6379}
@@ -67,6 +68,16 @@ if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc "select 1 from
   psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -qc 'create database test'
 fi
 say "postgresql ok on 127.0.0.1:$PG_PORT (database test)"
+
+# --- RabbitMQ ----------------------------------------------------------------------------
+amqp_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+if ! amqp_up; then
+  need_pkg rabbitmq-server rabbitmq-server
+  say "starting rabbitmq on 127.0.0.1:5672"
+  rabbitmq-server -detached >/dev/null 2>&1 || true
+  wait_for 90 amqp_up || { say "rabbitmq did not start"; exit 1; }
+fi
+say "rabbitmq ok on 127.0.0.1:5672"
 
 # --- Chromium ----------------------------------------------------------------------------
 # The run pages' browser tests (tests/integration/test_ui.py) and benchmark (bench/page.py)

@@ -1,21 +1,35 @@
 """The Celery app: settings per DESIGN.md and `reference/celery-reliability.md`.
 
 JSON only; acks_late with reject_on_worker_lost so a killed worker's message comes back;
-prefetch 1; task events on for Flower; model calls, tool batches and control on separate queues;
-time limits under the visibility timeout (see `orchestrator.settings`). No result backend: the
-run store is the only source of truth.
+prefetch 1; task events on for Flower; model calls, tool batches and control on separate queues
+(a plain `celery worker` consumes all three), and the queues agents and tools name for their own
+steps (`orchestrator.routing`); priorities 0-9, higher first, on Redis and RabbitMQ; time limits
+under the visibility timeout (see `orchestrator.settings`). No result backend: the run store is
+the only source of truth.
+
+The agents' modules (RATCHET_APP) are Celery's `imports`, so `celery -A workers.app worker`
+imports them as `ratchet worker --app` does (`workers.worker`).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
+from kombu.entity import Exchange, Queue
 
+from orchestrator import tracing
+from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
+from orchestrator.validation import PRIORITY_MAX
 from workers.broker import FILESYSTEM_TRANSPORT
 from workers.broker import TRANSPORT as BROKER_TRANSPORT
 
@@ -28,12 +42,26 @@ SWEEP_TASK = "ratchet.sweep"
 #: Redis answers in milliseconds; these bound how long a silent one holds a producer.
 BROKER_SOCKET_TIMEOUT = 3.0
 BROKER_CONNECT_TIMEOUT = 3.0
+NO_AGENT_MODULES = (
+    "no agent modules to import: set RATCHET_APP to the module(s) that define your agents, comma-separated "
+    "(e.g. RATCHET_APP=myproject.agents celery -A workers.app worker), or pass --app MODULE to ratchet worker"
+)
+#: The modules `import_agent_modules` imported in this process (a pool process imports them again).
+_agent_modules: list[str] = []
+
+
+class RatchetCelery(Celery):  # type: ignore[misc]  # Celery is untyped
+    """Celery with Ratchet's worker program (`workers.worker.Worker`), loaded when first used."""
+
+    @cached_property
+    def Worker(self) -> Any:  # Celery's name
+        return self.subclass_with_self("workers.worker:Worker")
 
 
 def create_app(settings: Settings | None = None) -> Celery:
     """A Celery app for these settings, with Ratchet's tasks registered on it."""
     settings = settings or Settings.from_env()
-    app = Celery("ratchet", broker=settings.broker_url, set_as_current=False)
+    app = RatchetCelery("ratchet", broker=settings.broker_url, set_as_current=False)
     app.conf.update(celery_config(settings))
     app.ratchet_settings = settings
     from workers.tasks import register_tasks
@@ -52,7 +80,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         CONTINUE_TASK: {"queue": settings.control_queue},
         SWEEP_TASK: {"queue": settings.control_queue},
     }
+    # Declared as Celery declares a queue it creates on first use (a direct exchange of the same
+    # name): a worker started without -Q consumes all three.
+    defaults = [settings.model_queue, settings.tools_queue, settings.control_queue]
     return {
+        "imports": agent_modules(settings),
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -70,7 +102,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": settings.soft_time_limit,
         "task_time_limit": settings.hard_time_limit,
         "task_routes": queues,
+        "task_queues": [Queue(name, Exchange(name), routing_key=name) for name in defaults],  # type: ignore[no-untyped-call]
         "task_default_queue": settings.control_queue,
+        # RabbitMQ: every queue is declared with x-max-priority, so a step's priority (0-9, higher
+        # first) orders it; a queue declared earlier without it must be deleted first (RabbitMQ
+        # refuses to change a queue's arguments). Redis: `workers.broker.Channel`.
+        "task_queue_max_priority": PRIORITY_MAX,
         "broker_transport_options": transport,
         # kombu's Redis transport with one publishing client per pool, not one per message.
         "broker_transport": _transport(settings.broker_url),
@@ -126,10 +163,50 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
     return transport
 
 
+def agent_modules(settings: Settings) -> list[str]:
+    """The modules RATCHET_APP names (comma-separated)."""
+    return [m.strip() for m in (settings.app or "").split(",") if m.strip()]
+
+
+def import_apps(given: Sequence[str]) -> list[str]:
+    """Import the modules `--app` names, else those RATCHET_APP names; return their names."""
+    modules = list(given) or agent_modules(Settings.from_env())
+    import_agent_modules(modules)
+    return modules
+
+
+def import_agent_modules(modules: Sequence[str]) -> None:
+    """Import the modules that define the agents, or ConfigurationError saying which failed. The
+    working directory comes first on the path, as with `celery -A`: `--app agents` finds the
+    `agents.py` beside you, where an installed script would look only where it is installed."""
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"cannot import --app {name!r} (or RATCHET_APP): {exc}; is it on PYTHONPATH, or in the folder "
+                "the process starts in?"
+            ) from None
+        if name not in _agent_modules:
+            _agent_modules.append(name)
+
+
 @worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     # A prefork child must not reuse the parent's pooled database connections.
     forget_stores()
+    # Forked with the agents' modules, which this finds imported; a pool that starts its
+    # processes afresh (not by fork) imports them here.
+    import_agent_modules(list(_agent_modules))
+
+
+@worker_process_shutdown.connect
+def _flush_traces(**_: Any) -> None:
+    # A prefork child ends with os._exit, which runs no exit handler: spans a batch processor
+    # still holds would be lost at every pool recycle and shutdown.
+    tracing.flush()
 
 
 app: Celery  # built on first access, below

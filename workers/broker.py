@@ -1,6 +1,6 @@
 """kombu's transports, with two of their flaws fixed: the Redis one builds a client object per
 message; the filesystem one (the embedded default's broker) can crash a worker that starts beside
-another process.
+another process. And the Redis one orders priorities as RabbitMQ does.
 
 Redis.
 
@@ -14,6 +14,15 @@ brokers (see `workers.app.celery_config`).
 tests/integration/test_broker_transport.py passed on. Called after its connection was closed,
 it fails with kombu's own AttributeError ('NoneType' object has no attribute 'hostname', from
 `_connparams` building a new pool), exactly as kombu's method does.
+
+Priorities. kombu keeps a Redis list per queue and priority step (the queue's name, then
+"\\x06\\x16" and the step; step 0 is the plain name) and a consumer's BRPOP names them in the
+order of `priority_steps`, so the first step is served first. Its default, [0, 3, 6, 9] with 0
+first, makes a lower number more urgent and lumps ten priorities into four, where RabbitMQ (with
+x-max-priority) serves a higher number first. `Channel` has ten steps, served 9 first: a
+priority means the same on both brokers (0-9, higher first), and a message without one, as 0,
+stays in the plain list, where it always was. Only `priority_steps` and `priority`, kombu's
+attributes for this, change; both producer and worker use this transport for redis:// URLs.
 
 Filesystem. kombu's channel binds a queue by creating its exchange's table file empty and only
 then locking it to write the table: a second process binding at that moment (a producer and a
@@ -44,9 +53,15 @@ _unlock = cast(Callable[[Any], None], kombu_fs.unlock)
 
 
 class Channel(kombu_redis.Channel):
-    """A Redis channel that reuses its publishing client."""
+    """A Redis channel that reuses its publishing client and serves priority 9 first."""
 
     _ratchet_client: Any = None
+    #: One list per priority, in the order BRPOP takes them: the highest first.
+    priority_steps = list(range(9, -1, -1))  # noqa: RUF012  (kombu's attribute)
+
+    def priority(self, n: int) -> int:
+        """The step of priority `n`: itself, within 0-9 (kombu's bisects steps it keeps ascending)."""
+        return min(max(int(n), 0), 9)
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

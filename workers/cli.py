@@ -2,10 +2,10 @@
 
     ratchet demo                                   the seed scenarios on the embedded default
     ratchet migrate                                apply the store's migrations
-    ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B]
+    ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B] [any `celery worker` flag]
     ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
-                [--wait | --stream] [--timeout T]
+                [--priority 0-9] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
     ratchet show RUN_ID [--log] [--steps] [--json]   a run; --log: what happened to it; --steps: its steps
@@ -24,7 +24,6 @@ saying what to do and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -56,7 +55,7 @@ SIGPIPE_EXIT = 141
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ratchet` command."""
     try:
-        args = _parser().parse_args(argv)
+        args = _parse(argv)
     except SystemExit as done:  # --help, or a usage error argparse has printed
         raise SystemExit(_flushed(done.code if isinstance(done.code, int) else 2)) from None
     except BrokenPipeError:  # --help into a reader that went away
@@ -110,6 +109,16 @@ class _Parser(argparse.ArgumentParser):
         (file or sys.stdout).write(self.format_help())
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; `ratchet worker` keeps the flags it does not know for `celery worker`."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "worker":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.celery_args = rest
+    return args
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -128,8 +137,14 @@ def _add_process_commands(sub: Any) -> None:
     p = sub.add_parser("migrate", help="apply the store's migrations to RATCHET_DATABASE_URL")
     p.set_defaults(func=cmd_migrate)
 
-    p = sub.add_parser("worker", help="start a Celery worker that runs Ratchet's tasks")
-    p.add_argument("--app", action="append", default=[], metavar="MODULE", help="module defining agents (repeatable)")
+    about = "Any flag not listed here goes to `celery worker`: --autoscale 10,2, --max-tasks-per-child 100, -O fair"
+    # allow_abbrev off: an abbreviation of a Celery flag must reach Celery, not match one of these.
+    p = sub.add_parser(
+        "worker", help="start a Celery worker that runs Ratchet's tasks", epilog=about, allow_abbrev=False
+    )
+    p.add_argument(
+        "--app", action="append", default=[], metavar="MODULE", help="module defining your agents (repeatable)"
+    )
     p.add_argument("-Q", "--queues", help="comma-separated queues (default: model, tools and control)")
     p.add_argument("-c", "--concurrency", type=int, help="worker processes or threads")
     p.add_argument("-P", "--pool", default="prefork", choices=["prefork", "threads", "solo", "gevent", "eventlet"])
@@ -142,10 +157,6 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("--app", action="append", default=[], metavar="MODULE")
     p.add_argument("-l", "--loglevel", default="INFO")
     p.set_defaults(func=cmd_beat)
-
-    p = sub.add_parser("sweep", help="one sweeper pass: recover expired leases, publish due steps")
-    p.add_argument("--app", action="append", default=[], metavar="MODULE")
-    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("scripted-model", help="serve the scripted OpenAI-compatible model")
     p.add_argument("--host", default="127.0.0.1")
@@ -170,6 +181,7 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
     p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
     p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
+    p.add_argument("--priority", type=int, metavar="0-9", help="the run's priority, higher first (default: none, as 0)")
     p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
     p.set_defaults(func=cmd_run)
 
@@ -205,19 +217,10 @@ def _add_run_commands(sub: Any) -> None:
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
-    """Import the modules that define the agents. The working directory comes first on the path,
-    as with `celery -A`: `ratchet worker --app agents` finds the `agents.py` beside you, whereas
-    an installed `ratchet` script would otherwise look only where it is installed."""
-    if not modules and Settings.from_env().app:
-        modules = [m.strip() for m in (Settings.from_env().app or "").split(",") if m.strip()]
-    if modules and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigurationError(f"cannot import --app {name!r}: {exc}; is it on PYTHONPATH?") from None
-    return list(modules)
+    """Import the modules that define the agents (--app, else RATCHET_APP); return their names."""
+    from workers.app import import_apps
+
+    return import_apps(modules)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -241,7 +244,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if not _import_apps(args.app):
+    modules = _import_apps(args.app)
+    if not modules:
         raise ConfigurationError(
             "ratchet worker needs --app MODULE (or RATCHET_APP): the module that defines your agents"
         )
@@ -249,13 +253,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     app = create_app(settings)
+    app.conf.imports = modules  # what each pool process finds imported (`workers.worker`)
     queues = args.queues or ",".join([settings.model_queue, settings.tools_queue, settings.control_queue])
     argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, "-E"]
     if args.concurrency:
         argv += ["-c", str(args.concurrency)]
     # Celery's default node name (celery@host) collides when two workers share a host; Flower and
     # control commands then see one worker. The pid keeps names unique; containers differ by host.
-    argv += ["-n", args.hostname or f"ratchet-{os.getpid()}@%h"]
+    argv += ["-n", args.hostname or f"ratchet-{os.getpid()}@%h", *args.celery_args]
     if not args.beat:
         return _celery(app, argv)
     with _schedule_file() as schedule:
@@ -271,10 +276,12 @@ def _celery(app: Celery, argv: list[str]) -> int:
     not with an 'Unrecoverable error' traceback. Celery's later output goes to its log (stderr).
     """
     from celery.apps.beat import Beat
-    from celery.apps.worker import Worker
     from celery.bin.celery import celery
+    from click import ClickException
 
-    class RatchetWorker(Worker):  # type: ignore[misc]  # Celery is untyped
+    from workers.worker import Worker
+
+    class RatchetWorker(Worker):
         def emit_banner(self) -> None:
             with _stdout_reader_gone_exits():
                 super().emit_banner()
@@ -294,6 +301,8 @@ def _celery(app: Celery, argv: list[str]) -> int:
     celery.params[0].default = app  # the command's --app, as app.start sets it
     try:
         return int(celery.main(args=argv, standalone_mode=False) or 0)
+    except ClickException as exc:  # a flag `celery worker` does not take: one line, as ours
+        raise ConfigurationError(f"celery {argv[0]}: {exc.format_message()}") from None
     finally:
         celery.params[0].default = None
 
@@ -330,7 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     client = Client()
     handle = client.start(
         args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream,
-        user_id=args.user_id, session_state=args.session_state,
+        user_id=args.user_id, session_state=args.session_state, priority=args.priority,
     )  # fmt: skip
     print(handle.run_id, flush=args.stream)  # before the events it streams
     if args.stream:
@@ -366,23 +375,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_stream(args: argparse.Namespace) -> int:
     return print_events(Client(), args.run_id, after=args.after, as_json=args.json, timeout=args.timeout)
-
-
-def cmd_sweep(args: argparse.Namespace) -> int:
-    _import_apps(args.app)
-    from orchestrator.sweeper import Sweeper
-    from workers.app import create_app
-    from workers.tasks import runner_for
-
-    report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()
-    print(
-        f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
-        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}"
-    )
-    for kind in ("requeued", "republished", "poisoned", "fanned_in"):
-        for run_id in getattr(report, kind):
-            print(f"  {kind}: {run_id}")
-    return 0
 
 
 def cmd_scripted_model(args: argparse.Namespace) -> int:

@@ -2,6 +2,11 @@
 
 Only `(run_id, seq)` crosses the broker. Each publish gets a fresh task id that starts with the
 run id, so Flower shows every delivery of a step (`<run_id>.<seq>.<kind>.<nonce>`).
+
+A step goes to the queue its agent or tool names (`orchestrator.routing`), else to the default
+queue of its kind, with its run's priority (0-9, higher first, on Redis as on RabbitMQ: see
+`workers.broker`). A step its publisher could not route carries `reroute=True`, and the worker
+that takes it sends it on (`StepRunner.reroute`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ class CeleryDispatcher:
         self.app.send_task(
             _TASKS[step.kind],
             args=[step.run_id, step.seq],
-            queue=self._queues[step.kind],
+            kwargs=None if step.routed else {"reroute": True},
+            queue=step.queue or self._queues[step.kind],
+            priority=step.priority,
             task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
             countdown=step.countdown,
             retry=True,

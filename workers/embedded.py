@@ -18,6 +18,7 @@ from celery.utils.nodenames import anon_nodename
 from celery.worker import state
 
 from orchestrator.ports import set_dispatcher
+from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from workers.app import create_app
@@ -60,10 +61,12 @@ class EmbeddedWorker:
         set_dispatcher(self.settings, CeleryDispatcher(self.settings, app=self.app))
         setup_app_for_worker(self.app, self.loglevel, None)
         s = self.settings
+        # The default queues and every queue the agents of this process name: it runs them all.
+        queues = [s.model_queue, s.tools_queue, s.control_queue, *sorted(named_queues())]
         self.worker = TestWorkController(
             app=self.app, concurrency=self.concurrency, hostname=anon_nodename(), pool="threads",
             loglevel=self.loglevel, logfile=None, ready_callback=None, without_heartbeat=True,
-            without_mingle=True, without_gossip=True, queues=[s.model_queue, s.tools_queue, s.control_queue],
+            without_mingle=True, without_gossip=True, queues=queues,
         )  # fmt: skip
         state.should_terminate = None
         self._thread = threading.Thread(target=self.worker.start, name="ratchet-embedded-worker", daemon=True)
@@ -90,6 +93,9 @@ class EmbeddedWorker:
             self._sweeper.join(timeout)
         if self._thread is not None:
             state.should_terminate = 0
+            hub = getattr(self.worker, "hub", None)
+            if hub is not None:  # an event loop (RabbitMQ's) polls up to 10 s: wake it to see the stop
+                hub.call_soon(lambda: None)
             self._thread.join(timeout)
             state.should_terminate = None
             if self._thread.is_alive():

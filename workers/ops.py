@@ -1,11 +1,13 @@
 """The commands that look after stored runs: `ratchet runs` (a page of runs, filtered),
-`ratchet prune` (delete old stopped runs) and `ratchet delete-session`. Each calls `Client` as
-Python code does, with the same arguments and errors.
+`ratchet prune` (delete old stopped runs), `ratchet delete-session` and `ratchet sweep` (one
+sweeper pass). Each calls `Client` (the sweep, the sweeper) as Python code does, with the same
+arguments and errors.
 
     ratchet runs [--status S] [--agent A] [--session S] [--user U] [--since T] [--until T]
                  [--limit N] [--cursor C] [--members] [--json]
     ratchet prune --older-than 30d [--status S]
     ratchet delete-session SESSION_ID
+    ratchet sweep [--app MODULE]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from orchestrator.client import Client
+from orchestrator.settings import Settings
 from workers.render import print_page, terminal
 
 
@@ -48,6 +51,10 @@ def add_ops_commands(sub: Any) -> None:
     p.add_argument("session_id")
     p.set_defaults(func=cmd_delete_session)
 
+    p = sub.add_parser("sweep", help="one sweeper pass: recover expired leases, publish due steps")
+    p.add_argument("--app", action="append", default=[], metavar="MODULE")
+    p.set_defaults(func=cmd_sweep)
+
 
 def cmd_runs(args: argparse.Namespace) -> int:
     page = Client().list_runs(
@@ -76,6 +83,23 @@ def cmd_delete_session(args: argparse.Namespace) -> int:
         print(terminal(f"ratchet: error: no session {args.session_id!r} in this database"), file=sys.stderr)
         return 2
     print(terminal(f"deleted session {args.session_id}: {deleted.runs} runs"))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from orchestrator.sweeper import Sweeper
+    from workers.app import create_app, import_apps
+    from workers.tasks import runner_for
+
+    import_apps(args.app)
+    report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()
+    print(
+        f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
+        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}"
+    )
+    for kind in ("requeued", "republished", "poisoned", "fanned_in"):
+        for run_id in getattr(report, kind):
+            print(f"  {kind}: {run_id}")
     return 0
 
 

@@ -38,6 +38,8 @@ def show(
         print(f"{indent}  member of {out.parent_run_id}")
     if out.forked_from:
         print(f"{indent}  forked from {out.forked_from}")
+    if out.priority is not None:
+        print(f"{indent}  priority {out.priority}")
     if out.history_run_ids is not None:
         runs = ", ".join(out.history_run_ids) or "none yet"
         print(f"{indent}  history: {len(out.history_run_ids)} earlier run(s) of the session in its context: {runs}")

@@ -2,8 +2,10 @@
 
 - `ratchet.model_call(run_id, seq)`  queue ratchet.model: one model call.
 - `ratchet.tool_batch(run_id, seq)`  queue ratchet.tools: one tool batch, tools run concurrently.
+  Either goes to the queue its agent or tool names instead (`orchestrator.routing`); one sent
+  with `reroute=True` (by a producer that does not define its agent) is sent on to that queue.
 - `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, user_id=None,
-  session_state=None)` and
+  session_state=None, priority=None)` and
   `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
@@ -109,17 +111,23 @@ def register_tasks(app: Celery) -> None:
     """Register Ratchet's tasks on `app`."""
 
     @app.task(name=MODEL_TASK, base=StepTask, bind=True, shared=False)
-    def model_call(self: Task, run_id: str, seq: int) -> str:
+    def model_call(self: Task, run_id: str, seq: int, reroute: bool = False) -> str:
+        runner = runner_for(self.app)
+        if reroute and runner.reroute(run_id, int(seq), "model"):
+            return "rerouted"
         try:
-            return runner_for(self.app).model_step(run_id, int(seq), owner=_owner(self))
+            return runner.model_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
 
     @app.task(name=TOOLS_TASK, base=StepTask, bind=True, shared=False)
-    def tool_batch(self: Task, run_id: str, seq: int) -> str:
+    def tool_batch(self: Task, run_id: str, seq: int, reroute: bool = False) -> str:
+        runner = runner_for(self.app)
+        if reroute and runner.reroute(run_id, int(seq), "tools"):
+            return "rerouted"
         try:
-            return runner_for(self.app).tool_step(run_id, int(seq), owner=_owner(self))
+            return runner.tool_step(run_id, int(seq), owner=_owner(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
@@ -129,6 +137,7 @@ def register_tasks(app: Celery) -> None:
     def start_run(
         self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None,
         stream: bool = False, user_id: str | None = None, session_state: dict[str, Any] | None = None,
+        priority: int | None = None,
     ) -> str:  # fmt: skip
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
@@ -137,7 +146,7 @@ def register_tasks(app: Celery) -> None:
             raise InvalidInputError(f"stream must be true or false, not {stream!r}")
         return _control(self.app).start(
             agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state,
+            session_state=session_state, priority=priority,
         )  # fmt: skip
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))

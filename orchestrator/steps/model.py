@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from orchestrator import delegation, structured
+from orchestrator import delegation, structured, tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply
-from orchestrator.ports import StepRef
+from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight
@@ -108,16 +109,22 @@ class ModelStep:
         deltas are all stored when this returns or raises, before anything of the step commits."""
         timeout = self.runner.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
-        if not claim.record.stream:  # only streamed runs write live events: no cost to any other step
-            context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, output=output)
-            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+        record = claim.record
+        context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
+        with tracing.model_call(agent.model, record, stream=record.stream, structured=output is not None) as span:
+            if record.stream:
+                reply = self._streamed(agent, prompt, claim, context)
+            else:  # only streamed runs write live events: no cost to any other step
+                reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            span.reply(reply)
+            return reply
+
+    def _streamed(self, agent: Agent, prompt: list[Message], claim: Claim, context: CallContext) -> ModelReply:
+        """The call of a streamed run: each delta published, and all stored before it returns or raises."""
         live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock, timeouts=self.runner.timeouts)
         live.begin()
-        context = CallContext(
-            run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta, output=output
-        )
         try:
-            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
         finally:
             live.end()
 
@@ -171,7 +178,7 @@ class ModelStep:
             if (step := delegation.wake_step(woken)) is not None:
                 self.runner.publish(step)
             return "completed"
-        self.runner.publish(StepRef.of(committed))
+        self.runner.publish(step_of(committed, calls=message.calls))
         return "tools"
 
     def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
@@ -208,9 +215,7 @@ class ModelStep:
             "run %s step %s: %s; retry %d in %.2fs", claim.run_id, record.seq, exc.kind, record.retries, decision.delay
         )
         if short:
-            self.runner.publish(
-                StepRef(run_id=claim.run_id, seq=record.seq, kind="model", countdown=decision.delay or None)
-            )
+            self.runner.publish(step_of(record, countdown=decision.delay or None))
         return True
 
 

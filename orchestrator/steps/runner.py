@@ -17,13 +17,15 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from orchestrator import delegation
+from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
 from orchestrator.ports import DeltaSink, Dispatcher, StepRef, get_delta_sink, get_dispatcher
+from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
 from orchestrator.steps.inflight import InFlight, InFlightSteps
 from orchestrator.steps.model import ModelStep
 from orchestrator.steps.tools import ToolStep
@@ -95,11 +97,14 @@ class StepRunner:
             return "dropped"
         flight = self.inflight.begin(claim)
         self.heartbeat.wake()
-        try:
-            return body(claim, flight)
-        except BaseException as exc:
-            self._abort(claim, flight, exc)
-            raise
+        with tracing.step(claim.record, kind) as span:  # nothing, unless a tracer provider is set
+            try:
+                outcome = body(claim, flight)
+            except BaseException as exc:
+                self._abort(claim, flight, exc)
+                raise
+            span.outcome(outcome)
+            return outcome
 
     # ---------------------------------------------------------------- claim and commit
 
@@ -153,6 +158,24 @@ class StepRunner:
             log.warning(
                 "run %s: publishing step %s failed (%s); the sweeper will publish it", step.run_id, step.seq, exc
             )
+
+    def reroute(self, run_id: str, seq: int, kind: str) -> bool:
+        """For a step published unrouted (by a producer that does not define its agent, on the
+        default queue of its kind): publish it to its agent's queue if that names one, and say
+        so; False when it belongs here (or is stale: the claim drops it). One read of the run,
+        paid only by such steps."""
+        try:
+            record = self.store.get_record(run_id)
+        except RunNotFoundError:
+            return False
+        if record.status != RunStatus.QUEUED or record.seq != seq or record.next_step != kind:
+            return False
+        step = step_of(record, calls=owed(self.store, run_id))
+        if not step.routed or step.queue is None:
+            return False
+        log.info("run %s step %s (%s): sent on to queue %s", run_id, seq, kind, step.queue)
+        self.publish(step)
+        return True
 
     # ---------------------------------------------------------------- failure
 

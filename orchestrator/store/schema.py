@@ -16,6 +16,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -79,6 +80,12 @@ runs = Table(
     # Which earlier runs of the session its context includes, JSON [[run_id, n_messages], ...],
     # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
     Column("history", Text, nullable=True),
+    # The priority its producer gave it, 0-9, higher first; NULL: none given, the lowest, as 0
+    # (migration 0008). Every step of the run is published with it.
+    Column("priority", SmallInteger, nullable=True),
+    # The W3C traceparent of the span its producer started it under (`orchestrator.tracing`,
+    # migration 0009); NULL when it traced nothing: its steps' trace is derived from the run id.
+    Column("trace_context", Text, nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)

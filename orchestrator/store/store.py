@@ -102,6 +102,8 @@ class Store(StoreReads):
         user_id: str | None = None,
         history: str | None = None,
         session_state: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        trace_context: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -116,6 +118,8 @@ class Store(StoreReads):
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
+            priority=priority,
+            trace_context=trace_context,
         )  # fmt: skip
         changes = [StateChange(set=dict(session_state))] if session_state else []
         opener = self.engine.begin if changes else self._backend.single_statement

@@ -23,6 +23,9 @@ are gone.
   provider's Retry-After) is due at `now + countdown` on the dispatcher's own clock, which jumps
   to the next due step when none is ready: nothing sleeps, and a delayed step still runs after
   every step that was ready before it was due, as on a broker. The store keeps wall time.
+- **Priorities as on a broker.** Of the steps due, a higher priority runs first (a step of a
+  run without one is as 0), then the order they were published in. Queues are not kept apart:
+  every step runs here, whichever queue its agent or tool names (`StepRef.queue` shows it).
 - **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
   owner, as `StepTask.on_failure` does; a fenced step (cancelled while it ran) is dropped, as
   the Celery task drops it.
@@ -78,7 +81,7 @@ class InMemoryDispatcher:
         self.published: list[StepRef] = []
         #: The virtual clock: the seconds of countdown the steps so far would have waited.
         self.now = 0.0
-        self._queue: list[tuple[float, int, StepRef]] = []
+        self._queue: list[tuple[float, int, int, StepRef]] = []
         self._order = itertools.count()
         self._draining = False
         self._lock = threading.Lock()
@@ -92,13 +95,14 @@ class InMemoryDispatcher:
     def pending(self) -> list[StepRef]:
         """The steps queued and not run yet, in the order they will run."""
         with self._lock:
-            return [step for _, _, step in sorted(self._queue)]
+            return [step for *_, step in sorted(self._queue)]
 
     def publish(self, step: StepRef) -> None:
         """Queue the step; with `autorun`, run the queue now unless a drain is under way."""
         with self._lock:
             self.published.append(step)
-            heapq.heappush(self._queue, (self.now + (step.countdown or 0.0), next(self._order), step))
+            due = self.now + (step.countdown or 0.0)
+            heapq.heappush(self._queue, (due, -(step.priority or 0), next(self._order), step))
         if self.autorun:
             self.run_until_idle()
 
@@ -142,7 +146,7 @@ class InMemoryDispatcher:
 
     def _pop(self) -> StepRef:
         """The next step due, off the queue (the caller holds the lock)."""
-        due, _, step = heapq.heappop(self._queue)
+        due, *_, step = heapq.heappop(self._queue)
         self.now = max(self.now, due)
         return step
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from pydantic import ValidationError
 
-from orchestrator.errors import ToolArgumentsError
+from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
 from orchestrator.state import CallState
 from orchestrator.tools.loop import process_loop
@@ -70,6 +71,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         at_most_once: bool = False,
+        queue: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -77,6 +79,9 @@ class Tool:
         self.description = description or summary or self.name
         #: If True, a call that started and never finished is not run again (see DESIGN.md).
         self.at_most_once = at_most_once
+        #: The queue of the tool batches that call it (workers that can run it consume it: a GPU
+        #: host, a private network); None: the agent's queue, or the default tools queue.
+        self.queue = None if queue is None else queue_name(queue, f"tool {self.name}")
         self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext, STATE_PARAM)
         self._wants_state = STATE_PARAM in inspect.signature(fn).parameters and self._context_param != STATE_PARAM
 
@@ -139,7 +144,7 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, at_most_once: bool = False
+    *, name: str | None = None, description: str | None = None, at_most_once: bool = False, queue: str | None = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -150,15 +155,41 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     at_most_once: bool = False,
+    queue: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a tool: `@tool` or `@tool(at_most_once=True)`."""
+    """Make a function a tool: `@tool`, `@tool(at_most_once=True)`, `@tool(queue="gpu")`."""
     if fn is not None:
         return Tool(fn)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, at_most_once=at_most_once)
+        return Tool(f, name=name, description=description, at_most_once=at_most_once, queue=queue)
 
     return wrap
+
+
+#: What a queue name may hold: it is given to `-Q` (comma-separated) and is a Redis key or a
+#: RabbitMQ queue name.
+QUEUE_RULE = "1-200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+_QUEUE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def queue_name(value: object, owner: str) -> str:
+    """A queue an agent or a tool names, or ConfigurationError saying what it may be."""
+    if not isinstance(value, str) or _QUEUE.fullmatch(value) is None:
+        raise ConfigurationError(f"{owner}: queue={value!r} is not a queue name: use {QUEUE_RULE}")
+    return value
+
+
+def tools_queue(agent: str, tools: list[Tool]) -> str | None:
+    """The one queue an agent's tools name (None if none does). A tool batch runs in one task, on
+    one queue, so the tools of one agent may name one queue between them."""
+    named = sorted({t.queue for t in tools if t.queue is not None})
+    if len(named) > 1:
+        raise ConfigurationError(
+            f"{agent}: its tools name {len(named)} queues {named}; a tool batch goes to one queue, so the tools "
+            "of one agent may name one queue between them: give them the same queue, or give the tools to two agents"
+        )
+    return named[0] if named else None
 
 
 def as_tool(obj: Tool | Callable[..., Any]) -> Tool:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.errors import ConfigurationError
-from orchestrator.tools.tool import Tool, as_tool
+from orchestrator.tools.tool import Tool, as_tool, queue_name
 
 
 class Toolkit:
@@ -33,7 +33,8 @@ class Toolkit:
 
     `include_tools` keeps only the named tools, `exclude_tools` drops the named ones; naming a
     tool the toolkit does not have is a configuration error. With `add_instructions=True` the
-    toolkit's `instructions` join the system message of the agent that uses it.
+    toolkit's `instructions` join the system message of the agent that uses it. `queue`: the
+    queue of its tools that name none themselves (see `Tool.queue`).
     """
 
     def __init__(
@@ -45,8 +46,10 @@ class Toolkit:
         add_instructions: bool = False,
         include_tools: Sequence[str] | None = None,
         exclude_tools: Sequence[str] | None = None,
+        queue: str | None = None,
     ) -> None:
         self.name = name
+        self.queue = None if queue is None else queue_name(queue, f"toolkit {name}")
         self.instructions = instructions
         self.add_instructions = add_instructions
         self.include_tools = list(include_tools) if include_tools is not None else None
@@ -60,6 +63,8 @@ class Toolkit:
     def register(self, function: Tool | Callable[..., Any], name: str | None = None) -> None:
         """Add a tool (a function, a bound method or a `Tool`), unless include/exclude leave it out."""
         found = as_tool(function) if name is None else _renamed(function, name)
+        if self.queue is not None and found.queue is None:
+            found = _renamed(found, found.name, queue=self.queue)
         self._offered.add(found.name)
         if found.name in self.exclude_tools:
             return
@@ -85,10 +90,13 @@ class Toolkit:
         return f"{type(self).__name__}({self.name!r}, tools={list(self.functions)})"
 
 
-def _renamed(function: Tool | Callable[..., Any], name: str) -> Tool:
+def _renamed(function: Tool | Callable[..., Any], name: str, *, queue: str | None = None) -> Tool:
     if isinstance(function, Tool):
-        return Tool(function.fn, name=name, description=function.description, at_most_once=function.at_most_once)
-    return Tool(function, name=name)
+        return Tool(
+            function.fn, name=name, description=function.description, at_most_once=function.at_most_once,
+            queue=queue or function.queue,
+        )  # fmt: skip
+    return Tool(function, name=name, queue=queue)
 
 
 def flatten(tools: Sequence[Toolkit | Tool | Callable[..., Any]]) -> list[Tool]:

@@ -214,6 +214,13 @@ def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: S
         assert session is not None and len(session.runs) == 3  # order-17, k-race, order-18
 
 
+def test_a_run_started_with_a_priority_keeps_it(api: ApiServer, api_settings: Settings) -> None:
+    with api.client() as http:
+        started = http.post("/runs", json={"agent": AGENT, "input": "now", "priority": 8})
+    assert started.status_code == 202 and started.json()["priority"] == 8
+    assert Client(api_settings).get_run(started.json()["run_id"]).priority == 8
+
+
 def test_cancel_and_the_continues_a_run_state_refuses(api: ApiServer, api_settings: Settings) -> None:
     # No worker: runs stay where the test puts them
     with api.client() as http:
@@ -283,7 +290,9 @@ def mistakes() -> list[tuple[str, str, dict[str, Any], int, str]]:
         ("POST", "/runs", {"json": ["agent", "input"]}, 422, "RequestValidationError"),
         ("POST", "/runs", {"json": {"agent": AGENT}}, 422, "RequestValidationError"),
         ("POST", "/runs", {"json": {"agent": AGENT, "input": 7}}, 422, "RequestValidationError"),
-        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "priority": 1}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "urgency": 1}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "priority": 10}}, 422, "RequestValidationError"),
+        ("POST", "/runs", {"json": {"agent": AGENT, "input": "hi", "priority": "9"}}, 422, "RequestValidationError"),
         ("POST", "/runs", {"json": {"agent": AGENT, "input": "   "}}, 422, "InvalidInputError"),
         ("POST", "/runs", {"json": {"agent": AGENT, "input": "a\x00b"}}, 422, "InvalidInputError"),
         ("POST", "/runs", raw(b'{"agent": "compose-agent", "input": "\\ud800"}'), 422, "InvalidInputError"),

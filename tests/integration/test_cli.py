@@ -73,6 +73,19 @@ def test_run_wait_show_and_continue_a_completed_run(agent_name: str, capsys: pyt
     assert fork_id != run_id and f"forked from {run_id}" in fork_out
 
 
+def test_a_run_started_with_a_priority_keeps_it(
+    agent_name: str, env: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", agent_name, "hello", "--priority", "7"]) == 0
+    run_id = capsys.readouterr().out.split()[0]
+
+    assert Client(env).get_run(run_id).priority == 7
+    assert main(["show", run_id]) == 0
+    assert "  priority 7\n" in capsys.readouterr().out
+    assert main(["show", run_id, "--json"]) == 0
+    assert '"priority": 7' in capsys.readouterr().out
+
+
 @pytest.mark.usefixtures("worker")
 def test_a_run_that_fails_shows_its_error_and_exits_nonzero(
     agent_name: str, scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -100,6 +113,9 @@ def test_a_worker_without_an_app_module_says_what_to_pass(
     assert "needs --app MODULE" in capsys.readouterr().err
     assert main(["worker", "--app", "no.such.module"]) == 2
     assert "cannot import --app 'no.such.module'" in capsys.readouterr().err
+    # A flag neither Ratchet nor Celery takes: Celery's word for it, in one line
+    assert main(["worker", "--app", "tests.integration.compose_agents", "--no-such-flag"]) == 2
+    assert one_line_error(capsys) == "ratchet: error: celery worker: No such option '--no-such-flag'."
 
 
 @pytest.mark.usefixtures("env")
@@ -180,6 +196,7 @@ def test_continuing_a_completed_run_twice_forks_once_and_a_fork_key_forks_again(
         (["run", "AGENT", "hi", "--run-id", "a\nb"], "run_id 'a\\nb' is not a valid run id"),
         (["run", "AGENT", "hi", "--session", "s" * 129], "session_id is 129 characters long; the limit is 128"),
         (["run", "a" * 257, "hi"], "agent is 257 characters long; the limit is 256"),
+        (["run", "AGENT", "hi", "--priority", "10"], "priority 10 is out of range: give 0"),
         (["continue", "RUN", "--input", ""], "input is empty"),
         (["continue", "RUN", "--fork-key", "k\x01"], "fork_key 'k\\x01' contains a control character"),
         (["show", "r" * 65], "not a valid run id: run_id is 65 characters long"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Client, RunStatus
+from orchestrator import Client, RunStatus, routing
 from orchestrator.control import RunControl
 from orchestrator.delegation import fan_in_now
 from orchestrator.errors import (
@@ -59,7 +59,7 @@ def control(store: Store, broker: RecordingDispatcher) -> RunControl:
 
 
 def step_of(store: Store, run_id: str) -> StepRef:
-    return StepRef.of(store.get_record(run_id))
+    return routing.step_of(store.get_record(run_id))
 
 
 def test_a_start_publishes_its_first_step_once_and_the_same_start_again_publishes_nothing(
@@ -70,7 +70,8 @@ def test_a_start_publishes_its_first_step_once_and_the_same_start_again_publishe
     assert control.start("writer", input="hi", run_id="r-1") == "r-1"
 
     assert store.get_record("r-1").status == S.QUEUED
-    assert broker.steps == [StepRef(run_id="r-1", seq=0, kind="model")]
+    # This process does not define "writer": its step goes unrouted, for a worker to route.
+    assert broker.steps == [StepRef(run_id="r-1", seq=0, kind="model", routed=False)]
     with pytest.raises(RunConflictError):
         control.start("editor", input="hi", run_id="r-1")
     with pytest.raises(RunConflictError):
@@ -111,7 +112,7 @@ def test_continuing_a_failed_run_resumes_it_in_place_and_a_second_continue_chang
 
     resumed = store.get_record(run_id)
     assert (resumed.status, resumed.seq, resumed.error_type) == (S.QUEUED, failed.seq + 1, None)
-    assert broker.steps == [StepRef(run_id=run_id, seq=failed.seq + 1, kind="model")]
+    assert broker.steps == [StepRef(run_id=run_id, seq=failed.seq + 1, kind="model", routed=False)]
     with pytest.raises(RunBusyError):
         control.continue_run(run_id, input="more")
 
@@ -183,7 +184,7 @@ def test_a_member_cancelled_on_its_own_hands_its_team_a_tool_error_and_wakes_the
     assert team.status == S.QUEUED
     last = store.get_messages(team_id)[-1]
     assert last.role == "tool" and last.tool_call_error and "cancelled" in (last.content or "")
-    assert broker.steps == [StepRef.of(team)]
+    assert broker.steps == [routing.step_of(team)]
 
 
 def test_a_leader_step_the_broker_refuses_after_a_member_cancel_is_left_to_the_sweeper(

@@ -44,13 +44,14 @@ def test_a_plain_celery_producer_starts_and_continues_runs_by_task_name(settings
     run_id = str(uuid.uuid4())
 
     producer.send_task(
-        "ratchet.start_run", args=[name, "hello by name", "s-by-name", run_id], queue=settings.control_queue
-    )
+        "ratchet.start_run", args=[name, "hello by name", "s-by-name", run_id], kwargs={"priority": 6},
+        queue=settings.control_queue,
+    )  # fmt: skip
 
     client = Client(settings)
     wait_until(lambda: client.get_run(run_id), 30, what="the run to be written", ignore=(RunNotFoundError,))
     out = client.wait(run_id, timeout=30)
-    assert out.status == RunStatus.COMPLETED and out.session_id == "s-by-name"
+    assert out.status == RunStatus.COMPLETED and out.session_id == "s-by-name" and out.priority == 6
     assert [m.content for m in out.messages if m.role == "user"] == ["hello by name"]
 
     # Redelivering the same start_run (at-least-once) does not start the run twice.
@@ -66,7 +67,7 @@ def test_a_plain_celery_producer_starts_and_continues_runs_by_task_name(settings
 
     session = wait_until(fork_finished, 30, what="the continued run's fork to finish")
     assert len(session.runs) == 2  # the original and one fork from continue
-    assert session.runs[1].forked_from == run_id
+    assert session.runs[1].forked_from == run_id and session.runs[1].priority == 6  # a fork keeps it
     producer.close()
 
 

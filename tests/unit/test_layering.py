@@ -63,12 +63,16 @@ def test_importing_ratchet_loads_no_test_double() -> None:
 #: under `if TYPE_CHECKING:` and inside functions are not counted: `Agent.run`, Agno's
 #: convenience, builds a `Client` when called, and only then.
 FORBIDDEN = {
-    "store": {"agent", "team", "tools", "models", "steps", "delegation", "control", "client", "sweeper", "heartbeat"},
+    "store": {"agent", "team", "tools", "models", "steps", "delegation", "control", "client", "sweeper"}
+    | {"heartbeat", "routing"},
     "models": {"store", "steps", "delegation", "control", "client", "sweeper", "agent", "team"},
     "delegation": {"steps", "control", "client", "sweeper"},
     "steps": {"control", "client", "sweeper"},
     "sweeper": {"control", "client"},
     "control": {"client", "steps", "sweeper"},
+    "routing": {"steps", "delegation", "control", "client", "sweeper"},
+    # Called by the store's callers, the steps and the run control: it imports none of them.
+    "tracing": {"store", "models", "steps", "delegation", "control", "client", "sweeper", "agent", "team", "tools"},
 }
 PRODUCTION = {"testing"}  # nothing outside `orchestrator.testing` imports the test doubles
 

@@ -65,6 +65,10 @@ class StartRequest(BaseModel):
         description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
         "at most 1 MiB); the run's tools read and change the result",
     )
+    priority: int | None = Field(
+        default=None, ge=0, le=9, strict=True,
+        description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
+    )  # fmt: skip
 
 
 class ContinueRequest(BaseModel):
@@ -173,7 +177,7 @@ def start_run(
     run_id = None if key is None else derived_run_id("idempotency", key)
     handle = client.start(
         body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
-        user_id=body.user_id, session_state=body.session_state,
+        user_id=body.user_id, session_state=body.session_state, priority=body.priority,
     )  # fmt: skip
     run = client.get_run(handle.run_id)
     if key is not None and _first_input(run) != body.input:

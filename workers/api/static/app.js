@@ -358,6 +358,7 @@ function renderRun(run, steps, log, ctx) {
     ["Created", when(run.created_at)], ["Updated", when(run.updated_at)], ["Steps", run.seq],
     ["Messages", run.messages.filter((m) => m.role !== "system").length], ["Tokens", tokens(m)], ["Cost", m.cost === null || m.cost === undefined ? "–" : m.cost.toFixed(6)],
   ];
+  if (run.priority !== null && run.priority !== undefined) facts.push(["Priority", run.priority]);
   const links = [];
   if (run.parent_run_id) links.push(el("div", {}, el("dt", { text: "Member of" }), el("dd", {}, runLink(run.parent_run_id))));
   if (run.forked_from) links.push(el("div", {}, el("dt", { text: "Forked from" }), el("dd", {}, runLink(run.forked_from))));

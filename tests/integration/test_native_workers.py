@@ -1,0 +1,123 @@
+"""The worker as Celery users start it: `celery -A workers.app worker` with RATCHET_APP naming the
+agents' module, and `ratchet worker` passing the flags it does not know to `celery worker`. Both
+take Celery's own flags (here --autoscale and --max-tasks-per-child, which replaces each pool
+process after one task) and complete real runs; a worker without its agents' module refuses to
+start, saying what to set."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator import Client, RunStatus
+from orchestrator.settings import Settings
+from orchestrator.testing.server import ScriptedServer
+from tests.conftest import TEST_KEY, make_settings, settings_env
+from workers.app import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = "tests.integration.native_agents"
+FLAGS = ["--autoscale=2,1", "--max-tasks-per-child=1", "--without-mingle", "--without-gossip"]
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+@pytest.fixture
+def native_settings(redis_url: str, tmp_path: Path) -> Settings:
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url)
+    Client(settings).store  # noqa: B018  (opened: migrated)
+    return settings
+
+
+def worker_env(settings: Settings, scripted: ScriptedServer, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env.update(settings_env(settings), PYTHONPATH=str(ROOT), OPENAI_BASE_URL=scripted.url, OPENAI_API_KEY=TEST_KEY)
+    # Migrated by the test's client: a pool process replaced after each task need not check again.
+    env["RATCHET_AUTO_MIGRATE"] = "false"
+    env.update(extra)
+    return env
+
+
+def command(kind: str) -> list[str]:
+    """The worker command a Celery user types, or Ratchet's, each with Celery's flags."""
+    name = f"native-{uuid.uuid4().hex[:6]}@%h"
+    if kind == "celery":
+        return [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-l", "INFO", "-n", name, *FLAGS]
+    return [sys.executable, "-m", "workers.cli", "worker", "-n", name, *FLAGS]
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The worker processes a test starts, stopped (warm shutdown) when it ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.mark.parametrize("kind", ["celery", "ratchet"])
+def test_a_native_worker_takes_celery_flags_and_its_replaced_pool_processes_complete_runs(
+    kind: str, native_settings: Settings, scripted: ScriptedServer, tmp_path: Path,
+    started: list[subprocess.Popen[bytes]],
+) -> None:  # fmt: skip
+    # Given a worker started with Celery's flags, its agents named only by RATCHET_APP
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        started.append(
+            subprocess.Popen(
+                command(kind), env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS), cwd=tmp_path,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        )  # fmt: skip
+
+    # When runs of model call, tool batch, model call go through it
+    client = Client(native_settings)
+    runs = [client.start("native-agent", input=f"run {i}").run_id for i in range(2)]
+    outs = [client.wait(run_id, timeout=60) for run_id in runs]
+
+    # Then each completed, its tool batch in a pool process of its own: each process ran one
+    # task and was replaced (--max-tasks-per-child=1), and the replacements knew the agents
+    text = log.read_text(errors="replace")
+    assert [o.status for o in outs] == [RunStatus.COMPLETED] * 2, text[-3000:]
+    pids = {int(m) for o in outs for t in o.tools for m in re.findall(r"pid (\d+)", t.result or "")}
+    assert len(pids) == 2 and started[0].pid not in pids
+    assert "{min=1, max=2}" in text  # --autoscale reached Celery
+    assert "AgentNotFoundError" not in text
+
+
+def test_a_celery_worker_without_its_agents_module_refuses_to_start_and_says_what_to_set(
+    native_settings: Settings, scripted: ScriptedServer, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        command("celery"), env=worker_env(native_settings, scripted), cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ratchet: error: no agent modules to import: set RATCHET_APP" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
+    native_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The worker program `celery -A workers.app worker` runs, in this process: nothing starts
+    app = create_app(native_settings.model_copy(update={"app": "tests.integration.no_such_module"}))
+    with pytest.raises(SystemExit) as refused:
+        app.Worker()
+    assert refused.value.code == 2
+    assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
