@@ -32,6 +32,7 @@ from orchestrator.store import Store, retention
 from orchestrator.store.listing import RunFilter
 from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.retention import Deleted
+from orchestrator.timeline import Step
 
 #: A point in time as `Client.list_runs` takes it (see `validation.moment`).
 Moment = float | datetime | str
@@ -222,6 +223,13 @@ class Client:
         errors, leases the sweeper took back, fenced writes, delegations and fan-ins, continues,
         cancels). Not its member runs' (`get_log` each). RunNotFoundError if there is no such run."""
         return self.store.get_log(validation.known_run_id(run_id))
+
+    def get_steps(self, run_id: str) -> list[Step]:
+        """The run's steps in order, as a timeline shows them: each one's task (model call, tool
+        batch, fan-in), attempt, status, when it could start and ended, its tokens, its failed
+        tool calls, its error, and for the step in progress the worker and task holding it
+        (`orchestrator.timeline` says what is derived how). RunNotFoundError if there is no such run."""
+        return self.store.get_steps(validation.known_run_id(run_id))
 
     # ---------------------------------------------------------------- retention
 

@@ -8,7 +8,7 @@
                 [--priority 0-9] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
-    ratchet show RUN_ID [--log] [--json]          a run; --log: what happened to it (retries, errors...)
+    ratchet show RUN_ID [--log] [--steps] [--json]   a run; --log: what happened to it; --steps: its steps
     ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
     ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
@@ -204,6 +204,7 @@ def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
     p.add_argument("run_id")
     p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
+    p.add_argument("--steps", action="store_true", help="and each run's steps: task, attempt, duration, tokens")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
@@ -367,11 +368,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     client = Client()
     out = client.get_run(args.run_id)
-    log = client.get_log if args.log else None
+    log, steps = client.get_log if args.log else None, client.get_steps if args.steps else None
     if args.json:
-        print(json.dumps(jsonable(out, log), indent=2, default=str))
+        print(json.dumps(jsonable(out, log, steps), indent=2, default=str))
         return 0
-    return show(out, log=log)
+    return show(out, log=log, steps=steps)
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
                                     (204 once the run has stopped and nothing is left to send)
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id= filters them)
     GET  /sessions/{id}/runs        the same (the route it had first)
-    GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
+    GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
+    GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
 
@@ -149,9 +150,10 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     app.include_router(router)
-    from workers.api import records  # its routes use this module's dependencies
+    from workers.api import records, ui  # records' routes use this module's dependencies
 
     app.include_router(records.router)
+    app.include_router(ui.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
