@@ -1,0 +1,138 @@
+"""`ratchet health` says what is wrong, one line per check, and exits 1: no worker, a database
+that is missing or not migrated, a broker that is down, a worker that does not answer, beat not
+sending the sweep. (Healthy, exit 0, with every compose service's own check:
+test_compose_commands.py.) The command runs as a plain process, as a compose healthcheck runs
+it; the other cases call `check_health`, the same checks from Python, in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.settings import Settings
+from orchestrator.store import forget_stores
+from tests.conftest import PG_URL, make_settings, settings_env
+from tests.isolation import PgDatabases
+from tests.servers import RedisServer, free_port
+from workers.beat import record_key
+from workers.health import check_health
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of the test's own: a control broadcast on it reaches no other test's worker."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+def health(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    """`ratchet health ARGS` started as a plain process with these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env.update(settings_env(settings), PYTHONPATH=str(ROOT), RATCHET_AUTO_MIGRATE="false")
+    return subprocess.Popen([sys.executable, "-m", "workers.cli", "health", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def lines(proc: subprocess.Popen[str]) -> dict[str, str]:
+    """A finished health process's lines, by check: "ok ..." or "FAILED ..."; it exited 1."""
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and not err, out + err
+    return {name: rest.strip() for name, rest in (line.split(maxsplit=1) for line in out.splitlines())}
+
+
+def test_ratchet_health_says_what_to_do_about_each_failed_check(pg_url: str, broker: RedisServer) -> None:
+    missing_db = PG_URL.rsplit("/", 1)[0] + f"/ratchet_missing_{uuid.uuid4().hex[:8]}"
+    down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    started = time.monotonic()
+    # All at once: each waits on its own timeouts
+    no_worker = health(make_settings(pg_url, broker.url), "--timeout", "1")
+    no_database = health(make_settings(missing_db, broker.url), "--check", "database,broker")
+    no_broker = health(make_settings(pg_url, down), "--timeout", "1")
+    as_json = health(make_settings(pg_url, down), "--check", "broker", "--json")
+
+    said = lines(no_worker)
+    assert said["database"].startswith("ok") and "at migration" in said["database"]
+    assert said["broker"].startswith("ok") and "answers PING; waiting: t." in said["broker"]
+    assert said["workers"] == ("FAILED  no worker answered within 1s, 1 needed: start workers (`ratchet worker "
+                               "--app MODULE`) on this RATCHET_BROKER_URL")  # fmt: skip
+
+    said = lines(no_database)
+    assert said["database"].startswith(f"FAILED  cannot query {missing_db}")
+    assert "does not exist; is the database up, and RATCHET_DATABASE_URL right?" in said["database"]
+    assert said["broker"].startswith("ok") and "workers" not in said
+
+    said = lines(no_broker)
+    assert said["database"].startswith("ok")
+    assert said["broker"].startswith(f"FAILED  cannot reach Redis at {down}: ")
+    assert "Connection refused" in said["broker"]
+    assert said["broker"].endswith("; is it up, and RATCHET_BROKER_URL right?")
+    assert said["workers"] == "FAILED  not checked: the broker is unreachable (see above)"
+
+    out, _ = as_json.communicate(timeout=60)
+    report = json.loads(out)
+    assert as_json.returncode == 1 and report["healthy"] is False
+    assert [(c["name"], c["ok"]) for c in report["checks"]] == [("broker", False)]
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_database_check_wants_the_latest_migration(
+    backend: str, tmp_path: Path, pg_databases: PgDatabases, broker: RedisServer
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+        (check,) = check_health(make_settings(url, broker.url), checks=["database"]).checks
+        assert not check.ok and check.detail == f"no SQLite database at {tmp_path / 'ratchet.db'}: run `ratchet " \
+            "migrate`, or fix RATCHET_DATABASE_URL"  # fmt: skip
+        empty_url, drop = url, lambda: None
+        Path(tmp_path / "ratchet.db").touch()
+    else:
+        empty_url, drop = pg_databases.create(migrated=False)
+    try:
+        (check,) = check_health(make_settings(empty_url, broker.url), checks=["database"]).checks
+        assert not check.ok and check.detail.endswith(" has no Ratchet tables: run `ratchet migrate`")
+        from orchestrator.store.database import migrate, open_engine
+
+        engine = open_engine(empty_url)
+        migrate(engine)
+        engine.dispose()
+        (check,) = check_health(make_settings(empty_url, broker.url), checks=["database"]).checks
+        assert check.ok and check.info["revision"] and "(the latest)" in check.detail
+    finally:
+        forget_stores()
+        drop()
+
+
+def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broker: RedisServer, tmp_path: Path) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", broker.url)
+    report = check_health(settings, checks=["workers", "beat"], destinations=["tools@%h"], timeout=0.5)
+    workers, beat = report.checks
+    assert not report.healthy and not workers.ok and not beat.ok
+    assert workers.detail.startswith(f"worker tools@{os.uname().nodename} did not answer within 0.5s: is it running")
+    assert beat.detail.startswith("beat has sent no sweep on this broker: start `ratchet beat`")
+
+    # Beat's record (workers.beat): recent passes, stale fails
+    with broker.client() as r:
+        r.set(record_key(settings), repr(time.time() - 1))
+        (beat,) = check_health(settings, checks=["beat"]).checks
+        assert beat.ok and beat.detail.startswith("sent the sweep 1.")
+        r.set(record_key(settings), repr(time.time() - 120))
+    (beat,) = check_health(settings, checks=["beat"], max_age=60).checks
+    assert not beat.ok and beat.detail.startswith("beat last sent the sweep 120s ago (more than 60s; it sends one")
+    assert beat.detail.endswith("is `ratchet beat` running?")
+
+
+def test_unknown_checks_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown check.* nope; known: database, broker, workers, beat"):
+        check_health(make_settings("sqlite:///x.db", "redis://127.0.0.1:1/0"), checks=["nope"])
