@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from orchestrator.errors import InvalidInputError
 from orchestrator.settings import Settings
 
 CHECKS = ("database", "broker", "workers", "beat")
@@ -85,7 +86,9 @@ def check_health(
 
     unknown = sorted(set(checks) - set(CHECKS))
     if unknown:
-        raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}")
+        raise InvalidInputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}")
+    if timeout <= 0 or workers < 0:
+        raise InvalidInputError(f"the timeout ({timeout}) must be positive and workers ({workers}) at least 0")
     default_queues = [settings.model_queue, settings.tools_queue, settings.control_queue]
     needed = list(queues) if queues is not None else ([] if destinations else default_queues)
     nodes = [host_format(d) for d in destinations]
@@ -269,18 +272,13 @@ def add_health_command(sub: Any) -> None:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from orchestrator.errors import ConfigurationError
-
     def split(values: Sequence[str] | None) -> list[str] | None:
         return None if values is None else [v.strip() for value in values for v in value.split(",") if v.strip()]
 
-    try:
-        report = check_health(
-            Settings.from_env(), checks=split(args.check) or DEFAULT_CHECKS, destinations=args.destination,
-            queues=split(args.queue), workers=args.workers, timeout=args.timeout, max_age=args.max_age,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
+    report = check_health(
+        Settings.from_env(), checks=split(args.check) or DEFAULT_CHECKS, destinations=args.destination,
+        queues=split(args.queue), workers=args.workers, timeout=args.timeout, max_age=args.max_age,
+    )  # fmt: skip
     if args.json:
         print(json.dumps({"healthy": report.healthy, "checks": [asdict(c) for c in report.checks]}, indent=2))
     else:

@@ -2,7 +2,8 @@
 that is missing or not migrated, a broker that is down, a worker that does not answer, beat not
 sending the sweep. (Healthy, exit 0, with every compose service's own check:
 test_compose_commands.py.) The command runs as a plain process, as a compose healthcheck runs
-it; the other cases call `check_health`, the same checks from Python, in this process."""
+it; the other cases call `check_health`, the same checks from Python, in this process, and
+`GET /health/checks`, the same over HTTP."""
 
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import Client
+from orchestrator.errors import InvalidInputError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from tests.conftest import PG_URL, make_settings, settings_env
+from tests.integration.test_api import error_of
+from tests.integration.test_api_records import call
 from tests.isolation import PgDatabases
 from tests.servers import RedisServer, free_port
+from workers.api.app import create_app
 from workers.beat import record_key
 from workers.health import check_health
 
@@ -134,5 +140,25 @@ def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broke
 
 
 def test_unknown_checks_are_refused() -> None:
-    with pytest.raises(ValueError, match="unknown check.* nope; known: database, broker, workers, beat"):
+    with pytest.raises(InvalidInputError, match="unknown check.* nope; known: database, broker, workers, beat"):
         check_health(make_settings("sqlite:///x.db", "redis://127.0.0.1:1/0"), checks=["nope"])
+
+
+def test_the_http_api_answers_the_same_report_behind_its_token(pg_url: str, broker: RedisServer) -> None:
+    settings = make_settings(pg_url, broker.url, api_tokens="t0k3n")
+    app = create_app(settings, client=Client(settings))
+    auth = {"Authorization": "Bearer t0k3n"}
+
+    ok = call(app, "GET", "/health/checks", params={"check": "database,broker"}, headers=auth)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["healthy"] is True and [c["name"] for c in ok.json()["checks"]] == ["database", "broker"]
+    assert ok.json()["checks"][1]["info"]["waiting"] == {settings.model_queue: 0, settings.tools_queue: 0,
+                                                         settings.control_queue: 0}  # fmt: skip
+
+    failed = call(app, "GET", "/health/checks", params={"timeout": "0.5"}, headers=auth)
+    assert failed.status_code == 503 and failed.json()["healthy"] is False
+    assert failed.json()["checks"][2]["detail"].startswith("no worker answered within 0.5s")
+
+    error_of(call(app, "GET", "/health/checks", params={"check": "nope"}, headers=auth), 422, "InvalidInputError")
+    assert call(app, "GET", "/health/checks").status_code == 401  # it names the database and workers
+    assert call(app, "GET", "/health").status_code == 200  # liveness needs no token

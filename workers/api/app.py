@@ -14,6 +14,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
+    GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
 """
@@ -148,6 +149,9 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     from workers.api import records  # its routes use this module's dependencies
 
     app.include_router(records.router)
+    from workers.api import checks
+
+    app.include_router(checks.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
