@@ -28,7 +28,10 @@ from tests.integration.test_api_records import call
 from tests.isolation import PgDatabases
 from tests.servers import RedisServer, free_port
 from workers.api.app import create_app
+from workers.app import MODEL_TASK
+from workers.app import create_app as create_celery
 from workers.beat import record_key
+from workers.cli import main
 from workers.health import check_health
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +68,6 @@ def test_ratchet_health_says_what_to_do_about_each_failed_check(pg_url: str, bro
     no_worker = health(make_settings(pg_url, broker.url), "--timeout", "1")
     no_database = health(make_settings(missing_db, broker.url), "--check", "database,broker")
     no_broker = health(make_settings(pg_url, down), "--timeout", "1")
-    as_json = health(make_settings(pg_url, down), "--check", "broker", "--json")
 
     said = lines(no_worker)
     assert said["database"].startswith("ok") and "at migration" in said["database"]
@@ -84,12 +86,19 @@ def test_ratchet_health_says_what_to_do_about_each_failed_check(pg_url: str, bro
     assert "Connection refused" in said["broker"]
     assert said["broker"].endswith("; is it up, and RATCHET_BROKER_URL right?")
     assert said["workers"] == "FAILED  not checked: the broker is unreachable (see above)"
-
-    out, _ = as_json.communicate(timeout=60)
-    report = json.loads(out)
-    assert as_json.returncode == 1 and report["healthy"] is False
-    assert [(c["name"], c["ok"]) for c in report["checks"]] == [("broker", False)]
     assert time.monotonic() - started < 30
+
+
+def test_the_report_in_json(
+    broker: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in settings_env(make_settings(f"sqlite:///{tmp_path / 'r.db'}", broker.url)).items():
+        monkeypatch.setenv(name, value)
+    assert main(["health", "--check", "broker,database", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["healthy"] is False
+    assert [(c["name"], c["ok"]) for c in report["checks"]] == [("database", False), ("broker", True)]
+    assert report["checks"][1]["info"]["waiting"]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -162,3 +171,18 @@ def test_the_http_api_answers_the_same_report_behind_its_token(pg_url: str, brok
     error_of(call(app, "GET", "/health/checks", params={"check": "nope"}, headers=auth), 422, "InvalidInputError")
     assert call(app, "GET", "/health/checks").status_code == 401  # it names the database and workers
     assert call(app, "GET", "/health").status_code == 200  # liveness needs no token
+
+
+def test_a_queues_length_is_the_sum_of_its_ten_priority_lists(broker: RedisServer, tmp_path: Path) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", broker.url)
+    app = create_celery(settings)
+    for priority in (None, 0, 3, 9, 9):  # no worker takes them
+        app.send_task(MODEL_TASK, args=["r", 0], queue=settings.model_queue, priority=priority)
+    app.close()
+    with broker.client() as r:
+        lists = {k for k in r.keys(f"{settings.model_queue}*") if r.type(k) == b"list"}
+    assert len(lists) == 3  # the plain list (none, 0), step 3 and step 9
+
+    (check,) = check_health(settings, checks=["broker"], queues=["gpu"]).checks
+    assert check.info["waiting"] == {settings.model_queue: 5, settings.tools_queue: 0, settings.control_queue: 0,
+                                     "gpu": 0}  # fmt: skip
