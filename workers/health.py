@@ -172,7 +172,7 @@ def _broker(settings: Settings, timeout: float, queues: Sequence[str]) -> Check:
 
         try:
             with create_app(settings).connection_for_write() as conn:
-                conn.ensure_connection(max_retries=1, timeout=timeout)
+                conn.ensure_connection(max_retries=1, interval_start=0, timeout=timeout)
         except Exception as exc:
             return Check("broker", False, f"cannot connect to {shown}: {_line(exc)}; {fix}")
         return Check("broker", True, f"{shown} connected")
@@ -205,7 +205,7 @@ def _workers(settings: Settings, timeout: float, nodes: Sequence[str], queues: S
     app = create_app(settings)
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=timeout)
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=timeout)
             replies = app.control.inspect(destination=list(nodes) or None, timeout=timeout, connection=conn)
             answers: dict[str, Any] = replies.active_queues() or {}
     except Exception as exc:

@@ -136,6 +136,10 @@ def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broke
     assert not report.healthy and not workers.ok and not beat.ok
     assert workers.detail.startswith(f"worker tools@{os.uname().nodename} did not answer within 0.5s: is it running")
     assert beat.detail.startswith("beat has sent no sweep on this broker: start `ratchet beat`")
+    # A worker's own check, with the broker down: it says so, in bounded time
+    down = make_settings(settings.database_url, f"redis://127.0.0.1:{free_port()}/0")
+    (workers,) = check_health(down, checks=["workers"], destinations=["tools@%h"], timeout=0.5).checks
+    assert not workers.ok and workers.detail.startswith(f"cannot ask the workers through {down.broker_url}: ")
 
     # Beat's record (workers.beat): recent passes, stale fails
     with broker.client() as r:
