@@ -120,6 +120,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
+        # Records each sweep it sends, for `ratchet health --check beat` (`workers.beat`).
+        "beat_scheduler": "workers.beat:Scheduler",
     }
 
 

@@ -14,6 +14,7 @@
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
+    ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
 
@@ -39,6 +40,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.health import add_health_command
 from workers.metrics import add_metrics_command
 from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
@@ -126,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_process_commands(sub)
     _add_run_commands(sub)
     add_ops_commands(sub)
+    add_health_command(sub)
     return parser
 
 

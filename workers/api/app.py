@@ -16,6 +16,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
+    GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
 """
@@ -154,6 +155,9 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
 
     app.include_router(records.router)
     app.include_router(ui.router)
+    from workers.api import checks
+
+    app.include_router(checks.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
