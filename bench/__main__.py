@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import concurrency, flatness, history, latency, listing, memory, overhead, recovery, streaming
+from bench import concurrency, flatness, history, latency, listing, memory, overhead, page, recovery, streaming
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.report import NOT_QUICK, REQUIRED, render, write
 from bench.rig import Rig, spawn_rig
@@ -19,7 +19,7 @@ from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory", "listing")
+ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory", "listing", "page")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,12 +98,15 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
         run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
     if "listing" in only:
         run("listing runs", lambda: listing.measure(env, runs=20_000 if q else 1_000_000, rounds=20 if q else 60))
+    if "page" in only:
+        run("run page in Chromium", lambda: page.measure(env, rounds=2 if q else 15, batches=20 if q else 333))
 
 
 def _ran(only: set[str]) -> set[str]:
     prefixes = {
         "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
         "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",), "listing": ("listing",),
+        "page": ("page",),
     }  # fmt: skip
     return {p for item, ps in prefixes.items() if item in only for p in ps}
 

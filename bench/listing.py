@@ -17,8 +17,6 @@ ratio: the target is under 20 ms on this 2-core machine. The query's plan, from
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -28,8 +26,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlalchemy.dialects import postgresql
 
+from bench import report
 from bench.env import BenchEnv, bench_env
-from bench.report import render, write
 from bench.stats import Row, Section, median, percentile
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
@@ -156,21 +154,7 @@ def _section(runs: int, fill_s: float, first: list[float], samples: dict[str, li
 def merge(out: Path, section: Section) -> None:
     """Put the section's figures into out/results.json, replacing an earlier run of it, and
     rewrite RESULTS.md from it (as `python -m bench --render` does)."""
-    path = out / "results.json"
-    if not path.exists():
-        write(out, [section], dict(section.numbers), quick=False, elapsed=section.seconds)
-        return
-    data = json.loads(path.read_text())
-    meta, sections = data.pop("meta"), data.pop("sections")
-    data.update({k: round(v, 6) if math.isfinite(v) else None for k, v in section.numbers.items()})
-    entry = {
-        "title": section.title, "seconds": round(section.seconds, 1), "rows": [r.to_json() for r in section.rows],
-        "notes": section.notes,
-    }  # fmt: skip
-    sections = [s for s in sections if not s["title"].startswith("Listing runs out of")] + [entry]
-    merged = {**dict(sorted(data.items())), "meta": meta, "sections": sections}
-    path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
-    render(out)
+    report.merge(out, section, replaces=lambda title: title.startswith("Listing runs out of"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""RESULTS.md and results.json: what a benchmark run writes (`write`), and RESULTS.md written
-again from results.json (`render`). Apart from `bench.__main__` so that a benchmark run alone
-(`python -m bench.listing`) writes its figures without importing every other benchmark."""
+"""RESULTS.md and results.json: what a benchmark run writes (`write`), RESULTS.md written again
+from results.json (`render`), and one section's figures merged into them (`merge`). Apart from
+`bench.__main__` so that a benchmark run alone (`python -m bench.listing`, `python -m
+bench.page`) writes its figures without importing every other benchmark."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import math
 import os
 import platform
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ REQUIRED = (
     "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
     "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg", "listing_ms_pg",
-    "history_step_ratio_pg", "history_step_ratio_sqlite",
+    "history_step_ratio_pg", "history_step_ratio_sqlite", "page_load_1000_ms",
 )  # fmt: skip
 
 
@@ -36,6 +38,27 @@ def render(out: Path) -> int:
         sections.append(section)
     _markdown(out, data, sections)
     return 0
+
+
+def merge(out: Path, section: Section, *, replaces: Callable[[str], bool]) -> None:
+    """Put a benchmark's section and figures into out/results.json, in place of the sections
+    whose titles `replaces` (an earlier run of it), the other figures kept; then RESULTS.md
+    again. What a benchmark run alone writes (`python -m bench.listing`, `bench.page`)."""
+    path = out / "results.json"
+    if not path.exists():
+        write(out, [section], dict(section.numbers), quick=False, elapsed=section.seconds)
+        return
+    data = json.loads(path.read_text())
+    meta, sections = data.pop("meta"), data.pop("sections")
+    data.update({k: round(v, 6) if math.isfinite(v) else None for k, v in section.numbers.items()})
+    entry = {
+        "title": section.title, "seconds": round(section.seconds, 1), "rows": [r.to_json() for r in section.rows],
+        "notes": section.notes,
+    }  # fmt: skip
+    sections = [s for s in sections if not replaces(s["title"])] + [entry]
+    merged = {**dict(sorted(data.items())), "meta": meta, "sections": sections}
+    path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+    render(out)
 
 
 def write(

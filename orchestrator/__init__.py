@@ -34,6 +34,7 @@ from orchestrator.retry import RetryPolicy
 from orchestrator.run import LogEntry, RunError, RunOutput, RunPage, RunSummary, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
+from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.team import Team
 from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 from orchestrator.usage import Metrics, Prices
@@ -49,6 +50,7 @@ __all__ = [
     "MemberRunError",
     "Message",
     "Metrics",
+    "MetricsSnapshot",
     "ModelCallError",
     "PoisonStepError",
     "Prices",

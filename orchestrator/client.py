@@ -12,8 +12,10 @@ every write to `orchestrator.control.RunControl`, which the Celery tasks call to
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,18 +23,21 @@ from orchestrator import validation
 from orchestrator.control import RunControl
 from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.ports import DeltaSink, Dispatcher, get_delta_sink
+from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths, get_delta_sink
 from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import LogEntry, RunOutput, RunPage, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store, retention
 from orchestrator.store.listing import RunFilter
+from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.retention import Deleted
+from orchestrator.timeline import Step
 
 #: A point in time as `Client.list_runs` takes it (see `validation.moment`).
 Moment = float | datetime | str
 
+log = logging.getLogger("ratchet.client")
 #: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
 SAFETY_POLL = 0.5
 
@@ -220,6 +225,13 @@ class Client:
         cancels). Not its member runs' (`get_log` each). RunNotFoundError if there is no such run."""
         return self.store.get_log(validation.known_run_id(run_id))
 
+    def get_steps(self, run_id: str) -> list[Step]:
+        """The run's steps in order, as a timeline shows them: each one's task (model call, tool
+        batch, fan-in), attempt, status, when it could start and ended, its tokens, its failed
+        tool calls, its error, and for the step in progress the worker and task holding it
+        (`orchestrator.timeline` says what is derived how). RunNotFoundError if there is no such run."""
+        return self.store.get_steps(validation.known_run_id(run_id))
+
     # ---------------------------------------------------------------- retention
 
     def delete_session(self, session_id: str) -> Deleted | None:
@@ -331,3 +343,21 @@ class Client:
                     f"run {run_id} is still going after {timeout}s; wait again or `ratchet show {run_id}`"
                 )
             await asyncio.sleep(next(delays))
+
+    # ---------------------------------------------------------------- metrics
+
+    def metrics(self) -> MetricsSnapshot:
+        """What `ratchet api` serves at /metrics: runs by agent and status now; counters of
+        retries, sweeper recoveries, fenced writes, errors, poison steps, tokens and cost; step
+        durations by kind (`orchestrator.store.metrics`); and the steps waiting in the broker's
+        queues, where the dispatcher can say (None if it cannot, or the broker did not answer:
+        logged). The same from any process on the same store."""
+        snapshot = self.store.metrics()
+        dispatcher = self.dispatcher
+        if not isinstance(dispatcher, QueueLengths):
+            return snapshot
+        try:
+            return replace(snapshot, queues=dispatcher.queue_lengths())
+        except Exception as exc:
+            log.warning("metrics: the broker's queue lengths could not be read (%s: %s)", type(exc).__name__, exc)
+            return snapshot

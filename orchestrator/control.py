@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import flow, validation
+from orchestrator import flow, tracing, validation
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
@@ -115,12 +115,13 @@ class RunControl:
         except RatchetError:
             kind = "agent"  # a producer need not import the agents; the worker knows them
         try:
-            record = self.store.create_run(
-                run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
-                input_messages=[Message(role="user", content=input)],
-                publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
-                session_state=state, priority=priority,
-            )  # fmt: skip
+            with tracing.starting(agent, run_id) as trace_context:
+                record = self.store.create_run(
+                    run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
+                    input_messages=[Message(role="user", content=input)],
+                    publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
+                    session_state=state, priority=priority, trace_context=trace_context,
+                )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
             if existing.agent_name != agent or given_session not in (None, existing.session_id):
@@ -225,16 +226,17 @@ class RunControl:
         if input is not None:
             messages.append(Message(role="user", content=input))
         try:
-            created = self.store.create_run(
-                run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
-                input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
-                # A fork of a member's run is the user's own run, not a member of the team any more.
-                publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
-                forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
-                # The fork has the source's history, not the source itself again (it copies its messages).
-                history=record.history if record.history is not None else "[]",
-                user_id=record.user_id, priority=record.priority,
-            )  # fmt: skip
+            with tracing.starting(record.agent_name, fork_id, source=record) as trace_context:
+                created = self.store.create_run(
+                    run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
+                    input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
+                    # A fork of a member's run is the user's own run, not a member of the team any more.
+                    publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
+                    forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
+                    # The fork has the source's history, not the source itself again (it copies its messages).
+                    history=record.history if record.history is not None else "[]",
+                    user_id=record.user_id, priority=record.priority, trace_context=trace_context,
+                )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))
         self.publish(created)

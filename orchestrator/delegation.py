@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
@@ -124,12 +125,16 @@ def start_members(
         members: list[RunRecord] = []
         for d in delegations:
             for member in d.members:
-                created = store.create_run(
-                    run_id=str(uuid.uuid4()), session_id=team.session_id, agent_name=member.name,
-                    kind=member.kind, input_messages=[Message(role="user", content=d.task)],
-                    publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                    stream=team.stream, user_id=team.user_id, priority=team.priority, conn=conn,
-                )  # fmt: skip
+                run_id = str(uuid.uuid4())
+                # In the trace of the leader's step (or of the team, where this worker traces nothing).
+                with tracing.starting(member.name, run_id, team=team) as trace_context:
+                    created = store.create_run(
+                        run_id=run_id, session_id=team.session_id, agent_name=member.name,
+                        kind=member.kind, input_messages=[Message(role="user", content=d.task)],
+                        publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
+                        stream=team.stream, user_id=team.user_id, priority=team.priority,
+                        trace_context=trace_context, conn=conn,
+                    )  # fmt: skip
                 members.append(created)
         store.log_event(
             conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members},

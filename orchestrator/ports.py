@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
@@ -55,6 +55,15 @@ class Dispatcher(Protocol):
 
     def publish(self, step: StepRef) -> None:
         """Send the step's task. Raise on failure; the run's outbox marker makes it safe to."""
+        ...
+
+
+@runtime_checkable
+class QueueLengths(Protocol):
+    """A dispatcher that can say how many steps wait in its queues (for `Client.metrics`)."""
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Messages waiting in each queue, by queue name. Raise if the broker cannot be asked."""
         ...
 
 

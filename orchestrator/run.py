@@ -52,6 +52,9 @@ class RunRecord:
     history: str | None = None
     #: The priority its producer gave it, 0-9, higher first (None: none given, the lowest, as 0).
     priority: int | None = None
+    #: The trace its steps' spans join, as a W3C traceparent (`orchestrator.tracing`); None:
+    #: derived from the run id.
+    trace_context: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

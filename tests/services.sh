@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make sure the servers the tests need are up: Redis on 127.0.0.1:6379, PostgreSQL on
 # 127.0.0.1:5432 (trust auth, database "test") and RabbitMQ on 127.0.0.1:5672 (guest/guest, for
-# the priority tests). Starts what is not running; installs what is missing (Debian packages, as
-# root). Idempotent: running it twice changes nothing.
+# the priority tests), and that Debian's Chromium is there for the run pages' browser tests.
+# Starts what is not running; installs what is missing (Debian packages, as root). Idempotent:
+# running it twice changes nothing.
 set -euo pipefail
 
 REDIS_PORT=${RATCHET_TEST_REDIS_PORT:-6379}
@@ -77,3 +78,14 @@ if ! amqp_up; then
   wait_for 90 amqp_up || { say "rabbitmq did not start"; exit 1; }
 fi
 say "rabbitmq ok on 127.0.0.1:5672"
+
+# --- Chromium ----------------------------------------------------------------------------
+# The run pages' browser tests (tests/integration/test_ui.py) and benchmark (bench/page.py)
+# drive Debian's chromium through Playwright: never a browser Playwright downloads itself.
+if [ ! -x /usr/bin/chromium ]; then
+  [ "$(id -u)" = 0 ] || { say "chromium is missing and this is not root: install chromium chromium-driver"; exit 1; }
+  if [ -z "$apt_ready" ]; then apt-get update -qq >/dev/null; apt_ready=1; fi
+  say "installing chromium chromium-driver"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+say "chromium ok: $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"

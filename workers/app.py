@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.entity import Exchange, Queue
 
+from orchestrator import tracing
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
@@ -119,6 +120,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
+        # Records each sweep it sends, for `ratchet health --check beat` (`workers.beat`).
+        "beat_scheduler": "workers.beat:Scheduler",
     }
 
 
@@ -199,6 +202,13 @@ def _after_fork(**_: Any) -> None:
     # Forked with the agents' modules, which this finds imported; a pool that starts its
     # processes afresh (not by fork) imports them here.
     import_agent_modules(list(_agent_modules))
+
+
+@worker_process_shutdown.connect
+def _flush_traces(**_: Any) -> None:
+    # A prefork child ends with os._exit, which runs no exit handler: spans a batch processor
+    # still holds would be lost at every pool recycle and shutdown.
+    tracing.flush()
 
 
 app: Celery  # built on first access, below

@@ -8,12 +8,13 @@
                 [--priority 0-9] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
     ratchet cancel RUN_ID
-    ratchet show RUN_ID [--log] [--json]          a run; --log: what happened to it (retries, errors...)
+    ratchet show RUN_ID [--log] [--steps] [--json]   a run; --log: what happened to it; --steps: its steps
     ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
     ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
+    ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
 
@@ -39,6 +40,8 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.health import add_health_command
+from workers.metrics import add_metrics_command
 from workers.ops import add_ops_commands
 from workers.render import jsonable, print_events, show
 from workers.sessions import add_session_command, state_argument
@@ -125,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_process_commands(sub)
     _add_run_commands(sub)
     add_ops_commands(sub)
+    add_health_command(sub)
     return parser
 
 
@@ -164,6 +168,7 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("--config", help="a ScriptConfig as JSON, or @file")
     p.set_defaults(func=cmd_scripted_model)
     add_api_command(sub)
+    add_metrics_command(sub)
 
 
 def _add_run_commands(sub: Any) -> None:
@@ -204,6 +209,7 @@ def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
     p.add_argument("run_id")
     p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
+    p.add_argument("--steps", action="store_true", help="and each run's steps: task, attempt, duration, tokens")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
@@ -367,11 +373,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     client = Client()
     out = client.get_run(args.run_id)
-    log = client.get_log if args.log else None
+    log, steps = client.get_log if args.log else None, client.get_steps if args.steps else None
     if args.json:
-        print(json.dumps(jsonable(out, log), indent=2, default=str))
+        print(json.dumps(jsonable(out, log, steps), indent=2, default=str))
         return 0
-    return show(out, log=log)
+    return show(out, log=log, steps=steps)
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

@@ -12,10 +12,12 @@ that takes it sends it on (`StepRunner.reroute`).
 from __future__ import annotations
 
 import uuid
+from contextlib import suppress
 
 from celery import Celery
 
 from orchestrator.ports import StepRef
+from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from workers.app import MODEL_TASK, TOOLS_TASK, create_app
 
@@ -29,6 +31,30 @@ class CeleryDispatcher:
         self.settings = settings
         self.app = app or create_app(settings)
         self._queues = {"model": settings.model_queue, "tools": settings.tools_queue}
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Messages waiting in the model, tools and control queues and in every queue the agents
+        of this process name (on Redis with the priority lists kombu keeps beside a queue; not
+        those delivered to a worker and not yet acked): a passive declare of each, which every
+        kombu transport answers. A queue the broker does not know (never declared, or on Redis
+        empty) holds nothing. Raises if the broker cannot be reached (bounded by its connection
+        and socket timeouts)."""
+        defaults = {self.settings.model_queue, self.settings.tools_queue, self.settings.control_queue}
+        names = sorted(defaults | named_queues())
+        lengths: dict[str, int] = {}
+        with self.app.connection_for_read() as conn:
+            # One more try at once, not kombu's default two seconds later: a scrape waits on it.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+            for name in names:
+                channel = conn.channel()
+                try:
+                    lengths[name] = int(channel.queue_declare(queue=name, passive=True).message_count)
+                except conn.channel_errors:  # AMQP closes the channel: a new one for the next queue
+                    lengths[name] = 0
+                finally:
+                    with suppress(*conn.channel_errors, *conn.connection_errors):
+                        channel.close()
+        return lengths
 
     def publish(self, step: StepRef) -> None:
         """Send the step's task; raises if the broker cannot take it (after kombu's short retry).

@@ -1,4 +1,4 @@
-"""What the `ratchet` command prints: a run (`show`, `jsonable`) and its log, a page of runs
+"""What the `ratchet` command prints: a run (`show`, `jsonable`), its log and steps, a page of runs
 (`print_page`), and a run's events as they happen (`print_events`), text deltas inline as a chat
 shows them."""
 
@@ -13,17 +13,25 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
 from orchestrator.run import LogEntry, RunOutput, RunPage
+from orchestrator.timeline import Step
 from orchestrator.usage import Metrics
 
+_STEP = TypeAdapter(Step)
 
-def show(out: RunOutput, indent: str = "", log: Callable[[str], list[LogEntry]] | None = None) -> int:
+
+def show(
+    out: RunOutput,
+    indent: str = "",
+    log: Callable[[str], list[LogEntry]] | None = None,
+    steps: Callable[[str], list[Step]] | None = None,
+) -> int:
     """Print the run, its messages and its member runs, and with `log` (a run's log by run_id)
-    each one's log; the exit status: 1 for ERROR, else 0."""
+    and `steps` (its steps) each one's; the exit status: 1 for ERROR, else 0."""
     user = f"  user={out.user_id}" if out.user_id is not None else ""
     print(terminal(f"{indent}run {out.run_id}  {out.status}  agent={out.agent_name}  session={out.session_id}{user}"))
     if out.parent_run_id:
@@ -49,25 +57,36 @@ def show(out: RunOutput, indent: str = "", log: Callable[[str], list[LogEntry]] 
         print(f"{indent}  log:{'' if entries else ' none'}")
         for entry in entries:
             print(terminal(f"{indent}    {log_line(entry)}"))
+    if steps is not None:
+        found = steps(out.run_id)
+        print(f"{indent}  steps:{'' if found else ' none'}")
+        for step in found:
+            print(terminal(f"{indent}    {step_line(step)}"))
     for i, m in enumerate(out.messages):
         flag = " [tool_call_error]" if m.tool_call_error else ""
         calls = f" -> {', '.join(c.name for c in m.calls)}" if m.tool_calls else ""
         text = (m.content or "").replace("\n", " ")
         print(terminal(f"{indent}  [{i}] {m.role}{calls}: {text[:160]}{flag}"))
     for member in out.member_runs:
-        show(member, indent + "    ", log)
+        show(member, indent + "    ", log, steps)
     return 0 if out.status != "ERROR" else 1
 
 
-def jsonable(out: RunOutput, log: Callable[[str], list[LogEntry]] | None = None) -> dict[str, Any]:
-    """The run as JSON values (`ratchet show --json`); with `log`, each run's log too."""
+def jsonable(
+    out: RunOutput,
+    log: Callable[[str], list[LogEntry]] | None = None,
+    steps: Callable[[str], list[Step]] | None = None,
+) -> dict[str, Any]:
+    """The run as JSON values (`ratchet show --json`); with `log` and `steps`, each run's too."""
     data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
     if isinstance(out.content, BaseModel):  # an output_schema's instance, when the agent is imported
         data["content"] = out.content.model_dump(mode="json")
     data["messages"] = [m.model_dump(mode="json") for m in out.messages]
-    data["member_runs"] = [jsonable(m, log) for m in out.member_runs]
+    data["member_runs"] = [jsonable(m, log, steps) for m in out.member_runs]
     if log is not None:
         data["log"] = [asdict(entry) for entry in log(out.run_id)]
+    if steps is not None:
+        data["steps"] = [_STEP.dump_python(step, mode="json") for step in steps(out.run_id)]
     data["metrics"] = out.metrics.model_dump(mode="json")
     return data
 
@@ -81,6 +100,21 @@ def log_line(entry: LogEntry) -> str:
         elif isinstance(value, dict | list):
             value = json.dumps(value)
         parts.append(f"{key}={value}")
+    return "  ".join(parts)
+
+
+def step_line(step: Step) -> str:
+    """One line for a step: its seq, task, status, attempt, duration, tokens, worker, error."""
+    took = f"{step.duration:.3f}s" if step.duration is not None else "-"
+    parts = [f"step {step.seq}", step.task, step.status, f"attempt {step.attempt}", took]
+    if step.metrics is not None:
+        parts.append(f"tokens {step.metrics.input_tokens}+{step.metrics.output_tokens}")
+    if step.tool_errors:
+        parts.append(f"{step.tool_errors} tool error(s)")
+    if step.worker is not None:
+        parts.append(f"on {step.worker} task {step.task_id}")
+    if step.error is not None:
+        parts.append(f"{step.error.type}: {_line(step.error.message)}")
     return "  ".join(parts)
 
 

@@ -33,6 +33,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
 from orchestrator.models._keys import key_problem, redact
+from orchestrator.models._spans import request_attributes
 from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, RateLimit, ToolSpec
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 from orchestrator.usage import Prices
@@ -226,6 +227,10 @@ def read_guarded(model: Model, api_key: str | None, read: Callable[..., T], *arg
 class OpenAIModel(Model):
     """Base of the OpenAI adapters: key and base URL resolution, the client, error handling."""
 
+    provider = "openai"
+    #: The API, as a trace names it (`openai.api.type`).
+    api_type = "chat_completions"
+
     def __init__(
         self,
         id: str,
@@ -252,6 +257,8 @@ class OpenAIModel(Model):
         self.organization = organization
         self.default_headers = dict(default_headers or {})
         self.request_params = dict(request_params or {})
+        #: The sampling arguments that were set (the adapter's own; see `sampling`).
+        self.sampling: dict[str, Any] = {}
 
     @property
     def timeout(self) -> float:
@@ -273,6 +280,10 @@ class OpenAIModel(Model):
         netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         safe = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
         return f"{type(self).__name__}(id={self.id!r}, base_url={safe!r})"
+
+    def span_attributes(self) -> dict[str, Any]:
+        """The server, the API and the sampling settings (`orchestrator.models._spans`)."""
+        return request_attributes(self.resolved_base_url(), self.api_type, self.sampling)
 
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.

@@ -83,6 +83,12 @@ class ModelReply:
     #: The tokens the provider reported: `input_tokens`, `output_tokens`, and when it says them
     #: `cached_tokens` and `reasoning_tokens`; empty when it reported none.
     usage: dict[str, int] = field(default_factory=dict)
+    #: What the provider said of the reply, for traces (`orchestrator.tracing`); None if it did
+    #: not say: the model that answered, the reply's id (not part of its value: two calls that
+    #: answer alike are equal), and why it stopped ("stop", "tool_calls", "length"...).
+    response_model: str | None = None
+    response_id: str | None = field(default=None, compare=False)
+    finish_reason: str | None = None
 
     def to_message(self, prices: Prices | None = None) -> Message:
         """The assistant message this reply becomes in the transcript, with its usage (and its
@@ -104,6 +110,9 @@ class Model(ABC):
     prices: Prices | None = None
     #: The provider's limits on this model id, shared by every worker; None: not limited.
     rate_limit: RateLimit | None = None
+    #: Who serves it, as OpenTelemetry's GenAI conventions name providers (`gen_ai.provider.name`:
+    #: "openai", "anthropic"...); None if unknown.
+    provider: str | None = None
 
     @abstractmethod
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
@@ -112,6 +121,12 @@ class Model(ABC):
     def describe(self) -> str:
         """A short, secret-free description for logs and `ratchet show`."""
         return f"{type(self).__name__}(id={self.id!r})"
+
+    def span_attributes(self) -> dict[str, Any]:
+        """What the span of a call says about the request besides the model id (`orchestrator.tracing`),
+        keyed as OpenTelemetry's GenAI conventions say: the server, sampling settings. Never a key
+        or the prompt."""
+        return {}
 
 
 __all__ = [

@@ -142,6 +142,9 @@ class OpenAIChat(OpenAIModel):
             content=message.content,
             tool_calls=calls,
             usage=chat_usage(usage),
+            response_model=getattr(raw, "model", None),
+            response_id=getattr(raw, "id", None),
+            finish_reason=getattr(choices[0], "finish_reason", None),
         )
 
 
@@ -152,19 +155,23 @@ class ChatStreamReader(StreamReader):
     def __init__(self) -> None:
         self._text: list[str] | None = None
         self._calls: dict[int, PartialCall] = {}
-        self._finished = False
+        self._finished: str | None = None
         self._usage: dict[str, int] = {}
+        self._model: str | None = None
+        self._id: str | None = None
 
     def feed(self, event: Any) -> str | None:
         """Take one chunk; its text delta, if it has one."""
         usage = getattr(event, "usage", None)
         if usage is not None:
             self._usage = chat_usage(usage)
+        self._model = getattr(event, "model", None) or self._model
+        self._id = getattr(event, "id", None) or self._id
         choice = next((c for c in event.choices or [] if c.index == 0), None)
         if choice is None:
             return None
         if choice.finish_reason is not None:
-            self._finished = True
+            self._finished = str(choice.finish_reason)
         delta = choice.delta
         for fragment in getattr(delta, "tool_calls", None) or []:
             call = self._calls.setdefault(fragment.index, PartialCall())
@@ -191,6 +198,9 @@ class ChatStreamReader(StreamReader):
             content=None if self._text is None else "".join(self._text),
             tool_calls=[self._calls[i].done() for i in sorted(self._calls)],
             usage=self._usage,
+            response_model=self._model,
+            response_id=self._id,
+            finish_reason=self._finished,
         )
 
 

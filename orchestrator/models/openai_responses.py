@@ -29,6 +29,8 @@ class OpenAIResponses(OpenAIModel):
     tokens) give each call's cost (`orchestrator.usage`); `rate_limit`, the provider's limits on
     this model id, which every worker keeps together (`orchestrator.flow`)."""
 
+    api_type = "responses"
+
     def __init__(
         self,
         id: str = "gpt-4o",
@@ -148,12 +150,7 @@ class OpenAIResponses(OpenAIModel):
                 calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "{}"))
         if not saw_message and not calls:
             raise malformed(self, "the output has neither a message nor a function call")
-        usage = getattr(raw, "usage", None)
-        return ModelReply(
-            content="".join(texts) if saw_message else None,
-            tool_calls=calls,
-            usage=responses_usage(usage),
-        )
+        return replied(raw, "".join(texts) if saw_message else None, calls)
 
 
 class ResponsesStreamReader(StreamReader):
@@ -200,12 +197,22 @@ class ResponsesStreamReader(StreamReader):
         calls = [self._calls[i].done() for i in sorted(self._calls)]
         if not self._saw_message and not calls:
             raise malformed(self._model, "the output has neither a message nor a function call")
-        usage = getattr(self._final, "usage", None)
-        return ModelReply(
-            content="".join(self._text) if self._saw_message else None,
-            tool_calls=calls,
-            usage=responses_usage(usage),
-        )
+        return replied(self._final, "".join(self._text) if self._saw_message else None, calls)
+
+
+def replied(response: Any, content: str | None, calls: list[ToolCall]) -> ModelReply:
+    """The reply of a `Response`, whole or streamed. The Responses API gives no finish reason:
+    an incomplete response's reason ("max_output_tokens", "content_filter") stands for it, else
+    Chat Completions' words ("tool_calls", "stop"), so traces read alike for both APIs."""
+    incomplete = getattr(getattr(response, "incomplete_details", None), "reason", None)
+    return ModelReply(
+        content=content,
+        tool_calls=calls,
+        usage=responses_usage(getattr(response, "usage", None)),
+        response_model=getattr(response, "model", None),
+        response_id=getattr(response, "id", None),
+        finish_reason=incomplete or ("tool_calls" if calls else "stop"),
+    )
 
 
 def responses_usage(usage: Any) -> dict[str, int]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from orchestrator import delegation, flow, structured
+from orchestrator import delegation, flow, structured, tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
@@ -116,16 +117,22 @@ class ModelStep:
         deltas are all stored when this returns or raises, before anything of the step commits."""
         timeout = self.runner.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
-        if not claim.record.stream:  # only streamed runs write live events: no cost to any other step
-            context = CallContext(run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, output=output)
-            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+        record = claim.record
+        context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
+        with tracing.model_call(agent.model, record, stream=record.stream, structured=output is not None) as span:
+            if record.stream:
+                reply = self._streamed(agent, prompt, claim, context)
+            else:  # only streamed runs write live events: no cost to any other step
+                reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            span.reply(reply)
+            return reply
+
+    def _streamed(self, agent: Agent, prompt: list[Message], claim: Claim, context: CallContext) -> ModelReply:
+        """The call of a streamed run: each delta published, and all stored before it returns or raises."""
         live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock, timeouts=self.runner.timeouts)
         live.begin()
-        context = CallContext(
-            run_id=claim.run_id, seq=claim.record.seq, timeout=timeout, on_delta=live.delta, output=output
-        )
         try:
-            return agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
         finally:
             live.end()
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from orchestrator import delegation
+from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
@@ -100,11 +100,14 @@ class StepRunner:
             return "dropped"
         flight = self.inflight.begin(claim)
         self.heartbeat.wake()
-        try:
-            return body(claim, flight)
-        except BaseException as exc:
-            self._abort(claim, flight, exc)
-            raise
+        with tracing.step(claim.record, kind) as span:  # nothing, unless a tracer provider is set
+            try:
+                outcome = body(claim, flight)
+            except BaseException as exc:
+                self._abort(claim, flight, exc)
+                raise
+            span.outcome(outcome)
+            return outcome
 
     # ---------------------------------------------------------------- claim and commit
 

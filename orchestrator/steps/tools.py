@@ -14,13 +14,14 @@ write carries it (its own append, the step's commit, the failure handler's flush
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import delegation
+from orchestrator import delegation, tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
@@ -113,7 +114,10 @@ class ToolStep:
             return list(flight.messages)
         batch = Batch(self.runner.store, claim, Turn())
         pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
-        pending: set[Future[Message]] = {pool.submit(self._call_tool, claim, agent, c, flight, batch) for c in calls}
+        # Each call in a copy of this thread's context: its span is a child of the step's.
+        pending: set[Future[Message]] = {
+            pool.submit(contextvars.copy_context().run, self._call_tool, claim, agent, c, flight, batch) for c in calls
+        }
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -168,22 +172,30 @@ class ToolStep:
         batch.release(call_id)
 
     def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch) -> Message:
+        with tracing.tool_call(call, claim.run_id) as span:  # nothing, unless a tracer provider is set
+            return self._run_tool(claim, agent, call, flight, batch, span)
+
+    def _run_tool(
+        self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced
+    ) -> Message:
         tool = agent.tool(call.name)
         store = self.runner.store
 
-        def result(content: str, *, error: bool = False, args: dict[str, Any] | None = None) -> Message:
+        def result(content: str, *, failure: str | None = None, args: dict[str, Any] | None = None) -> Message:
+            if failure is not None:
+                span.failed(failure)
             return Message(
                 role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
-                content=storable_text(content), tool_call_error=error, tool_args=args,
+                content=storable_text(content), tool_call_error=failure is not None, tool_args=args,
             )  # fmt: skip
 
         if tool is None:
             known = ", ".join(t.name for t in agent.all_tools()) or "none"
-            return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", error=True)
+            return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", failure="unknown_tool")
         try:
             args = tool.parse_arguments(call.arguments)
         except ToolArgumentsError as exc:
-            return result(str(exc), error=True, args=call.arguments_dict())
+            return result(str(exc), failure=type(exc).__name__, args=call.arguments_dict())
         if tool.at_most_once:
             retry_transient(
                 lambda: store.record_tool_start(claim, call.id, call.name),
@@ -210,13 +222,13 @@ class ToolStep:
             if not isinstance(exc, Exception):
                 text = f"the tool raised {type(exc).__name__}({text})"
             log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
-            return result(text, error=True, args=_jsonable(args, call))
+            return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
         try:
             change = context.state.change()
         except StateError as exc:
             batch.release(call.id)
             text = f"{exc}; the call's changes to the session state were not kept"
-            return result(text, error=True, args=_jsonable(args, call))
+            return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
         if change is None:
             batch.release(call.id)
         else:

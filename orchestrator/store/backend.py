@@ -69,7 +69,8 @@ class Backend(ABC):
         self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
     ) -> RunRecord | None:
         """Run `statements.COMMIT` with `params` and append `new_messages` (stamped with step
-        `seq` at the bound epoch); None, and nothing written, when the guard did not match.
+        `seq` at the bound epoch, and the claim's time `b_started`); None, and nothing written,
+        when the guard did not match.
         `final`: the move ends the run (see `on_final`)."""
 
     def output(self, conn: Connection, run_id: str) -> RunOutput:

@@ -124,6 +124,20 @@ def migrate(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def revisions(engine: Engine) -> tuple[str | None, str]:
+    """The database's migration revision (None: no Ratchet tables) and the latest one, for a
+    health check: equal when `ratchet migrate` has nothing left to do."""
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(resources.files("orchestrator.store") / "migrations"))
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    head = script.get_current_head()
+    assert head is not None  # the package ships its migrations
+    return current, head
+
+
 def is_migrated(engine: Engine) -> bool:
     """True when the store's tables exist."""
     return inspect(engine).has_table("ratchet_runs")
@@ -149,4 +163,5 @@ __all__ = [
     "normalise_url",
     "open_engine",
     "open_migrated",
+    "revisions",
 ]

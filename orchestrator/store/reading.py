@@ -13,6 +13,7 @@ from orchestrator.messages import Message
 from orchestrator.run import LogEntry, RunOutput, RunPage, RunRecord, Session
 from orchestrator.store import listing, reads, sessions
 from orchestrator.store.backend import Backend
+from orchestrator.timeline import Step
 
 T = TypeVar("T")
 
@@ -62,6 +63,11 @@ class StoreReads:
         """The run's log (retries, errors, recoveries, fences, continues...), oldest first, read
         with the run in one snapshot; RunNotFoundError if there is no such run."""
         return self._backend.snapshot(lambda c: reads.get_log(c, run_id))
+
+    def get_steps(self, run_id: str) -> list[Step]:
+        """The run's steps (`orchestrator.timeline`), read with the run and its log in one
+        snapshot; RunNotFoundError if there is no such run."""
+        return self._backend.snapshot(lambda c: reads.get_steps(c, run_id))
 
     def list_runs(self, filter: listing.RunFilter, *, limit: int, cursor: str | None = None) -> RunPage:
         """One page of the runs `filter` selects, newest first, after `cursor` (`store/listing.py`)."""

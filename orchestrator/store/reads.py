@@ -20,6 +20,7 @@ from orchestrator.state import from_json
 from orchestrator.status import RunStatus
 from orchestrator.store import sessions, statements
 from orchestrator.store.schema import events, messages, runs, tool_starts
+from orchestrator.timeline import COLUMNS, Step, derive_steps
 
 S = RunStatus
 
@@ -118,6 +119,10 @@ def get_log(conn: Connection, run_id: str) -> list[LogEntry]:
     """The run's log (what `ratchet_events` holds for it), oldest first; RunNotFoundError if
     there is no such run."""
     get_record(conn, run_id)
+    return _log_entries(conn, run_id)
+
+
+def _log_entries(conn: Connection, run_id: str) -> list[LogEntry]:
     rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id))
     return [
         LogEntry(
@@ -125,6 +130,15 @@ def get_log(conn: Connection, run_id: str) -> list[LogEntry]:
         )
         for r in rows
     ]
+
+
+def get_steps(conn: Connection, run_id: str) -> list[Step]:
+    """The run's steps in order (`orchestrator.timeline`), from its row, its messages' stamps
+    (not their content) and its log; RunNotFoundError if there is no such run."""
+    record = get_record(conn, run_id)
+    columns = [messages.c[name] for name in COLUMNS]
+    rows = conn.execute(select(*columns).where(messages.c.run_id == run_id).order_by(messages.c.idx)).all()
+    return derive_steps(record, rows, _log_entries(conn, run_id))
 
 
 def run_events(conn: Connection, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:

@@ -33,6 +33,7 @@ from sqlalchemy import Connection, delete, exists, select
 
 from orchestrator.errors import RunLiveError
 from orchestrator.status import RunStatus
+from orchestrator.store import metrics
 from orchestrator.store.listing import RunFilter, ordered
 from orchestrator.store.schema import deltas, events, messages, runs, sessions, tool_starts
 from orchestrator.store.store import Store
@@ -208,8 +209,10 @@ def _live(session_id: str, row: Any, *, done: int) -> RunLiveError:
 
 
 def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
-    """Delete these runs and every row stored for them, in the caller's transaction."""
+    """Delete these runs and every row stored for them, in the caller's transaction; what their
+    rows added to the metrics' counters stays counted (`metrics.keep_counted`)."""
     for part in _parts(list(run_ids)):
+        metrics.keep_counted(conn, part)
         for table in (messages, tool_starts, events, deltas):
             conn.execute(delete(table).where(table.c.run_id.in_(part)))
         conn.execute(delete(runs).where(runs.c.run_id.in_(part)))

@@ -81,8 +81,11 @@ runs = Table(
     # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
     Column("history", Text, nullable=True),
     # The priority its producer gave it, 0-9, higher first; NULL: none given, the lowest, as 0
-    # (migration 0008). Every step of the run is published with it.
+    # (migration 0010). Every step of the run is published with it.
     Column("priority", SmallInteger, nullable=True),
+    # The W3C traceparent of the span its producer started it under (`orchestrator.tracing`,
+    # migration 0009); NULL when it traced nothing: its steps' trace is derived from the run id.
+    Column("trace_context", Text, nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)
@@ -129,8 +132,14 @@ messages = Table(
     Column("cache_read_tokens", Integer, nullable=True),
     Column("reasoning_tokens", Integer, nullable=True),
     Column("cost", Float, nullable=True),
+    # When the step whose commit wrote the row was claimed (migration 0010): set on the messages
+    # a step's own commit carries (a model step's reply, a tool step's last result), NULL on
+    # every other row. Its commit's `created_at` minus this is how long the step took.
+    Column("step_started_at", Float, nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
+# Metrics read the rows written since they last looked (`store/metrics.py`; migration 0010).
+Index("ix_ratchet_messages_created", messages.c.created_at)
 # A tool call has at most one result: a second append of the same result fails loudly.
 Index("ux_ratchet_messages_tool_result", messages.c.run_id, messages.c.tool_call_id, unique=True)
 
@@ -159,6 +168,7 @@ events = Table(
     Column("detail", Text, nullable=True),
 )
 Index("ix_ratchet_events_run", events.c.run_id, events.c.id)
+Index("ix_ratchet_events_at", events.c.at)  # metrics, as above (migration 0010)
 
 # Live events of streamed runs where the broker is not Redis (migration 0004): one row per delta
 # or step restart, `body` the event's JSON; written on the lazy engine, deleted once old.
@@ -175,3 +185,17 @@ deltas = Table(
 )
 Index("ix_ratchet_deltas_run", deltas.c.run_id, deltas.c.id)
 Index("ix_ratchet_deltas_created", deltas.c.created_at)
+
+# Metric counters up to a time (migration 0010, `store/metrics.py`): what the rows written up to
+# `MARK`'s value added, kept here so that reading a counter sums only the rows written since,
+# and so that deleting old runs (retention) never takes a counter down. One row per counter and
+# label set; the row (MARK, "", "") holds the time the others count up to.
+metric_totals = Table(
+    "ratchet_metric_totals",
+    metadata,
+    Column("name", String(64), nullable=False),
+    Column("agent", String(256), nullable=False),
+    Column("label", String(64), nullable=False),
+    Column("value", Float, nullable=False),
+    PrimaryKeyConstraint("name", "agent", "label", name="pk_ratchet_metric_totals"),
+)

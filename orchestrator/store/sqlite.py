@@ -74,7 +74,10 @@ class SqliteBackend(Backend):
             return None
         record = RunRecord.from_row(row)
         start = record.n_messages - len(new_messages)
-        writes.insert_messages(conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch)
+        writes.insert_messages(
+            conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch,
+            step_started_at=params["b_started"],
+        )  # fmt: skip
         return record
 
     def on_final(self, conn: Connection, run_id: str) -> None:

@@ -32,6 +32,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    null,
     or_,
     select,
     true,
@@ -136,20 +137,20 @@ _APPENDED = (
 _ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, Integer, Integer, Integer, Integer, Float)
 
 
-def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any) -> CTE:
+def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, started: Any = None) -> CTE:
     """PostgreSQL: INSERT the bound `message_arrays` as messages of the run `source` returns, at
-    `first_idx` onwards, written by step `seq` at `epoch`; nothing when `source` returns no row (a
-    guard that did not match)."""
+    `first_idx` onwards, written by step `seq` at `epoch` (`started`: the claim time of the step
+    whose commit this is); nothing when `source` returns no row (a guard that did not match)."""
     rows = (
         func.unnest(*(bindparam(f"b_m_{c}", type_=ARRAY(t)) for c, t in zip(_APPENDED, _ARRAY_TYPES, strict=True)))
         .table_valued(*_APPENDED, with_ordinality="ord")
         .render_derived(name="m")
     )
     return insert(messages).from_select(
-        ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch"],
+        ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at"],
         select(
             source.c.run_id, first_idx + rows.c.ord - 1, *(rows.c[c] for c in _APPENDED),
-            bindparam("b_now", type_=Float), seq, epoch,
+            bindparam("b_now", type_=Float), seq, epoch, started if started is not None else null(),
         ).select_from(source).join(rows, true()),
     ).cte(f"{source.name}_messages")  # fmt: skip
 
@@ -162,14 +163,15 @@ def _commit_pg(notify: bool) -> Select[Any]:
     first = moved.c.n_messages - bindparam("b_count", type_=Integer)
     # Written by the claimed step: its seq (the move advances the run's) at the claim's epoch.
     appended = _append_messages(
-        moved, first, seq=bindparam("b_step", type_=Integer), epoch=bindparam("b_epoch", type_=Integer)
-    )
+        moved, first, seq=bindparam("b_step", type_=Integer), epoch=bindparam("b_epoch", type_=Integer),
+        started=bindparam("b_started", type_=Float),
+    )  # fmt: skip
     return select(*columns).add_cte(appended)
 
 
 #: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
-#: parameters, `b_step` (the claimed step's seq) and `message_arrays(new_messages)`. Zero rows:
-#: fenced, nothing written.
+#: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time) and
+#: `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
 #: The same for a move to a final status, which also wakes the run's waiters when it commits.
 COMMIT_PG_FINAL = _commit_pg(notify=True)

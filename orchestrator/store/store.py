@@ -29,11 +29,12 @@ from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
 from orchestrator.store import history as session_history
-from orchestrator.store import sessions, statements, writes
+from orchestrator.store import metrics, parking, sessions, statements, writes
 from orchestrator.store.backend import Backend
-from orchestrator.store.claims import Claim, held
+from orchestrator.store.claims import Claim
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
+from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
@@ -83,6 +84,13 @@ class Store(StoreReads):
         `close=False`, after a fork, leaves the parent's pooled connections open."""
         self._backend.dispose(close=close)
 
+    def metrics(self) -> MetricsSnapshot:
+        """Runs by agent and status now, and the counters (`store/metrics.py`); first adds the
+        rows settled since any process last asked to the stored totals."""
+        with self.engine.begin() as conn:
+            metrics.fold(conn, upto=self.clock() - metrics.SETTLE_SECONDS)
+        return self._backend.snapshot(metrics.read)
+
     # ---------------------------------------------------------------- producer writes
 
     def create_run(
@@ -103,6 +111,7 @@ class Store(StoreReads):
         history: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        trace_context: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -118,6 +127,7 @@ class Store(StoreReads):
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
             priority=priority,
+            trace_context=trace_context,
         )  # fmt: skip
         changes = [StateChange(set=dict(session_state))] if session_state else []
         opener = self.engine.begin if changes else self._backend.single_statement
@@ -236,7 +246,7 @@ class Store(StoreReads):
             b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
             b_status=transition((S.RUNNING,), status), b_next=next_step, b_count=len(new_messages),
             b_publish_after=due_at(status, now, publish_grace=publish_grace),
-            b_content=content, b_system=system_message,
+            b_content=content, b_system=system_message, b_started=claim.record.updated_at,
         )  # fmt: skip
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
@@ -322,7 +332,7 @@ class Store(StoreReads):
         timeout. The retry gets the next seq, so a stray copy of the failed attempt's task (a
         republish, a redelivery) is stale and cannot call the model again before the backoff."""
         counts = dict(seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0)
-        return self._park(claim, "retry", delay, published, publish_grace, counts, error=error)
+        return parking.park(self, claim, "retry", delay, published, publish_grace, counts, error=error)
 
     def park_throttled(
         self, claim: Claim, *, delay: float, published: bool, reason: str, publish_grace: float
@@ -331,26 +341,7 @@ class Store(StoreReads):
         not a retry, and its claim does not count toward the poison limit. It keeps its seq: a
         stray copy of its task only asks the limiter again. `published` as for a retry."""
         counts = dict(attempts=runs.c.attempts - 1)
-        return self._park(claim, "throttled", delay, published, publish_grace, counts, reason=reason)
-
-    def _park(
-        self, claim: Claim, event: str, delay: float, published: bool, publish_grace: float,
-        counts: dict[str, Any], **why: Any,
-    ) -> RunRecord:  # fmt: skip
-        now = self.clock()
-        with self.engine.begin() as conn:
-            record = self.move(
-                claim.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=claim.epoch, extra_where=held(claim, now),
-                publish_grace=publish_grace if published else None, delay=delay, conn=conn,
-                lease_owner=None, lease_expires_at=None, **counts,
-            )  # fmt: skip
-            if record is None:
-                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the step was parked")
-            self.log_event(
-                conn, claim.run_id, event, record.seq, delay=round(delay, 3), **why,
-                by="countdown" if published else "sweeper", **writes.position(record),
-            )  # fmt: skip
-            return record
+        return parking.park(self, claim, "throttled", delay, published, publish_grace, counts, reason=reason)
 
     def fail(
         self,

@@ -36,9 +36,11 @@ def insert_messages(
     *,
     seq: int | None,
     epoch: int | None,
+    step_started_at: float | None = None,
 ) -> None:
-    """Append `items` at index `start` on, written by step `seq` at `epoch` (see the schema)."""
-    stamp = {"run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch}
+    """Append `items` at index `start` on, written by step `seq` at `epoch`; `step_started_at`:
+    the claim time of the step whose own commit this is (see the schema)."""
+    stamp = {"run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch, "step_started_at": step_started_at}
     if items:
         rows = [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)]
         conn.execute(statements.INSERT_MESSAGES, rows)

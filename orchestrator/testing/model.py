@@ -79,6 +79,8 @@ class ScriptedModel(Model):
             content=decision.content,
             tool_calls=[ToolCall(id=cid, name=name, arguments=args) for cid, name, args in decision.tool_calls],
             usage=dict(decision.usage),
+            response_model=self.id,
+            finish_reason=decision.finish_reason,
         )
 
     def _stream(self, reply: ScriptedReply, on_delta: Callable[[str], None]) -> None:

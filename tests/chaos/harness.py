@@ -158,10 +158,11 @@ class Cluster:
         return env
 
     def start_worker(
-        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = ()
-    ) -> Worker:
-        """Start a worker and return once it consumes."""
-        worker = self.spawn_worker(concurrency=concurrency, beat=beat, pool=pool, queues=queues)
+        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = (),
+        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None,
+    ) -> Worker:  # fmt: skip
+        """Start a worker importing `apps` (with `env` added to its environment); return once it consumes."""
+        worker = self.spawn_worker(concurrency=concurrency, beat=beat, pool=pool, queues=queues, apps=apps, env=env)
         self.wait_ready(worker)
         return worker
 
@@ -173,21 +174,25 @@ class Cluster:
         return workers
 
     def spawn_worker(
-        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = ()
-    ) -> Worker:
+        self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = (),
+        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None,
+    ) -> Worker:  # fmt: skip
         """Start a worker process; `wait_ready` waits until it consumes."""
         name = f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
         log = self.root / f"{name.split('@')[0]}.log"
-        argv = [sys.executable, "-m", "workers.cli", "worker", "--app", "tests.chaos.agents", "-P", pool,
-                "-c", str(concurrency), "-n", name, "-l", "INFO"]  # fmt: skip
+        argv = [sys.executable, "-m", "workers.cli", "worker", "-P", pool, "-c", str(concurrency), "-n", name,
+                "-l", "INFO"]  # fmt: skip
+        for app in apps:
+            argv += ["--app", app]
         if queues:
             argv += ["-Q", ",".join(queues)]
         if beat:
             argv.append("-B")
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                argv, env=self.env(), cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                argv, env=self.env(**(env or {})), cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
         worker = Worker(name, proc, log)
         self.workers.append(worker)
         return worker

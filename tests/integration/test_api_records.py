@@ -1,25 +1,42 @@
-"""The HTTP API's listing, log and session delete (`workers/api/records.py`), called in process
-over ASGI on SQLite and PostgreSQL: the same filters, pages, errors and refusals as `Client`."""
+"""The HTTP API's listing, log, steps and session delete (`workers/api/records.py`), called in
+process over ASGI on SQLite and PostgreSQL: the same filters, pages, errors and refusals as
+`Client`; and the run pages' files (`workers/api/ui.py`), served without a token."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import TypeAdapter
 
-from orchestrator import Client, RunStatus
+from orchestrator import Agent, Client, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.store import Store
+from orchestrator.testing import in_memory
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.timeline import Step
 from tests.conftest import make_settings
 from tests.integration.stored_runs import rows_of, seed
 from tests.integration.test_api import error_of
 from workers.api.app import create_app
 
 S = RunStatus
+STEP = TypeAdapter(Step)
+#: A tool batch with a failing call, then a model call refused once (HTTP 400).
+FAILING_ONCE = ScriptConfig(
+    batches=[[{"tool": "fetch", "arguments": {"url": "u"}}]], faults=[Fault(turn=2, status=400, times=1)]
+)
+
+
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    raise ConnectionError(f"{url}: refused")
 
 
 @pytest.fixture
@@ -104,3 +121,44 @@ def test_a_listing_the_api_cannot_take_is_a_422_saying_why(redis_url: str, tmp_p
         response = call(app, "GET", "/runs", params=params)
         assert response.status_code == 422, (params, response.text)
         assert says in response.json()["error"]["message"], params
+
+
+def test_a_runs_steps_are_the_clients_over_http_as_they_ran_on_each_database(settings: Settings, store: Store) -> None:
+    with in_memory(settings) as inline:  # real steps, run in this process on the test's database
+        agent = Agent(name=f"records-{uuid.uuid4().hex[:6]}", model=ScriptedModel(script=FAILING_ONCE), tools=[fetch])
+        failed = Client(settings, store=store, dispatcher=inline).start(agent.name, input="go").run_id
+        app = create_app(settings, client=Client(settings, store=store, dispatcher=inline))
+        assert store.get_record(failed).status == S.ERROR
+        running = seed(store, S.QUEUED)
+        assert store.claim(running, 0, "model", owner="host-b:77:task-3", lease_seconds=30) is not None
+
+        answered = call(app, "GET", f"/runs/{failed}/steps")
+        on_http = [(s["task"], s["status"], s["tool_errors"]) for s in answered.json()["steps"]]
+        assert on_http == [("model", "done", 0), ("tools", "done", 1), ("model", "failed", 0)]
+        assert answered.json()["steps"][2]["error"]["type"] == "BadRequestError"
+        assert answered.json()["steps"] == [
+            STEP.dump_python(s, mode="json") for s in Client(settings).get_steps(failed)
+        ]
+        (now,) = call(app, "GET", f"/runs/{running}/steps").json()["steps"]
+        assert (now["status"], now["worker"], now["task_id"]) == ("running", "host-b:77", "task-3")
+
+        assert call(app, "POST", f"/runs/{failed}/continue").status_code == 202
+        after = call(app, "GET", f"/runs/{failed}/steps").json()["steps"]
+        assert [s["status"] for s in after] == ["done", "done", "failed", "done"]
+    error_of(call(app, "GET", "/runs/no-such-run/steps"), 404, "RunNotFoundError")
+
+
+def test_the_page_is_served_without_a_token_and_every_api_route_still_needs_one(redis_url: str, tmp_path: Path) -> None:
+    token = "page-token"
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url, api_tokens=token))
+
+    to_page = call(app, "GET", "/")
+    assert to_page.status_code == 307 and to_page.headers["location"] == "ui/"
+    served = call(app, "GET", "/ui/")
+    assert served.status_code == 200 and served.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in served.headers["content-security-policy"]
+    assert call(app, "GET", "/ui/app.js").headers["content-type"].startswith("text/javascript")
+    assert call(app, "GET", "/ui/app.css").headers["content-type"].startswith("text/css")
+    for path in ("/runs", "/runs/x/steps", "/runs/x/events", "/ui/nothing.js"):  # not one of the page's files
+        assert call(app, "GET", path).status_code == 401, path
+    assert call(app, "GET", "/ui/nothing.js", headers={"Authorization": f"Bearer {token}"}).status_code == 404

@@ -1,4 +1,4 @@
-"""`ratchet runs`, `ratchet show --log`, `ratchet prune` and `ratchet delete-session`, called as a
+"""`ratchet runs`, `ratchet show --log` and `--steps`, `ratchet prune` and `ratchet delete-session`, called as a
 user would on a SQLite store (the store's side is tested on both databases in test_listing.py
 and test_retention.py)."""
 
@@ -81,6 +81,21 @@ def test_show_log_prints_what_happened_to_the_run(store: Store, capsys: pytest.C
     assert main(["show", run_id, "--log", "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)["log"]
     assert entry["kind"] == "error" and entry["detail"]["to"] == "ERROR"
+
+
+def test_show_steps_prints_each_step_and_the_worker_of_the_one_in_progress(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = seed(store, S.QUEUED)
+    assert store.claim(run_id, 0, "model", owner="host-c:9:task-1", lease_seconds=30) is not None
+
+    assert main(["show", run_id, "--steps"]) == 0
+    out = capsys.readouterr().out
+    assert "  steps:\n    step 0  model  running  attempt 1  -  on host-c:9 task task-1\n" in out
+
+    assert main(["show", run_id, "--steps", "--json"]) == 0
+    (step,) = json.loads(capsys.readouterr().out)["steps"]
+    assert (step["task"], step["status"], step["worker"], step["task_id"]) == ("model", "running", "host-c:9", "task-1")
 
 
 def test_prune_and_delete_session_say_what_they_deleted(

@@ -72,6 +72,8 @@ FORBIDDEN = {
     "control": {"client", "steps", "sweeper"},
     "routing": {"steps", "delegation", "control", "client", "sweeper"},
     "flow": {"store", "steps", "delegation", "control", "client", "sweeper"},
+    # Called by the store's callers, the steps and the run control: it imports none of them.
+    "tracing": {"store", "models", "steps", "delegation", "control", "client", "sweeper", "agent", "team", "tools"},
 }
 PRODUCTION = {"testing"}  # nothing outside `orchestrator.testing` imports the test doubles
 

@@ -12,8 +12,11 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
                                     (204 once the run has stopped and nothing is left to send)
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id= filters them)
     GET  /sessions/{id}/runs        the same (the route it had first)
-    GET  /runs, GET /runs/{run_id}/log, DELETE /sessions/{id}: listing, logs, deletes (`records.py`)
+    GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
+    GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
+    GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
+    GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
 Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
 """
@@ -27,8 +30,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import validation
@@ -42,6 +47,7 @@ from orchestrator.settings import Settings
 from workers.api import errors
 from workers.api.errors import ApiError
 from workers.api.gate import Gate
+from workers.metrics import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
 MAX_WAIT = 300.0
@@ -149,9 +155,13 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     app.include_router(router)
-    from workers.api import records  # its routes use this module's dependencies
+    from workers.api import records, ui  # records' routes use this module's dependencies
 
     app.include_router(records.router)
+    app.include_router(ui.router)
+    from workers.api import checks
+
+    app.include_router(checks.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
 
@@ -320,3 +330,19 @@ def session_runs(
     if session is None:
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
     return session
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    tags=["meta"],
+    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **_errors(401)},
+)
+def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
+    """Prometheus metrics in its text format: runs by agent and status, retries, sweeper
+    recoveries, fenced writes, errors, poison steps, tokens, cost, step durations and queue
+    lengths, read from the store and the broker now, so every API process answers the same.
+    Needs a token like every route but /health: give Prometheus one (`authorization:` in its
+    scrape config)."""
+    body, content_type = exposition(client, accept)
+    return Response(body, headers={"Content-Type": content_type})

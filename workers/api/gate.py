@@ -15,10 +15,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from workers.api import ui
 from workers.api.errors import error_response
 
-#: Paths served without a token: the liveness probe and the API's own description.
-PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Paths served without a token: the liveness probe, the API's own description, and the run
+#: pages' files (they hold no data: their script sends the token on each request it makes).
+PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}) | ui.PATHS
 
 
 class BodyTooLarge(HTTPException):

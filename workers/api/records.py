@@ -1,10 +1,11 @@
-"""The HTTP API's routes on stored runs: list them, read a run's log, delete a session.
+"""The HTTP API's routes on stored runs: list them, read a run's log and steps, delete a session.
 
     GET    /runs                 a page of runs, newest first: ?status=ERROR&agent=a&since=6h&cursor=...
     GET    /runs/{run_id}/log    what happened to the run besides its messages (retries, errors...)
+    GET    /runs/{run_id}/steps  its steps: task, attempt, status, duration, tokens (`orchestrator.timeline`)
     DELETE /sessions/{id}        the session, its runs and everything stored for them
 
-Each calls `Client` (`list_runs`, `get_log`, `delete_session`) with the same arguments and
+Each calls `Client` (`list_runs`, `get_log`, `get_steps`, `delete_session`) with the same arguments and
 errors. `GET /runs/{run_id}/events` is another thing: the run's events as a live stream
 (`workers.api.app`); the log is a stored record, read at once. Pruning old runs is the command
 line's and Python's (`ratchet prune`, `Client.prune`): a bulk delete is an operator's job, run
@@ -20,6 +21,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
 from orchestrator.run import LogEntry, RunPage
+from orchestrator.timeline import Step
 from workers.api.app import ClientDep, _errors
 from workers.api.errors import ApiError
 
@@ -31,6 +33,13 @@ class RunLog(BaseModel):
 
     run_id: str
     entries: list[LogEntry] = Field(description="oldest first")
+
+
+class RunSteps(BaseModel):
+    """The answer of `GET /runs/{run_id}/steps`."""
+
+    run_id: str
+    steps: list[Step] = Field(description="in the order they ran")
 
 
 class SessionDeleted(BaseModel):
@@ -75,6 +84,15 @@ def run_log(run_id: str, client: ClientDep) -> RunLog:
     """The run's log, oldest first: retries, errors, leases the sweeper took back, fenced writes,
     delegations and fan-ins, continues, cancels (not its member runs': ask for each)."""
     return RunLog(run_id=run_id, entries=client.get_log(run_id))
+
+
+@router.get("/runs/{run_id}/steps", response_model=RunSteps, tags=["runs"], responses=_errors(401, 404, 422))
+def run_steps(run_id: str, client: ClientDep) -> RunSteps:
+    """The run's steps in order: each one's task (a model call, a tool batch, a fan-in), status,
+    attempt, when it could start and ended (its duration includes time in the queue: a claim's
+    time is not kept), tokens, failed tool calls and error; the worker and Celery task id of the
+    step in progress only (a commit clears the lease that names them). Not its member runs'."""
+    return RunSteps(run_id=run_id, steps=client.get_steps(run_id))
 
 
 @router.delete(

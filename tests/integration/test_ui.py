@@ -1,0 +1,143 @@
+"""The run pages in headless Chromium (Debian's, driven by Playwright): `ratchet api` in a uvicorn
+subprocess with bearer tokens on, a real worker running the steps, on SQLite and PostgreSQL. The
+page asks for the token, lists the runs and keeps the list current, shows an ERROR run with its
+error and its tool error, continues it and shows it complete; a streamed run's text shows as it
+is written; run content that is markup stays text. That the page's files need no token and
+every API route still does: tests/integration/test_api_records.py."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import playwright.sync_api as pw
+import pytest
+
+import tests.integration.ui_agents  # noqa: F401  (the embedded worker runs its agents)
+from orchestrator.settings import Settings
+from tests.conftest import make_settings
+from tests.integration.test_api import ApiServer, start_api
+from tests.integration.ui_agents import MARKUP, WORDS
+
+CHROMIUM = os.environ.get("RATCHET_TEST_CHROMIUM", "/usr/bin/chromium")
+APP = "tests.integration.ui_agents"
+TOKEN = "ui-test-token-7f3a"
+#: Seconds a page condition may take: a run of a few steps, or the list's next poll (3 s).
+DEADLINE_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium (tests/services.sh)")
+    with pw.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def settings(db_url: str, redis_url: str) -> Settings:
+    """The worker's settings are the API server's."""
+    return make_settings(db_url, redis_url)
+
+
+@pytest.fixture
+def api(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
+    server = start_api(settings, tmp_path / "api.log", env={"RATCHET_API_TOKENS": TOKEN}, app=APP)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(DEADLINE_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    context.close()
+    assert errors == [], f"the page's script failed: {errors}"
+
+
+def start(api: ApiServer, agent: str, text: str, *, stream: bool = False, until: str | None = None) -> str:
+    """Start a run over HTTP, as any client would; with `until`, wait for that status."""
+    with api.client(TOKEN) as http:
+        started = http.post("/runs", json={"agent": agent, "input": text, "stream": stream})
+        assert started.status_code == 202, started.text
+        run_id: str = started.json()["run_id"]
+        if until is not None:
+            done = http.get(f"/runs/{run_id}/wait", params={"timeout": 30}).json()
+            assert done["status"] == until, done
+    return run_id
+
+
+def signed_in(page: Any, url: str) -> None:
+    """Open the page, which asks for a token (the API answers 401 without one), and give it."""
+    page.goto(url)
+    page.locator("#token-form").wait_for(state="visible")
+    page.fill("#token-input", TOKEN)
+    page.click("#token-form button[type=submit]")
+    page.locator("#token-form").wait_for(state="hidden")
+
+
+@pytest.mark.usefixtures("worker")
+def test_the_list_shows_runs_live_and_an_error_run_is_continued_to_completion(api: ApiServer, page: Any) -> None:
+    failed = start(api, "ui-researcher", "how does celery retry?", until="ERROR")
+    signed_in(page, f"{api.url}/ui/")
+
+    row = page.locator(f'tr.run[data-run="{failed}"]')
+    pw.expect(row).to_have_attribute("data-status", "ERROR")
+    pw.expect(row).to_contain_text("BadRequestError")
+    # The list follows new runs without a reload
+    later = start(api, "ui-echo", "later", until="COMPLETED")
+    pw.expect(page.locator(f'tr.run[data-run="{later}"]')).to_have_attribute("data-status", "COMPLETED")
+    # Filtered by status, only the ERROR run
+    page.select_option("select[name=status]", "ERROR")
+    pw.expect(page.locator("tr.run")).to_have_count(1)
+    assert "status=ERROR" in page.url
+
+    row.click()
+    pw.expect(page.locator("#run-error")).to_contain_text("the request was refused once")
+    pw.expect(page.locator(".msg.tool-error")).to_contain_text("connection refused")
+    pw.expect(page.locator(".msg.tool-error .flag")).to_have_text("tool error")
+    pw.expect(page.locator(".step.failed")).to_contain_text("model call")
+    pw.expect(page.locator(".step").first).to_contain_text("attempt 1")
+
+    page.click("#continue")
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(page.locator(".msg.assistant").last).to_contain_text("Researched: notes on celery")
+    pw.expect(page.locator('.logline[data-kind="continue"]')).to_have_count(1)
+    pw.expect(page.locator("#run-error")).to_have_count(0)
+    assert page.locator(".step.failed").count() == 1  # the failed step stays in the timeline
+    assert TOKEN not in api.log.read_text()  # the token went in headers, never in a logged URL
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: the stream is tested on both
+@pytest.mark.usefixtures("worker")
+def test_a_streamed_runs_page_shows_its_text_as_it_is_written_then_the_answer(api: ApiServer, page: Any) -> None:
+    signed_in(page, f"{api.url}/ui/")
+    run_id = start(api, "ui-writer", "write", stream=True)
+    page.goto(f"{api.url}/ui/#/runs/{run_id}")
+
+    pw.expect(page.locator(".live-text pre")).to_contain_text("word1 ")  # before the step committed
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(page.locator(".msg.assistant")).to_contain_text(f"word{WORDS - 1}")
+    pw.expect(page.locator(".live-text")).to_be_hidden()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part only
+@pytest.mark.usefixtures("worker")
+def test_run_content_that_is_markup_is_shown_as_text(api: ApiServer, page: Any) -> None:
+    run_id = start(api, "ui-echo", "<b>hello</b><script>window.__pwned=3</script>", until="COMPLETED")
+    signed_in(page, f"{api.url}/ui/#/runs/{run_id}")
+
+    timeline = page.locator("#timeline")
+    pw.expect(page.locator(".msg.tool")).to_contain_text(MARKUP)
+    pw.expect(page.locator(".msg.user")).to_contain_text("<b>hello</b><script>")
+    assert timeline.locator("img, script, b").count() == 0
+    assert page.evaluate("() => window.__pwned") is None

@@ -1,0 +1,62 @@
+"""`GET /health/checks`: `ratchet health` over HTTP (`workers.health`), with the same checks,
+arguments and report; 200 when every check passes, 503 when one fails.
+
+    GET /health/checks?check=database&check=broker&check=workers&destination=model@%h&queue=...
+
+Behind the token, unlike `GET /health` (the server is up): the report names the database, the
+workers and the queues. The checks run in the API's process, with its settings.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, Field
+
+from workers.api.app import _errors
+from workers.health import DEFAULT_CHECKS, check_health
+
+router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+
+
+class CheckOut(BaseModel):
+    """One check: what it found, or what failed and what to do."""
+
+    name: str
+    ok: bool
+    detail: str
+    info: dict[str, Any] = Field(default_factory=dict, description="queue lengths, workers that answered...")
+
+
+class HealthReport(BaseModel):
+    """The answer of `GET /health/checks` (the same with 503 when a check failed)."""
+
+    healthy: bool
+    checks: list[CheckOut]
+
+
+@router.get(
+    "/health/checks", response_model=HealthReport, tags=["meta"],
+    responses={503: {"model": HealthReport, "description": "a check failed"}, **_errors(401, 422)},
+)  # fmt: skip
+def health_checks(
+    request: Request,
+    response: Response,
+    check: Annotated[list[str], Query(description="database, broker, workers, beat (default: the first three)")] = [],  # noqa: B006
+    destination: Annotated[list[str], Query(description="only these workers must answer (%h: this host)")] = [],  # noqa: B006
+    queue: Annotated[list[str] | None, Query(description="queues that must have a consumer")] = None,
+    workers: Annotated[int, Query(ge=0)] = 1,
+    timeout: Annotated[float, Query(gt=0, le=60)] = 2.0,
+    max_age: Annotated[float | None, Query(gt=0)] = None,
+) -> HealthReport:
+    """Check the database, the broker and that workers answer, as `ratchet health` does."""
+    split = [v.strip() for value in check for v in value.split(",") if v.strip()]
+    report = check_health(
+        request.app.state.client.settings, checks=split or DEFAULT_CHECKS, destinations=destination, queues=queue,
+        workers=workers, timeout=timeout, max_age=max_age,
+    )  # fmt: skip
+    response.status_code = 200 if report.healthy else 503
+    checks = [CheckOut(name=c.name, ok=c.ok, detail=c.detail, info=c.info) for c in report.checks]
+    return HealthReport(healthy=report.healthy, checks=checks)
