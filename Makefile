@@ -24,12 +24,19 @@ demo: $(STAMP)
 	$(BIN)/ratchet demo chat
 	$(BIN)/ratchet demo extraction
 
-## Every test, against real Redis and PostgreSQL (started here if they are not running).
+## Every test, against real Redis and PostgreSQL (started here if they are not running), in two
+## phases of parallel pytest processes (pytest-xdist): most tests wait on servers and worker
+## processes, so three processes keep two cores busy. The chaos tests (marked `chaos`: they kill,
+## freeze and time out worker processes, and wait out leases of seconds) run after the rest, two
+## at a time, so no other test's load stretches their timings.
+TEST_JOBS  ?= 3
+CHAOS_JOBS ?= 2
 test: $(STAMP) services
 	$(BIN)/ruff check orchestrator workers tests examples bench
 	$(BIN)/ruff format --check orchestrator workers tests examples bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests --durations=25
+	$(BIN)/python -m pytest tests -m "not chaos" -n $(TEST_JOBS) --dist worksteal --durations=25
+	$(BIN)/python -m pytest tests -m chaos -n $(CHAOS_JOBS) --dist worksteal --durations=15
 
 services:
 	@bash tests/services.sh

@@ -11,7 +11,8 @@ hold a tool mid-call, learn which pool process runs it, and then kill exactly th
 - `changed-<key>.<pid>`   written by `tally(key)` once it changed the session state (not yet
   committed); `hold-after-<key>` then holds it there;
 - `crash-before-publish-<run_id>`   the next worker process that is about to publish a step of
-  that run after committing it dies instead (`os._exit`), once: the commit/publish gap;
+  that run after committing it dies instead (`os._exit`), once: the commit/publish gap (a
+  sweep's republish, on a worker with beat, commits no step: it publishes as usual);
 - `publish-twice`   every step a worker publishes is published twice (duplicate deliveries);
 - `ready-<node name>`   written by each worker once it consumes.
 
@@ -42,6 +43,7 @@ from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpe
 from orchestrator.ports import StepRef
 from orchestrator.steps import StepRunner
 from orchestrator.store.database import open_engine
+from orchestrator.sweeper import Sweeper, SweepReport
 
 CHAOS_DIR = "CHAOS_DIR"
 HOLD_LIMIT_S = 60.0
@@ -255,15 +257,28 @@ def _announce_ready(sender: Any = None, **_: Any) -> None:
 @worker_process_init.connect
 def _fault_hooks(**_: Any) -> None:
     """In each pool process: die between a commit and its publish, or publish twice, on cue.
-    A test double of the process dying, not of Celery: the real dispatcher publishes."""
+    A test double of the process dying, not of Celery: the real dispatcher publishes.
+
+    A sweep does not die: on a loaded machine it may republish a step nobody claimed within the
+    publish grace, and dying there would cut the wrong gap (and leave the step's own process alive)."""
     publish = StepRunner.publish
+    sweep_once = Sweeper.sweep_once
+    sweeping = threading.local()
 
     def faulty_publish(self: StepRunner, step: StepRef) -> None:
         folder = chaos_dir()
-        if _take(folder / f"crash-before-publish-{step.run_id}"):
+        if not getattr(sweeping, "on", False) and _take(folder / f"crash-before-publish-{step.run_id}"):
             os._exit(1)
         publish(self, step)
         if (folder / "publish-twice").exists():
             publish(self, step)
 
+    def marked_sweep_once(self: Sweeper) -> SweepReport:
+        sweeping.on = True
+        try:
+            return sweep_once(self)
+        finally:
+            sweeping.on = False
+
     StepRunner.publish = faulty_publish  # type: ignore[method-assign]
+    Sweeper.sweep_once = marked_sweep_once  # type: ignore[method-assign]

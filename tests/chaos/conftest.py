@@ -47,3 +47,12 @@ def make_cluster(tmp_path: Path, chaos_db: str, model: ScriptedServer) -> Iterat
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     """A cluster with the chaos settings (short limits, a fast sweeper)."""
     return make_cluster()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder is a chaos test, marked or not: `make test` runs them in a phase
+    of their own (see the Makefile)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.chaos)

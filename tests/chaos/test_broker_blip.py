@@ -4,21 +4,18 @@ broker; a redelivered copy of its message is dropped by the claim)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from orchestrator import RunStatus
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, Cluster, pid_alive
+from tests.chaos.harness import Cluster, pid_alive
 
 pytestmark = pytest.mark.chaos
 
 
 @pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
-def test_a_step_in_flight_survives_a_redis_blip_and_its_tool_runs_once(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_a_step_in_flight_survives_a_redis_blip_and_its_tool_runs_once(cluster: Cluster) -> None:
     # Given a worker in the middle of a tool call
     cluster.script(batches=[calls("a")])
     cluster.flag("hold-a")

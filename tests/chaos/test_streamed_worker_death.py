@@ -11,7 +11,7 @@ import pytest
 from orchestrator import RunStatus
 from orchestrator.events import RunEvent, drop_restarted
 from orchestrator.testing.waiting import wait_until
-from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster
+from tests.chaos.harness import SHORT_LEASE, Cluster
 
 pytestmark = pytest.mark.chaos
 
@@ -34,7 +34,7 @@ def durable(events: list[RunEvent]) -> list[RunEvent]:
 def test_a_worker_killed_in_the_middle_of_a_streamed_reply_restarts_the_reply_for_a_reader_that_follows_through(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**KILL_LIMITS, **SHORT_LEASE)
+    cluster = make_cluster(**SHORT_LEASE)
     # Given a streamed run whose reply (no tool call) comes a word every 0.1 s, on one worker
     cluster.script(batches=[], final_text=REPLY, chunk_delay_s=0.1)
     first = cluster.start_worker()

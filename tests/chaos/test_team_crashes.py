@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from orchestrator import RunOutput, RunStatus
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, Cluster
+from tests.chaos.harness import Cluster
 from tests.chaos.team_agents import RESEARCHER, TEAM, WRITER
 from tests.chaos.team_harness import delegate, delegation_calls, start_team_worker
 
@@ -67,10 +66,7 @@ def _children_of(cluster: Cluster, team_run_id: str, call_id: str) -> set[str]:
     return {c.run_id for c in cluster.store.children(team_run_id) if c.parent_tool_call_id == call_id}
 
 
-def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_call(
-    make_cluster: Callable[..., Cluster],
-) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_call(cluster: Cluster) -> None:
     # Given a researcher whose batch holds in r2 after r1 finished and was committed
     team_script(cluster)
     cluster.flag("hold-r2")
@@ -99,10 +95,7 @@ def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_
     assert research.content == "R(r1: applied; r2: applied)"  # r1's result was committed first
 
 
-def test_a_pool_process_killed_during_the_step_that_fans_in_redoes_it_once(
-    make_cluster: Callable[..., Cluster],
-) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_a_pool_process_killed_during_the_step_that_fans_in_redoes_it_once(cluster: Cluster) -> None:
     # Given a writer that answers at once, last: its one model call, whose commit fans in, hangs
     team_script(cluster, writer=ScriptConfig(batches=[], final_text="W", delay_s=30))
     start_team_worker(cluster)

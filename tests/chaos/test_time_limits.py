@@ -1,6 +1,6 @@
 """Time limits on real prefork workers (the threads pool has none): soft 2 s < hard 3 s <
-lease 4 s < visibility timeout 10 s. A step past its soft limit fails with its messages flushed;
-one killed at the hard limit is taken back by the sweeper when its lease expires."""
+lease 4 s < visibility timeout 10 s (`TIME_LIMITS`). A step past its soft limit fails with its
+messages flushed; one killed at the hard limit is taken back by the sweeper when its lease expires."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import pytest
 from orchestrator import RunStatus
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import Cluster, pid_alive
+from tests.chaos.harness import TIME_LIMITS, Cluster, pid_alive
 
 pytestmark = pytest.mark.chaos
 
 
-def test_a_model_call_past_the_soft_limit_errors_with_the_conversation_flushed(cluster: Cluster) -> None:
+def test_a_model_call_past_the_soft_limit_errors_with_the_conversation_flushed(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**TIME_LIMITS)
     cluster.script(batches=[calls("a")], delay_s=30)
     cluster.start_worker()
     run_id = cluster.start_run()
@@ -62,7 +65,10 @@ def test_a_tool_batch_past_the_soft_limit_waits_for_its_running_tools_and_keeps_
 
 
 @pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
-def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(cluster: Cluster) -> None:
+def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**TIME_LIMITS)
     # A lone call runs in the task's own thread, where the soft limit is raised inside the tool.
     cluster.script(batches=[calls("a")])
     cluster.flag("hold-a")
@@ -77,7 +83,10 @@ def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(clus
 
 
 @pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
-def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_continue(cluster: Cluster) -> None:
+def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_continue(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**TIME_LIMITS)
     # Given an async tool awaiting on its worker process's tool loop when the soft limit strikes
     cluster.script(batches=[calls("a", name="effect_async")])
     cluster.flag("hold-a")
@@ -99,7 +108,8 @@ def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_contin
     assert sorted(cluster.effects(run_id).values()) == ["a"]
 
 
-def test_a_step_killed_at_the_hard_limit_is_recovered_by_the_sweeper(cluster: Cluster) -> None:
+def test_a_step_killed_at_the_hard_limit_is_recovered_by_the_sweeper(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(**TIME_LIMITS)
     # Given a tool that ignores the soft limit and holds until the hard limit kills it
     cluster.script(batches=[calls("a")])
     cluster.flag("hold-a")

@@ -12,15 +12,12 @@ import pytest
 from orchestrator import RunStatus
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster
+from tests.chaos.harness import SHORT_LEASE, Cluster
 
 pytestmark = pytest.mark.chaos
 
 
-def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(
-    make_cluster: Callable[..., Cluster],
-) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(cluster: Cluster) -> None:
     # Given a run whose first model call hangs in the model server
     cluster.script(batches=[calls("a")], delay_s=30)
     cluster.start_worker()
@@ -41,10 +38,7 @@ def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(
     assert "lease_expired" in [e["kind"] for e in cluster.store.get_events(run_id)]
 
 
-def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(
-    make_cluster: Callable[..., Cluster],
-) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(cluster: Cluster) -> None:
     # Given a batch of three calls where b holds while a and c finish
     cluster.script(batches=[calls("a", "b", "c")])
     cluster.flag("hold-b")
@@ -89,10 +83,7 @@ def test_a_step_that_kills_its_worker_every_time_errors_after_the_attempt_cap(
 
 
 @pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
-def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_run_errors(
-    make_cluster: Callable[..., Cluster],
-) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_run_errors(cluster: Cluster) -> None:
     # Given a batch where an at-most-once call holds while an ordinary one finishes
     cluster.script(batches=[calls("a") + calls("b", name="effect_once")])
     cluster.flag("hold-b")

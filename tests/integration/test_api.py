@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
 from workers.api.serve import GRACEFUL_SHUTDOWN
+from workers.embedded import EmbeddedWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "compose-agent"
@@ -110,14 +112,17 @@ def error_of(response: httpx.Response, status: int, type: str) -> dict[str, Any]
     return dict(error)
 
 
-@pytest.mark.usefixtures("worker", "scripted")
-def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: ApiServer) -> None:
-    with api.client() as http:
+@pytest.mark.usefixtures("scripted")
+def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: ApiServer, settings: Settings) -> None:
+    with api.client() as http, ExitStack() as running:
         started = http.post("/runs", json={"agent": AGENT, "input": "find celery", "session_id": "api-s"})
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
         assert started.headers["location"] == f"/runs/{run_id}"
         assert [(m["role"], m["content"]) for m in started.json()["messages"]][-1] == ("user", "find celery")
+        # The worker starts once the 202 is back: one already running may take the first step
+        # before the server reads the run back for its answer (seen on a loaded machine)
+        running.enter_context(EmbeddedWorker(settings))
 
         done = http.get(f"/runs/{run_id}/wait", params={"timeout": 30}).json()
         assert done["status"] == "COMPLETED" and done["session_id"] == "api-s"
