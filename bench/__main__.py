@@ -15,21 +15,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import concurrency, flatness, history, latency, memory, overhead, recovery, streaming
+from bench import ceiling, concurrency, flatness, history, latency, memory, overhead, recovery, scaling, streaming
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.rig import Rig, spawn_rig
 from bench.stats import Row, Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory")
+ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "scale", "recovery", "memory")
 #: Figures a quick run does not measure (tests/chaos/test_default_recovery.py shows the same).
 NOT_QUICK = ("recovery_default_s",)
 REQUIRED = (
     "per_step_ratio_pg", "per_step_ratio_sqlite", "e2e_ms_median_pg", "flat_time_ratio_pg", "flat_bytes_ratio_pg",
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
     "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg",
-    "history_step_ratio_pg", "history_step_ratio_sqlite",
+    "history_step_ratio_pg", "history_step_ratio_sqlite", "scale_x2", "scale_x4", "floor_scale_x4",
+    "concurrency_ratio_1000",
 )  # fmt: skip
 
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - t0
     write(args.out, sections, numbers, quick=q, elapsed=elapsed)
     required = [k for k in REQUIRED if not (q and k in NOT_QUICK)]
-    missing = [k for k in required if k.split("_")[0] in _ran(only) and not math.isfinite(numbers.get(k, math.nan))]
+    missing = [k for k in required if _item_of(k) in only and not math.isfinite(numbers.get(k, math.nan))]
     print(f"bench: done in {elapsed:.0f} s; wrote {args.out / 'RESULTS.md'} and results.json", file=sys.stderr)
     if missing:
         print(f"bench: missing figures: {missing}", file=sys.stderr)
@@ -103,18 +104,34 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                 rig.close()
     if "io" in only:
         run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
+    if "scale" in only:
+        run("scaling with worker processes", lambda: _scale(env, q))
     if "recovery" in only:
         run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
     if "memory" in only:
         run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
 
 
-def _ran(only: set[str]) -> set[str]:
-    prefixes = {
-        "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-        "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",),
-    }  # fmt: skip
-    return {p for item, ps in prefixes.items() if item in only for p in ps}
+#: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
+PREFIXES = {
+    "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
+    "history": ("history",), "io": ("concurrency",), "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
+    "recovery": ("recovery",),
+}  # fmt: skip
+
+
+def _item_of(key: str) -> str | None:
+    matches = [(len(p), item) for item, ps in PREFIXES.items() for p in ps if key.startswith(p)]
+    return max(matches)[1] if matches else None
+
+
+def _scale(env: BenchEnv, quick: bool) -> list[Section]:
+    """Throughput with 1, 2 and 4 worker processes, then 1,000 concurrent runs on one host."""
+    if quick:
+        spread = scaling.measure(env, per_process=4, runs_per_slot=4, passes=1)
+        return [spread, ceiling.measure(env, n_runs=100, rounds=1, configs=[("threads", 50)])]
+    spread = scaling.measure(env, per_process=scaling.PER_PROCESS, runs_per_slot=10, passes=2)
+    return [spread, ceiling.measure(env, n_runs=1000, rounds=2)]
 
 
 def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:

@@ -93,7 +93,9 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
         task_serializer="json", accept_content=["json"], task_ignore_result=True, result_backend=None,
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         task_default_queue=queue, worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 3600},
+        # kombu's Redis channel opens at most 10 connections by default, and a green pool's acks then
+        # fail ("Too many connections"): the messages come back and their hops run twice.
+        broker_transport_options={"visibility_timeout": 3600, "max_connections": 1000},
     )  # fmt: skip
     _state: dict[str, Any] = {}
     lock = threading.Lock()
@@ -105,12 +107,16 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
             return _state["engine"]  # type: ignore[no-any-return]
 
     @app.task(name=HOP_TASK, bind=True, acks_late=True, shared=False)
-    def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw") -> None:
+    def hop(
+        self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw", side: str | None = None
+    ) -> None:
         if io and n % 2 == 0:
             io_call(io, run_id, client=client)
         commit_hop(engine(), run_id, n, total, PAYLOAD)
         if n + 1 < total:
-            hop.apply_async((run_id, n + 1, total, io, client), queue=queue)
+            # With `side`, the hops without the call go there, as Ratchet's tool batches go to theirs.
+            nxt = side if side and (n + 1) % 2 else queue
+            hop.apply_async((run_id, n + 1, total, io, client, side), queue=nxt)
 
     @app.task(name=STREAM_HOP_TASK, acks_late=True, shared=False)
     def stream_hop(run_id: str, io: str, key: str) -> None:
@@ -221,14 +227,16 @@ def start_stream_hop(engine: Engine, app: Celery, run_id: str, queue: str, io: s
 
 
 def start_chain(
-    engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None, client: str = "raw"
-) -> float:
+    engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None, client: str = "raw",
+    side: str | None = None,
+) -> float:  # fmt: skip
     """Write the floor run's row, enqueue its first hop; returns the start time. `io`: the scripted
-    server every other hop calls, with `client` (see `io_call`)."""
+    server every other hop calls, with `client` (see `io_call`); `side`: the queue of the hops
+    between those calls (default: `queue`)."""
     now = time.time()
     with engine.begin() as conn:
         conn.execute(insert(floor_runs).values(run_id=run_id, status="QUEUED", seq=0, created_at=now, updated_at=now))
-    app.send_task(HOP_TASK, args=[run_id, 0, total, io, client], queue=queue)
+    app.send_task(HOP_TASK, args=[run_id, 0, total, io, client, side], queue=queue)
     return now
 
 
