@@ -128,10 +128,10 @@ def _item_of(key: str) -> str | None:
 def _scale(env: BenchEnv, quick: bool) -> list[Section]:
     """Throughput with 1, 2 and 4 worker processes, then 1,000 concurrent runs on one host."""
     if quick:
-        spread = scaling.measure(env, per_process=4, runs_per_slot=4, passes=1)
+        spread = scaling.measure(env, per_process=2, runs_per_slot=4, passes=1)
         return [spread, ceiling.measure(env, n_runs=100, rounds=1, configs=[("threads", 50)])]
     spread = scaling.measure(env, per_process=scaling.PER_PROCESS, runs_per_slot=10, passes=2)
-    return [spread, ceiling.measure(env, n_runs=1000, rounds=2)]
+    return [spread, ceiling.measure(env, n_runs=1000, rounds=1)]
 
 
 def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:

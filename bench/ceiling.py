@@ -63,8 +63,9 @@ def _config(
     try:
         ratchet.spawn(), floor.spawn()
         ratchet.wait_ready(), floor.wait_ready()
-        warm = min(n_runs, PROCESSES * c)
-        floor.throughput(warm), ratchet.throughput(warm)  # every thread's connections
+        # Warm-up. The floor's threads each keep an openai client of their own, built on a
+        # thread's first hop: as many runs as threads. Ratchet's workers share one a process.
+        floor.throughput(min(n_runs, PROCESSES * c)), ratchet.throughput(min(n_runs, 200))
         for _ in range(rounds):
             f.append(floor.measure(n_runs, model_pid))
             r.append(ratchet.measure(n_runs, model_pid))
