@@ -61,8 +61,10 @@ def _config(
     r: list[Sample] = []
     f: list[Sample] = []
     try:
-        ratchet.spawn(), floor.spawn()
-        ratchet.wait_ready(), floor.wait_ready()
+        ratchet.spawn()
+        floor.spawn()
+        ratchet.wait_ready()
+        floor.wait_ready()
         # Warm-up. The floor's threads each keep an openai client of their own, built on a
         # thread's first hop: as many runs as threads. Ratchet's workers share one a process.
         floor.throughput(min(n_runs, PROCESSES * c)), ratchet.throughput(min(n_runs, 200))

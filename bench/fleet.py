@@ -23,11 +23,12 @@ from bench.cpu import CpuMeter, CpuUse
 from bench.env import BenchEnv
 from bench.floor import chains_done, create_floor_app, floor_engine, start_chain
 from bench.procs import ROOT, WorkerProcess, floor_worker, ratchet_worker
-from bench.stats import median, wait_until
+from bench.stats import median
 from orchestrator.client import Client
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
 
 #: How the floor's hops call the model: through the openai client, as Ratchet's adapter does.
 FLOOR_CLIENT = "openai"
@@ -148,7 +149,7 @@ class RatchetSide(Side):
 
     @property
     def control_app(self) -> Celery:
-        return self.client.dispatcher.app  # type: ignore[attr-defined, no-any-return]
+        return self.client.dispatcher.app  # type: ignore[attr-defined]
 
     def add(self, pool: str, concurrency: int, queues: list[str] | None = None, switched: bool = False) -> RatchetSide:
         """One more worker process (not started); `queues` default to all three. A `switched` one

@@ -60,7 +60,8 @@ def measure(env: BenchEnv, *, per_process: int, runs_per_slot: int, passes: int)
         r_side, f_side = _sides(env, model_url, c)
         try:
             for n in order:
-                r_side.use(n), f_side.use(n)
+                r_side.use(n)
+                f_side.use(n)
                 floor[n].append(f_side.measure(runs_per_slot * n * c, model_pid))
                 ratchet[n].append(r_side.measure(runs_per_slot * n * c, model_pid))
         finally:
@@ -81,8 +82,10 @@ def _sides(env: BenchEnv, model_url: str, c: int) -> tuple[RatchetSide, FloorSid
     ratchet.add("threads", c, queues=[settings.tools_queue, settings.control_queue])
     floor.add("threads", c, side=True)
     try:
-        ratchet.spawn(), floor.spawn()
-        ratchet.wait_ready(), floor.wait_ready()
+        ratchet.spawn()
+        floor.spawn()
+        ratchet.wait_ready()
+        floor.wait_ready()
         n = max(PROCESSES) * c
         floor.throughput(n), ratchet.throughput(n)  # warm-up: every thread's connections
     except BaseException:
