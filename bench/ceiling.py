@@ -66,8 +66,10 @@ def _config(
         ratchet.wait_ready()
         floor.wait_ready()
         # Warm-up. The floor's threads each keep an openai client of their own, built on a
-        # thread's first hop: as many runs as threads. Ratchet's workers share one a process.
-        floor.throughput(min(n_runs, PROCESSES * c)), ratchet.throughput(min(n_runs, 200))
+        # thread's first hop: as many runs as threads. On gevent, and in Ratchet's workers, a
+        # process shares one.
+        floor.throughput(min(n_runs, PROCESSES * c if pool == "threads" else 200))
+        ratchet.throughput(min(n_runs, 200))
         for _ in range(rounds):
             f.append(floor.measure(n_runs, model_pid))
             r.append(ratchet.measure(n_runs, model_pid))
