@@ -11,7 +11,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import concurrency, flatness, history, latency, listing, memory, overhead, page, recovery, streaming
+from bench import (
+    ceiling,
+    concurrency,
+    flatness,
+    history,
+    latency,
+    listing,
+    memory,
+    overhead,
+    page,
+    recovery,
+    scaling,
+    streaming,
+)
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.report import NOT_QUICK, REQUIRED, render, write
 from bench.rig import Rig, spawn_rig
@@ -19,7 +32,7 @@ from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "recovery", "memory", "listing", "page")
+ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "scale", "recovery", "memory", "listing", "page")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - t0
     write(args.out, sections, numbers, quick=q, elapsed=elapsed)
     required = [k for k in REQUIRED if not (q and k in NOT_QUICK)]
-    missing = [k for k in required if k.split("_")[0] in _ran(only) and not math.isfinite(numbers.get(k, math.nan))]
+    missing = [k for k in required if _item_of(k) in only and not math.isfinite(numbers.get(k, math.nan))]
     print(f"bench: done in {elapsed:.0f} s; wrote {args.out / 'RESULTS.md'} and results.json", file=sys.stderr)
     if missing:
         print(f"bench: missing figures: {missing}", file=sys.stderr)
@@ -92,6 +105,8 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                 rig.close()
     if "io" in only:
         run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
+    if "scale" in only:
+        run("scaling with worker processes", lambda: _scale(env, q))
     if "recovery" in only:
         run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
     if "memory" in only:
@@ -102,13 +117,26 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
         run("run page in Chromium", lambda: page.measure(env, rounds=2 if q else 15, batches=20 if q else 333))
 
 
-def _ran(only: set[str]) -> set[str]:
-    prefixes = {
-        "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-        "history": ("history",), "io": ("concurrency",), "recovery": ("recovery",), "listing": ("listing",),
-        "page": ("page",),
-    }  # fmt: skip
-    return {p for item, ps in prefixes.items() if item in only for p in ps}
+#: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
+PREFIXES = {
+    "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
+    "history": ("history",), "io": ("concurrency",), "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
+    "recovery": ("recovery",), "listing": ("listing",), "page": ("page",),
+}  # fmt: skip
+
+
+def _item_of(key: str) -> str | None:
+    matches = [(len(p), item) for item, ps in PREFIXES.items() for p in ps if key.startswith(p)]
+    return max(matches)[1] if matches else None
+
+
+def _scale(env: BenchEnv, quick: bool) -> list[Section]:
+    """Throughput with 1, 2 and 4 worker processes, then 1,000 concurrent runs on one host."""
+    if quick:
+        spread = scaling.measure(env, per_process=2, runs_per_slot=4, passes=1)
+        return [spread, ceiling.measure(env, n_runs=100, rounds=1, configs=[("threads", 50)])]
+    spread = scaling.measure(env, per_process=scaling.PER_PROCESS, runs_per_slot=10, passes=2)
+    return [spread, ceiling.measure(env, n_runs=1000, rounds=1)]
 
 
 def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:

@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -93,7 +94,9 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
         task_serializer="json", accept_content=["json"], task_ignore_result=True, result_backend=None,
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         task_default_queue=queue, worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 3600},
+        # kombu's Redis channel opens at most 10 connections by default, and a green pool's acks then
+        # fail ("Too many connections"): the messages come back and their hops run twice.
+        broker_transport_options={"visibility_timeout": 3600, "max_connections": 1000},
     )  # fmt: skip
     _state: dict[str, Any] = {}
     lock = threading.Lock()
@@ -105,12 +108,16 @@ def create_floor_app(broker_url: str, queue: str) -> Celery:
             return _state["engine"]  # type: ignore[no-any-return]
 
     @app.task(name=HOP_TASK, bind=True, acks_late=True, shared=False)
-    def hop(self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw") -> None:
+    def hop(
+        self: Task, run_id: str, n: int, total: int, io: str | None = None, client: str = "raw", side: str | None = None
+    ) -> None:
         if io and n % 2 == 0:
             io_call(io, run_id, client=client)
         commit_hop(engine(), run_id, n, total, PAYLOAD)
         if n + 1 < total:
-            hop.apply_async((run_id, n + 1, total, io, client), queue=queue)
+            # With `side`, the hops without the call go there, as Ratchet's tool batches go to theirs.
+            nxt = side if side and (n + 1) % 2 else queue
+            hop.apply_async((run_id, n + 1, total, io, client, side), queue=nxt)
 
     @app.task(name=STREAM_HOP_TASK, acks_late=True, shared=False)
     def stream_hop(run_id: str, io: str, key: str) -> None:
@@ -165,14 +172,34 @@ def _openai_call(base_url: str, run_id: str) -> None:
     _openai(base_url).post("/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": headers})
 
 
+_shared: dict[str, Any] = {}
+
+
 def _openai(base_url: str) -> openai.OpenAI:
-    """This thread's openai client (kept alive between hops, as Ratchet's adapter keeps its own)."""
+    """This thread's openai client (kept alive between hops, as Ratchet's adapter keeps its own).
+    On a green pool, one client for the process: Celery's gevent pool runs each task in a new
+    greenlet, whose "thread-local" client would be a new one (a new connection, a new TLS
+    context: ~25 ms of CPU a hop) every hop."""
     import openai
 
+    if _green():
+        with _shared_lock:
+            if base_url not in _shared:
+                _shared[base_url] = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=30)
+            return _shared[base_url]  # type: ignore[no-any-return]
     client: openai.OpenAI | None = getattr(_local, "client", None)
     if client is None:
         client = _local.client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=30)
     return client
+
+
+_shared_lock = threading.Lock()
+
+
+def _green() -> bool:
+    """Whether gevent has patched this process (`celery worker -P gevent`)."""
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey and monkey.is_module_patched("threading"))
 
 
 def stream_call(base_url: str, run_id: str, key: str) -> str:
@@ -221,14 +248,16 @@ def start_stream_hop(engine: Engine, app: Celery, run_id: str, queue: str, io: s
 
 
 def start_chain(
-    engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None, client: str = "raw"
-) -> float:
+    engine: Engine, app: Celery, run_id: str, total: int, queue: str, io: str | None = None, client: str = "raw",
+    side: str | None = None,
+) -> float:  # fmt: skip
     """Write the floor run's row, enqueue its first hop; returns the start time. `io`: the scripted
-    server every other hop calls, with `client` (see `io_call`)."""
+    server every other hop calls, with `client` (see `io_call`); `side`: the queue of the hops
+    between those calls (default: `queue`)."""
     now = time.time()
     with engine.begin() as conn:
         conn.execute(insert(floor_runs).values(run_id=run_id, status="QUEUED", seq=0, created_at=now, updated_at=now))
-    app.send_task(HOP_TASK, args=[run_id, 0, total, io, client], queue=queue)
+    app.send_task(HOP_TASK, args=[run_id, 0, total, io, client, side], queue=queue)
     return now
 
 

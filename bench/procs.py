@@ -94,20 +94,25 @@ def ratchet_worker(
     pool: str = "threads",
     concurrency: int = 4,
     extra: dict[str, str] | None = None,
+    queues: list[str] | None = None,
 ) -> WorkerProcess:
-    """`ratchet worker --app bench.agents` for these settings (not started)."""
+    """`ratchet worker --app bench.agents` for these settings (not started); `queues`: the queues
+    it consumes (default: the model, tools and control queues)."""
     argv = [sys.executable, "-m", "workers.cli", "worker", "--app", "bench.agents", "-P", pool,
             "-c", str(concurrency), "-l", "WARNING", "-n", f"ratchet-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
+    if queues:
+        argv += ["-Q", ",".join(queues)]
     penv = settings_env(settings)
     penv.update(extra or {})
     return WorkerProcess(argv, penv, env.tmp / f"ratchet-worker-{uuid.uuid4().hex[:6]}.log")
 
 
 def floor_worker(
-    env: BenchEnv, db_url: str, queue: str, *, pool: str = "threads", concurrency: int = 4
+    env: BenchEnv, db_url: str, queue: str, *, pool: str = "threads", concurrency: int = 4, consume: str | None = None
 ) -> WorkerProcess:
-    """`celery -A bench.floor:app worker` on this database and queue (not started)."""
-    argv = [sys.executable, "-m", "celery", "-A", "bench.floor:app", "worker", "-Q", queue, "-P", pool,
+    """`celery -A bench.floor:app worker` on this database and queue (not started); `consume`: the
+    queue it reads, where not `queue` itself (a side queue: `bench.floor.start_chain`)."""
+    argv = [sys.executable, "-m", "celery", "-A", "bench.floor:app", "worker", "-Q", consume or queue, "-P", pool,
             "-c", str(concurrency), "-l", "WARNING", "-n", f"floor-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
     penv = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
     penv.update(BENCH_FLOOR_DB=db_url, BENCH_REDIS_URL=env.redis_url, BENCH_FLOOR_QUEUE=queue)

@@ -24,6 +24,7 @@ REQUIRED = (
     "flat_time_ratio_sqlite", "flat_bytes_ratio_sqlite", "concurrency_ratio", "recovery_s", "recovery_budget_s",
     "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg", "listing_ms_pg",
     "history_step_ratio_pg", "history_step_ratio_sqlite", "page_load_1000_ms",
+    "scale_x2", "scale_x4", "floor_scale_x4", "concurrency_ratio_1000",
 )  # fmt: skip
 
 

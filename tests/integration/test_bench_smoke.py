@@ -24,7 +24,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 #: The quick benchmark in two halves, run as two tests so that a parallel run spreads them.
 HALVES = {
     "steps": ("overhead,latency,flat,stream,history", ("per", "e2e", "flat", "ttft", "stream", "history")),
-    "hosts": ("io,recovery,memory,listing,page", ("concurrency", "recovery", "listing", "page")),
+    "hosts": (
+        "io,scale,recovery,memory,listing,page",
+        ("concurrency", "scale", "floor", "recovery", "listing", "page"),
+    ),
 }
 
 
