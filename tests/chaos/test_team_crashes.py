@@ -12,8 +12,10 @@ import signal
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from orchestrator import RunOutput, RunStatus
+from orchestrator.store.schema import messages
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
@@ -114,7 +116,18 @@ def test_a_pool_process_killed_during_the_step_that_fans_in_redoes_it_once(clust
     research = next(m for m in out.member_runs if m.agent_name == RESEARCHER)
     assert cluster.model_calls(writing.run_id)[0] == 2
     assert cluster.attempts(research.run_id) == {"r1": 1, "r2": 1}
-    assert "lease_expired" in [e["kind"] for e in cluster.store.get_events(writing.run_id)]
+    # Taken back once its lease expired: by the sweeper (a `lease_expired` event) or, on a loaded
+    # machine, by the killed task's redelivery claiming the expired lease first (no event); either
+    # way a later claim wrote the answer.
+    with cluster.store.engine.connect() as conn:
+        epochs = (
+            conn.execute(
+                select(messages.c.epoch).where(messages.c.run_id == writing.run_id, messages.c.role == "assistant")
+            )
+            .scalars()
+            .all()
+        )
+    assert len(epochs) == 1 and epochs[0] is not None and epochs[0] >= 2, epochs
 
 
 def test_a_process_that_dies_between_the_fan_in_commit_and_the_leaders_publish_loses_nothing(
