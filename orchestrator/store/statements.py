@@ -123,17 +123,10 @@ CREATE_RUN = insert(runs).returning(*runs.c)
 CREATE_SESSION = sqlite.insert(sessions).on_conflict_do_nothing()
 
 
+#: A message's own columns (what a step writes), before its usage.
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error")
 #: The message columns a write appends, in the order `message_arrays` gives them.
-_APPENDED = (
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "tool_args",
-    "tool_call_error",
-    *USAGE_COLUMNS,
-)
+_APPENDED = (*_MESSAGE_FIELDS, *USAGE_COLUMNS)
 _ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, Integer, Integer, Integer, Integer, Float)
 
 
@@ -203,17 +196,7 @@ CREATE_PG = _create_pg()
 
 
 #: The message columns `with_messages` returns for each message, in this order.
-MESSAGE_COLUMNS = (
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "tool_args",
-    "tool_call_error",
-    "created_at",
-    *USAGE_COLUMNS,
-)
+MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "created_at", *USAGE_COLUMNS)
 _MessageRow = namedtuple("_MessageRow", MESSAGE_COLUMNS)  # type: ignore[misc]
 
 
