@@ -35,6 +35,7 @@ from bench.stats import Row, Section, median, percentile
 from orchestrator.client import Client
 from orchestrator.settings import Settings
 from orchestrator.testing import in_memory
+from orchestrator.testing.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -67,16 +68,17 @@ class ApiProcess:
         self.url = self._listening(60)
 
     def _listening(self, seconds: float) -> str:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        def address() -> str | None:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ratchet api exited with {self.proc.returncode}:\n{self.log.read_text()}")
             found = re.search(r"Uvicorn running on (http://\S+)", self.log.read_text())
-            if found:
-                return found[1]
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"ratchet api did not listen within {seconds:.0f}s:\n{self.log.read_text()}")
+            return found[1] if found else None
+
+        try:
+            return wait_until(address, seconds, interval=0.05, what="ratchet api to listen")
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"ratchet api did not listen within {seconds:.0f}s:\n{self.log.read_text()}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

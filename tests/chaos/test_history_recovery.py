@@ -47,8 +47,6 @@ def test_a_run_recovered_after_a_crash_keeps_the_history_its_first_attempt_chose
     assert out.content == "seen: first | second"
     attempts = cluster.model.requests_for(second)
     assert len(attempts) == 2 and attempts[0]["users"] == attempts[1]["users"] == ["first", "second"]
-    # Taken back once its lease expired, by the sweeper or by the killed task's redelivery
-    # (Celery's wait for a lost worker); either way the second attempt made the other request.
     # And a later run sees all three, oldest first
     last = start("last")
     assert cluster.wait_final([last])[last].content == "seen: first | second | between | last"
