@@ -318,7 +318,7 @@ class RunControl:
         next run waiting, whose step is published here (or by the sweeper, if that fails)."""
         if self.settings.max_runs_per_key is None:
             return
-        step = flow.release(self.settings, get_limiter(self.settings), record)
+        step = flow.release(self.settings, lambda: get_limiter(self.settings), record)
         if step is not None:
             try:
                 self.dispatcher.publish(step)

@@ -113,12 +113,13 @@ def counted(settings: Settings, record: RunRecord) -> bool:
         return True
 
 
-def release(settings: Settings, limiter: Limiter, record: RunRecord) -> StepRef | None:
-    """The run ended or paused: free its place; the step of the run that takes it, to publish."""
+def release(settings: Settings, limiter: Callable[[], Limiter], record: RunRecord) -> StepRef | None:
+    """The run ended or paused: free its place; the step of the run that takes it, to publish.
+    `limiter` is asked for only when a limit counts the run: without limits none is built."""
     if not counted(settings, record):
         return None
     assert settings.max_runs_per_key is not None
-    return limiter.release(record.run_id, settings.max_runs_per_key)
+    return limiter().release(record.run_id, settings.max_runs_per_key)
 
 
 # ---------------------------------------------------------------- in one process

@@ -97,7 +97,7 @@ class Throttle:
 
     def release(self, record: RunRecord) -> None:
         """The run ended or paused: free its place, and publish the step of the run that takes it."""
-        step = flow.release(self.runner.settings, self.limiter, record)
+        step = flow.release(self.runner.settings, lambda: self.limiter, record)
         if step is not None:
             log.info("run %s: a place came free; run %s goes on", record.run_id, step.run_id)
             self.runner.publish(step)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from orchestrator import Agent, RunStatus, Settings, Team
+from orchestrator import Agent, RunStatus, Settings, Team, ports
 from orchestrator.flow import LocalLimiter
 from orchestrator.models.base import RateLimit
 from orchestrator.ports import Ask, Verdict, set_limiter
@@ -193,3 +193,17 @@ def test_a_concurrency_key_that_fails_puts_the_run_in_error_saying_so(tmp_path: 
         out = inline.client.get_run(run_id)
     assert out.status == S.ERROR and out.error is not None
     assert out.error.type == "ConfigurationError" and "concurrency_key raised KeyError" in out.error.message
+
+
+def test_a_run_that_ends_or_is_cancelled_without_a_limit_builds_no_limiter(tmp_path: Path) -> None:
+    agent = Agent(name=name("unlimited"), model=CountingModel())
+    with limited(tmp_path) as inline:
+        set_limiter(inline.settings, None)  # what a worker without limits starts with: none built
+        done = agent.start("q", user_id="u").run_id
+        inline.run_until_idle()
+        cancelled = agent.start("q", user_id="u").run_id
+        inline.client.cancel(cancelled)
+
+        assert inline.client.get_run(done).status == S.COMPLETED
+        assert inline.client.get_run(cancelled).status == S.CANCELLED
+        assert inline.settings not in ports._limiters  # neither the commit nor the cancel built one
