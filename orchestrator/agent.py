@@ -245,8 +245,7 @@ class Agent:
 
     def get_session_state(self, session_id: str) -> dict[str, Any]:
         """The session's state as stored now (Agno's `get_session_state`); {} for a new session."""
-        session = self.client.get_session(session_id)
-        return session.session_state if session is not None else {}
+        return self.client.get_session_state(session_id)
 
     def continue_run(
         self,

@@ -186,6 +186,10 @@ class Client:
         user = None if user_id is None else validation.user_id(user_id)
         return self.store.get_session(validation.session_id(session_id), user)
 
+    def get_session_state(self, session_id: str) -> dict[str, Any]:
+        """The session's state as stored now ({} for a new session): one row read."""
+        return self.store.session_state(validation.session_id(session_id))
+
     def list_runs(
         self,
         *,

@@ -110,6 +110,7 @@ class RunControl:
         user_id = None if user_id is None else validation.user_id(user_id)
         state = None if session_state is None else validation.session_state(session_state)
         priority = None if priority is None else validation.priority(priority)
+        stream = validation.flag(stream, what="stream")
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:

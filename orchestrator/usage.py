@@ -22,6 +22,18 @@ from pydantic import BaseModel, ConfigDict
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "cost")
 
 
+#: The largest token count stored: the token columns are 32-bit integers.
+MAX_TOKENS = 2**31 - 1
+
+
+def reported_usage(input: object, output: object, cached: object = None, reasoning: object = None) -> dict[str, int]:
+    """`ModelReply.usage` from the counts a provider sent: only whole numbers from 0 to
+    MAX_TOKENS are kept (a provider's reply is not validated by its SDK: a string, a negative or
+    an overflowing count reads as unknown instead of failing the step or the commit)."""
+    counts = dict(input_tokens=input or 0, output_tokens=output or 0, cached_tokens=cached, reasoning_tokens=reasoning)
+    return {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prices:
     """What a model's tokens cost, per million: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`."""

@@ -103,6 +103,13 @@ def idempotency_key(value: object) -> str:
     return _name(value, "Idempotency-Key", IDEMPOTENCY_KEY_MAX)
 
 
+def flag(value: object, *, what: str) -> bool:
+    """A yes/no argument: a real bool (JSON true/false), not text that looks like one."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be true or false, not {_show(repr(value))}")
+    return value
+
+
 def priority(value: object) -> int:
     """A run's priority: an int from 0 to 9, higher first."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -142,8 +142,6 @@ def register_tasks(app: Celery) -> None:
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
-        if not isinstance(stream, bool):  # JSON from any language: refuse "yes" rather than guess
-            raise InvalidInputError(f"stream must be true or false, not {stream!r}")
         return _control(self.app).start(
             agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
             session_state=session_state, priority=priority,

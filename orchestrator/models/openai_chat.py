@@ -16,7 +16,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
-from orchestrator.usage import Prices
+from orchestrator.usage import Prices, reported_usage
 
 if TYPE_CHECKING:
     import openai
@@ -208,14 +208,12 @@ def chat_usage(usage: Any) -> dict[str, int]:
     """`ModelReply.usage` from a Chat Completions `usage` (None: the provider reported none)."""
     if usage is None:
         return {}
-    found = {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens or 0}
-    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
-    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
-    if cached is not None:
-        found["cached_tokens"] = cached
-    if reasoning is not None:
-        found["reasoning_tokens"] = reasoning
-    return found
+    return reported_usage(
+        getattr(usage, "prompt_tokens", None),
+        getattr(usage, "completion_tokens", None),
+        getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None),
+        getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None),
+    )
 
 
 def chat_message(message: Message) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
-from orchestrator.usage import Prices
+from orchestrator.usage import Prices, reported_usage
 
 if TYPE_CHECKING:
     import openai
@@ -219,14 +219,12 @@ def responses_usage(usage: Any) -> dict[str, int]:
     """`ModelReply.usage` from a Responses API `usage` (None: the provider reported none)."""
     if usage is None:
         return {}
-    found = {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0}
-    cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
-    reasoning = getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None)
-    if cached is not None:
-        found["cached_tokens"] = cached
-    if reasoning is not None:
-        found["reasoning_tokens"] = reasoning
-    return found
+    return reported_usage(
+        getattr(usage, "input_tokens", None),
+        getattr(usage, "output_tokens", None),
+        getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None),
+        getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None),
+    )
 
 
 def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -27,12 +27,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Float, Integer, Select, String, bindparam, select, text, tuple_, union_all
 
+from orchestrator import validation
 from orchestrator.errors import InvalidInputError
 from orchestrator.run import RunPage, RunSummary
 from orchestrator.status import RunStatus
@@ -163,10 +165,10 @@ def decode_cursor(cursor: str) -> Key:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         version, created_at, run_id = json.loads(raw)
-        if version != _CURSOR_VERSION or not isinstance(run_id, str):
+        if version != _CURSOR_VERSION or not isinstance(run_id, str) or not math.isfinite(float(created_at)):
             raise ValueError(version)
-        return float(created_at), run_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        return float(created_at), validation.known_run_id(run_id)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, OverflowError, InvalidInputError):
         raise InvalidInputError(
             f"cursor {cursor[:80]!r} is not one a listing returned: pass the next_cursor of the previous page as it is"
         ) from None

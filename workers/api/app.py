@@ -62,7 +62,8 @@ class StartRequest(BaseModel):
     input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
     session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
     stream: bool = Field(
-        default=False, description="publish the model's text as it is written (RunContent events), not only each step"
+        default=False,
+        strict=True, description="publish the model's text as it is written (RunContent events), not only each step"
     )
     user_id: str | None = Field(
         default=None,

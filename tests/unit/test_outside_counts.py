@@ -1,0 +1,58 @@
+"""Values from outside that reach the store: a producer's `stream` flag, a listing cursor a client
+sends back, and the token counts a provider reports (its SDK does not validate its replies)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator import Agent, InvalidInputError
+from orchestrator.models.openai_chat import chat_usage
+from orchestrator.models.openai_responses import responses_usage
+from orchestrator.testing import InMemoryDispatcher
+from tests.support import CountingModel
+
+
+@pytest.mark.parametrize("stream", ["yes", None, 1])
+def test_a_stream_flag_that_is_not_a_bool_is_refused_before_anything_is_written(
+    inline: InMemoryDispatcher, stream: object
+) -> None:
+    agent = Agent(name="flagged", model=CountingModel())
+    with pytest.raises(InvalidInputError, match="stream must be true or false"):
+        inline.client.start(agent.name, input="hi", run_id="r-flag", stream=stream)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="r-flag"):
+        inline.client.get_run("r-flag")
+
+
+def forged(*values: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [forged(1, 1.0, "a\u0000b"), forged(1, 1.0, "\ud800"), forged(1, "1e400", "a"), forged(1, "nan", "a")],
+    ids=["nul", "surrogate", "overflow", "nan"],
+)
+def test_a_forged_cursor_is_invalid_input_not_a_database_error(inline: InMemoryDispatcher, cursor: str) -> None:
+    with pytest.raises(InvalidInputError, match="is not one a listing returned"):
+        inline.client.list_runs(cursor=cursor)
+
+
+def test_token_counts_a_provider_sends_that_no_column_holds_read_as_unknown() -> None:
+    chat = SimpleNamespace(
+        prompt_tokens=2**40, completion_tokens=-3,
+        prompt_tokens_details=SimpleNamespace(cached_tokens="x"),
+        completion_tokens_details=SimpleNamespace(reasoning_tokens=7),
+    )  # fmt: skip
+    assert chat_usage(chat) == {"reasoning_tokens": 7}
+    responses = SimpleNamespace(
+        input_tokens=12, output_tokens=True, input_tokens_details=None, output_tokens_details=None
+    )
+    assert responses_usage(responses) == {"input_tokens": 12}
+    assert chat_usage(SimpleNamespace(prompt_tokens=None, completion_tokens=5)) == {
+        "input_tokens": 0,
+        "output_tokens": 5,
+    }
