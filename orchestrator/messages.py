@@ -100,7 +100,7 @@ class Message(BaseModel):
             tool_args=json.loads(row.tool_args) if row.tool_args is not None else None,
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
-            metrics=_metrics(row),
+            metrics=metrics_of(row),
         )
 
 
@@ -108,7 +108,7 @@ def _usage_values(metrics: Metrics | None) -> dict[str, Any]:
     return {c: getattr(metrics, c) for c in USAGE_COLUMNS} if metrics is not None else dict.fromkeys(USAGE_COLUMNS)
 
 
-def _metrics(row: Any) -> Metrics | None:
+def metrics_of(row: Any) -> Metrics | None:
     """The usage columns of a row (NULL on rows older than migration 0005): None if all are.
     Typed columns, validated when the reply was stored: not validated again on every claim."""
     values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from orchestrator.messages import metrics_of
 from orchestrator.run import LogEntry, RunError, RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.usage import USAGE_COLUMNS, Metrics
@@ -145,7 +146,7 @@ def _written(group: list[Any], fanned: set[tuple[Any, Any]]) -> dict[str, Any]:
     for row in group:
         if row.role == "assistant":
             task = "model"
-            usage.append(_metrics(row))
+            usage.append(metrics_of(row))
     if task == "tools" and (first.seq, first.epoch) in fanned:
         task = "fan_in"
     metrics = None
@@ -218,11 +219,6 @@ def _owes(rows: Sequence[Any], position: int) -> bool:
         elif row.role == "tool":
             owed.discard(row.tool_call_id)
     return bool(owed)
-
-
-def _metrics(row: Any) -> Metrics | None:
-    values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}
-    return Metrics.model_construct(**values) if any(v is not None for v in values.values()) else None
 
 
 def _owner(owner: str | None) -> tuple[str | None, str | None]:

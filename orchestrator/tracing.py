@@ -11,7 +11,7 @@ pays one look at a module-level flag; the API is imported on first use, not with
   that starts a run is the root of its trace); else the current span itself. A team's member run
   is written with the span of the leader's step that delegated to it (or the leader's own context
   where that worker traces nothing). A run written without one (its producer traced nothing, or
-  it is older than migration 0008) has a context derived from its run id (`run_context`), which
+  it is older than migration 0009) has a context derived from its run id (`run_context`), which
   every worker on every host computes alike without a write.
 - **A span per step** (`ratchet.step.model {agent}`, `ratchet.step.tools {agent}`), whose remote
   parent is the run's context: a step retried, or recovered by the sweeper on another host,
@@ -34,6 +34,8 @@ import re
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.untrusted import TOOL_NAME_MAX, storable_name
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 #: The longest tool name a span's name takes (a model may call a tool by any name).
-_TOOL_NAME_MAX = 128
+#: The longest text a span attribute that the provider wrote gets.
+_ATTRIBUTE_MAX = 256
 #: `ModelReply.usage` keys and the GenAI attributes they become.
 _USAGE = {
     "input_tokens": "gen_ai.usage.input_tokens",
@@ -264,12 +267,14 @@ class _Current:
     def reply(self, reply: ModelReply) -> None:
         """The model's answer: its model, id, finish reason and usage (never its text)."""
         attributes: dict[str, Any] = {_USAGE[k]: v for k, v in reply.usage.items() if k in _USAGE}
+        # The provider's words: escaped and bounded as the store takes them (a lone surrogate
+        # would fail the exporter's encoding, and with it the batch of every run's spans).
         if reply.response_model:
-            attributes["gen_ai.response.model"] = reply.response_model
+            attributes["gen_ai.response.model"] = storable_name(reply.response_model, _ATTRIBUTE_MAX)
         if reply.response_id:
-            attributes["gen_ai.response.id"] = reply.response_id
+            attributes["gen_ai.response.id"] = storable_name(reply.response_id, _ATTRIBUTE_MAX)
         if reply.finish_reason:
-            attributes["gen_ai.response.finish_reasons"] = [reply.finish_reason]
+            attributes["gen_ai.response.finish_reasons"] = [storable_name(reply.finish_reason, _ATTRIBUTE_MAX)]
         self.span.set_attributes(attributes)
 
     def failed(self, kind: str) -> None:
@@ -333,7 +338,7 @@ def tool_call(call: ToolCall, run_id: str) -> Traced:
     tracer = _tracer  # as the step found it: no second look for a provider
     if tracer is None:
         return OFF
-    name = call.name[:_TOOL_NAME_MAX]
+    name = storable_name(call.name, TOOL_NAME_MAX)
     attributes = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call.id,
         "gen_ai.tool.type": "function", "ratchet.run_id": run_id,

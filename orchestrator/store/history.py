@@ -30,7 +30,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store.backend import Backend
-from orchestrator.store.claims import Claim
+from orchestrator.store.claims import Claim, held
 from orchestrator.store.schema import messages, runs
 
 #: How many history runs' messages a worker keeps in memory (a run's share is a few messages).
@@ -83,8 +83,7 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
         .where(
             runs.c.run_id == claim.run_id,
             runs.c.epoch == claim.epoch,
-            runs.c.lease_owner == claim.record.lease_owner,
-            runs.c.lease_expires_at > now,
+            held(claim, now),
             runs.c.history.is_(None),
         )
         .values(history=chosen)

@@ -81,7 +81,7 @@ runs = Table(
     # fixed at its first claim (`orchestrator.history`); NULL until then or without history.
     Column("history", Text, nullable=True),
     # The priority its producer gave it, 0-9, higher first; NULL: none given, the lowest, as 0
-    # (migration 0010). Every step of the run is published with it.
+    # (migration 0008). Every step of the run is published with it.
     Column("priority", SmallInteger, nullable=True),
     # The W3C traceparent of the span its producer started it under (`orchestrator.tracing`,
     # migration 0009); NULL when it traced nothing: its steps' trace is derived from the run id.

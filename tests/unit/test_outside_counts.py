@@ -56,3 +56,26 @@ def test_token_counts_a_provider_sends_that_no_column_holds_read_as_unknown() ->
         "input_tokens": 0,
         "output_tokens": 5,
     }
+
+
+def test_what_a_provider_says_of_its_reply_reaches_a_span_escaped_and_bounded() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from orchestrator import tracing
+    from orchestrator.models.base import ModelReply
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    span = provider.get_tracer("test").start_span("chat")
+    reply = ModelReply(content="ok", response_model="gpt\ud800", response_id="x" * 5000, finish_reason="stop\x00")
+    tracing._Current(span).reply(reply)
+    span.end()
+
+    [done] = exporter.get_finished_spans()
+    attributes = done.attributes or {}
+    assert "\ud800" not in str(attributes["gen_ai.response.model"])
+    assert len(str(attributes["gen_ai.response.id"])) <= 256
+    assert "\x00" not in str(attributes["gen_ai.response.finish_reasons"])

@@ -482,7 +482,7 @@ function stepNode(step) {
     el("span", { class: "title", text: `Step ${step.seq} · ${what}` }),
     el("span", { text: step.status }),
     el("span", { text: `attempt ${step.attempt}` }),
-    el("span", { title: "from when it could start (queue time included) to its last write", text: took_ }),
+    el("span", { title: "from its claim to its last write (where the claim was not stamped: from when it could start, queue time included)", text: took_ }),
     step.metrics ? el("span", { text: tokens(step.metrics) }) : null,
     step.tool_errors ? el("span", { class: "flag", text: `${step.tool_errors} tool error${step.tool_errors > 1 ? "s" : ""}` }) : null,
     el("span", { class: "muted", title: "a step's worker is known while it holds its lease; a commit clears it", text: `worker ${worker}` }),
