@@ -143,8 +143,7 @@ class ModelStep:
         if agent.output_schema is None or not claim.record.retries:
             return []
         # The retry parked at this seq recorded why (`Store.park_for_retry`): a read on retries only.
-        retries = [e for e in self.runner.store.get_events(claim.run_id) if e["kind"] == "retry"]
-        detail = next((e["detail"] for e in reversed(retries) if e["seq"] == claim.record.seq), None) or {}
+        detail = self.runner.store.retry_detail(claim.run_id, claim.record.seq)
         message = structured.correction(detail.get("error"))
         return [message] if message is not None else []
 

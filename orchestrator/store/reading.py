@@ -55,6 +55,10 @@ class StoreReads:
         """The session's state as stored now ({} when none was set)."""
         return self._backend.quick(lambda c: sessions.read_state(c, session_id))
 
+    def retry_detail(self, run_id: str, seq: int) -> dict[str, Any]:
+        """What the retry parked at step `seq` recorded ({} if none): one indexed row."""
+        return self._backend.quick(lambda c: reads.retry_detail(c, run_id, seq))
+
     def get_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events (errors, retries, continues, sweeps), oldest first."""
         return self._backend.quick(lambda c: reads.get_events(c, run_id))

@@ -81,6 +81,12 @@ def _retry_wait(conn: Connection, record: RunRecord) -> RetryWait | None:
     return RetryWait(attempt=record.retries, until=row.at + float(detail.get("delay", 0.0)), reason=reason)
 
 
+def retry_detail(conn: Connection, run_id: str, seq: int) -> dict[str, Any]:
+    """What the retry parked at step `seq` recorded (its error, its delay); {} if none did."""
+    row = _retry_row(conn, run_id, seq)
+    return json.loads(row.detail) if row is not None and row.detail else {}
+
+
 def _retry_row(conn: Connection, run_id: str, seq: int) -> Row[Any, Any] | None:
     return conn.execute(
         select(events.c.at, events.c.detail)
