@@ -34,7 +34,7 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerShutdown, WorkerTerminate
 
 from orchestrator.control import RunControl, derived_run_id
-from orchestrator.errors import FencedError, InvalidInputError, RatchetError
+from orchestrator.errors import FencedError, RatchetError
 from orchestrator.steps import StepRunner
 from orchestrator.sweeper import Sweeper
 from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
