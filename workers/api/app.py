@@ -63,7 +63,8 @@ class StartRequest(BaseModel):
     session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
     stream: bool = Field(
         default=False,
-        strict=True, description="publish the model's text as it is written (RunContent events), not only each step"
+        strict=True,
+        description="publish the model's text as it is written (RunContent events), not only each step",
     )
     user_id: str | None = Field(
         default=None,
