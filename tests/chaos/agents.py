@@ -5,7 +5,8 @@ Everything a test steers goes through files in the folder named by CHAOS_DIR, so
 hold a tool mid-call, learn which pool process runs it, and then kill exactly that process:
 
 - `hold-<key>`      while it exists, the tool `effect(key)` waits after it has started;
-- `stubborn-<key>`  the wait ignores Celery's soft time limit (a badly behaved tool);
+- `stubborn-<key>`  `effect(key)` ignores Celery's soft time limit (a badly behaved tool: it
+  ignores the limit's signal, so it runs on until the hard limit kills its process);
 - `started-<key>.<pid>`   written by `effect(key)` when a process starts it;
 - `model-<run_id>-<seq>.<pid>`   written before each model call of a step;
 - `changed-<key>.<pid>`   written by `tally(key)` once it changed the session state (not yet
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -94,17 +96,25 @@ def _hold(key: str) -> None:
     while (folder / f"hold-{key}").exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"hold-{key} was never released")
-        try:
-            time.sleep(0.01)
-        except Exception:
-            # Celery's SoftTimeLimitExceeded lands here; a stubborn tool swallows it.
-            if not (folder / f"stubborn-{key}").exists():
-                raise
+        time.sleep(0.01)
+
+
+def _ignore_the_soft_limit() -> None:
+    """Make the running tool deaf to Celery's soft time limit: billiard signals it to the pool
+    process (SIGUSR1) and the handler raises SoftTimeLimitExceeded wherever the main thread is.
+    Ignoring the signal, rather than catching the exception in a wait loop, leaves no instruction
+    of the tool where the exception could land and end the step before the hard limit (the pool
+    process is killed there, so the handler is never wanted back)."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("a stubborn tool must run alone in its batch (in the task's own thread)")
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 @tool
 def effect(key: str, ctx: ToolContext) -> str:
     """Apply the side effect named `key`: a ledger row each time it runs to the end."""
+    if (chaos_dir() / f"stubborn-{key}").exists():
+        _ignore_the_soft_limit()
     now = time.time()
     with _ledger().begin() as conn:
         conn.execute(

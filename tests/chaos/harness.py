@@ -341,6 +341,19 @@ class Cluster:
         """Model calls the scripted server received per step of the run."""
         return Counter(int(r["step"]) for r in self.model.requests_for(run_id))
 
+    def answer_epochs(self, run_id: str) -> list[int | None]:
+        """The claim epoch each of the run's assistant messages was written under, in order. A step
+        taken back after its worker died is answered under a later epoch than its first claim:
+        whether the sweeper took it back (a `lease_expired` event) or, on a loaded machine, the
+        killed task's redelivery claimed the expired lease first (no event)."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(
+                select(messages_table.c.epoch)
+                .where(messages_table.c.run_id == run_id, messages_table.c.role == "assistant")
+                .order_by(messages_table.c.idx)
+            )
+            return list(rows.scalars())
+
     # ------------------------------------------------------------ the invariants
 
     def assert_invariants(

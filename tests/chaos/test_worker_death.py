@@ -35,7 +35,9 @@ def test_a_pool_process_killed_in_the_middle_of_a_model_call_is_redone_once(clus
     assert [m.role for m in out.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert cluster.model_calls(run_id)[0] == 2
     assert cluster.attempts(run_id) == {"a": 1}
-    assert "lease_expired" in [e["kind"] for e in cluster.store.get_events(run_id)]
+    # Taken back once its lease expired (by the sweeper, or by the redelivery): a later claim answered
+    first, *_ = cluster.answer_epochs(run_id)
+    assert first is not None and first >= 2
 
 
 def test_a_worker_killed_in_the_middle_of_a_tool_batch_reruns_only_the_unfinished_call(cluster: Cluster) -> None:
