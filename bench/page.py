@@ -99,13 +99,18 @@ def served(database_url: str, log: Path, *, tokens: str | None = None) -> Iterat
         api.stop()
 
 
+def require_chromium() -> None:
+    """SystemExit saying what to install when there is no Chromium to drive."""
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set BENCH_CHROMIUM)")
+
+
 @contextmanager
 def browser() -> Iterator[Any]:
     """Headless Chromium driven by Playwright (never a browser download: Debian's binary)."""
     from playwright.sync_api import sync_playwright
 
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set BENCH_CHROMIUM)")
+    require_chromium()
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
