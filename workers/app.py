@@ -32,6 +32,7 @@ from orchestrator.store import forget_stores
 from orchestrator.validation import PRIORITY_MAX
 from workers.broker import FILESYSTEM_TRANSPORT
 from workers.broker import TRANSPORT as BROKER_TRANSPORT
+from workers.events import BackgroundTaskEvents
 
 MODEL_TASK = "ratchet.model_call"
 TOOLS_TASK = "ratchet.tool_batch"
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app = RatchetCelery("ratchet", broker=settings.broker_url, set_as_current=False)
     app.conf.update(celery_config(settings))
     app.ratchet_settings = settings
+    app.steps["consumer"].add(BackgroundTaskEvents)
     from workers.tasks import register_tasks
 
     register_tasks(app)

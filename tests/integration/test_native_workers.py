@@ -11,15 +11,19 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from celery.events import EventReceiver
 
 from orchestrator import Client, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.testing.server import ScriptedServer
+from orchestrator.testing.waiting import wait_until
 from tests.conftest import TEST_KEY, make_settings, settings_env
 from workers.app import create_app
 
@@ -121,3 +125,62 @@ def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
         app.Worker()
     assert refused.value.code == 2
     assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
+
+
+def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_flower_its_task_events_in_batches(
+    native_settings: Settings, scripted: ScriptedServer, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # Given Flower's view of the broker: every event, and whether it came in a batch
+    app = create_app(native_settings)
+    seen: list[tuple[bool, dict[str, Any]]] = []
+
+    class Recorder(EventReceiver):  # type: ignore[misc]
+        def _receive(self, body: Any, message: Any, **kw: Any) -> None:
+            seen.extend((isinstance(body, list), e) for e in (body if isinstance(body, list) else [body]))
+
+    with app.connection_for_read() as conn:
+        recorder = Recorder(conn, handlers={}, app=app)
+        threading.Thread(target=recorder.capture, kwargs={"limit": None, "wakeup": False}, daemon=True).start()
+        # And `ratchet worker -P gevent`, which patches the standard library before it imports it
+        name = f"gevent-{uuid.uuid4().hex[:6]}"
+        with (tmp_path / "worker.log").open("wb") as out:
+            argv = [
+                str(Path(sys.executable).parent / "ratchet"),
+                "worker",
+                "-P",
+                "gevent",
+                "-c",
+                "20",
+                "-n",
+                f"{name}@%h",
+            ]
+            started.append(
+                subprocess.Popen(
+                    argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS), cwd=tmp_path, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )  # fmt: skip
+        try:
+            wait_until(lambda: any(e.get("hostname", "").startswith(name) for _, e in seen), 60, what="its heartbeat")
+
+            # When a run of model call, tool batch, model call goes through it
+            client = Client(native_settings)
+            run_id = client.start("native-agent", input="hello").run_id
+            out = client.wait(run_id, timeout=60)
+            assert out.status == RunStatus.COMPLETED, (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
+
+            # Then Flower got each of its three steps received, started and succeeded, in that order,
+            # all of them in batches sent apart from the steps (not a publish per event on their way)
+            def steps() -> dict[str, list[tuple[bool, str]]]:
+                ours = {e["uuid"] for _, e in seen if e["type"] == "task-received" and run_id in e.get("args", "")}
+                got: dict[str, list[tuple[bool, str]]] = {u: [] for u in ours}
+                for batched, e in seen:
+                    if e.get("uuid") in got:
+                        got[e["uuid"]].append((batched, e["type"]))
+                return got if len(got) == 3 and all(len(v) == 3 for v in got.values()) else {}
+
+            events = wait_until(steps, 20, what="the run's task events")
+            for kinds in events.values():
+                assert kinds == [(True, "task-received"), (True, "task-started"), (True, "task-succeeded")]
+        finally:
+            recorder.should_stop = True
