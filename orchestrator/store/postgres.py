@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.errors import RunNotFoundError
+from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
@@ -129,6 +130,20 @@ class PostgresBackend(Backend):
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
         transcript = statements.messages_from_json(row.messages_json)
         return reads.output_of(conn, RunRecord.from_row(row), transcript, from_json(row.session_state_json))
+
+    def run_events(self, run_id: str, after: Key | None) -> tuple[RunRecord, list[RunEvent]]:
+        # What a reader polls: one statement (its own snapshot) on the quick pool, not a
+        # REPEATABLE READ transaction of three reads. A team's member runs are read with it
+        # in the transaction, as before.
+        since = reads.events_since(after)
+        row = self.quick(lambda c: c.execute(statements.RUN_EVENTS_PG, {"b_run_id": run_id, "b_since": since}).first())
+        if row is None:
+            raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
+        record = RunRecord.from_row(row)
+        if record.kind == "team":
+            return super().run_events(run_id, after)
+        tail, logged = statements.event_rows(row.messages_json), statements.logged_rows(row.events_json)
+        return record, derive(record, tail, logged, after=after)
 
     def on_final(self, conn: Connection, run_id: str) -> None:
         notify_final(conn, run_id)

@@ -79,7 +79,7 @@ class StoreReads:
 
     def run_events(self, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
         """The run's row and its durable events after `after` in id order, read in one snapshot."""
-        return self._backend.snapshot(lambda c: reads.run_events(c, run_id, after))
+        return self._backend.run_events(run_id, after)
 
     def started_tool_calls(self, run_id: str) -> set[str]:
         """Ids of at-most-once calls that were started (finished or not)."""

@@ -152,11 +152,16 @@ def run_events(conn: Connection, run_id: str, after: Key | None = None) -> tuple
     one snapshot (`Backend.snapshot`): rows read by separate statements at READ COMMITTED could
     miss an event that a later statement's rows sort after."""
     record = get_record(conn, run_id)
-    since = max(after[0] - 1, 0) if after is not None else 0  # rows below cannot yield a later key
-    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": since}).all()
+    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": events_since(after)}).all()
     logged = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id)).all()
     members = children(conn, run_id) if record.kind == "team" else []
     return record, derive(record, rows, logged, members, after=after)
+
+
+def events_since(after: Key | None) -> int:
+    """The first message index whose events can come after `after` (rows below cannot yield a
+    later key)."""
+    return max(after[0] - 1, 0) if after is not None else 0
 
 
 def children(conn: Connection, run_id: str) -> list[RunRecord]:
