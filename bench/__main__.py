@@ -90,7 +90,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                 if "overhead" in only:
                     run(
                         f"per-step overhead ({db})",
-                        lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 5),
+                        lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 15),
                     )
                 if "latency" in only:
                     run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
