@@ -3,7 +3,7 @@
 sweeper pass). Each calls `Client` (the sweep, the sweeper) as Python code does, with the same
 arguments and errors.
 
-    ratchet runs [--status S] [--agent A] [--session S] [--user U] [--since T] [--until T]
+    ratchet runs [--status S] [--agent A] [--session S] [--user-id U] [--since T] [--until T]
                  [--limit N] [--cursor C] [--members] [--json]
     ratchet prune --older-than 30d [--status S]
     ratchet delete-session SESSION_ID
@@ -31,7 +31,8 @@ def add_ops_commands(sub: Any) -> None:
     )
     p.add_argument("--agent", help="runs of this agent or team")
     p.add_argument("--session", help="runs in this session")
-    p.add_argument("--user", help="runs for this user id")
+    # --user-id as `ratchet run` and `ratchet session` name it; --user, its first name, still works
+    p.add_argument("--user-id", "--user", dest="user_id", metavar="USER_ID", help="runs for this user id")
     p.add_argument("--since", metavar="TIME", help='created at or after: ISO 8601, UNIX seconds, or "6h" ago')
     p.add_argument("--until", metavar="TIME", help="created before (the same forms)")
     p.add_argument("--limit", type=int, default=50, help="runs a page (1-1000, default 50)")
@@ -58,7 +59,7 @@ def add_ops_commands(sub: Any) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     page = Client().list_runs(
-        status=_statuses(args.status), agent=args.agent, session_id=args.session, user_id=args.user,
+        status=_statuses(args.status), agent=args.agent, session_id=args.session, user_id=args.user_id,
         since=args.since, until=args.until, limit=args.limit, cursor=args.cursor, members=args.members,
     )  # fmt: skip
     if args.json:

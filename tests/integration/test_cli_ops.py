@@ -51,6 +51,16 @@ def test_runs_lists_a_page_with_filters_and_says_how_to_get_the_next(
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 5
 
 
+def test_runs_filters_by_user_id_as_run_and_session_name_it(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    ours = seed(store, user_id="u-1")
+    seed(store, user_id="u-2")
+    seed(store)
+
+    for flag in ("--user-id", "--user"):  # --user: the flag's first name, kept working
+        assert main(["runs", flag, "u-1", "--json"]) == 0
+        assert [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [ours]
+
+
 @pytest.mark.parametrize(
     "argv, says",
     [
