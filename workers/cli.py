@@ -262,7 +262,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     app = create_app(settings)
     app.conf.imports = modules  # what each pool process finds imported (`workers.worker`)
     queues = args.queues or ",".join([settings.model_queue, settings.tools_queue, settings.control_queue])
-    argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, "-E"]
+    argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, *(["-E"] if settings.task_events else [])]
     if args.concurrency:
         argv += ["-c", str(args.concurrency)]
     # Celery's default node name (celery@host) collides when two workers share a host; Flower and

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -127,10 +128,10 @@ def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
     assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
 
 
-def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_flower_its_task_events_in_batches(
+def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_task_events_once_asked_in_batches(
     native_settings: Settings, scripted: ScriptedServer, tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
-    # Given Flower's view of the broker: every event, and whether it came in a batch
+    # Given what a monitor sees on the broker: every event, and whether it came in a batch
     app = create_app(native_settings)
     seen: list[tuple[bool, dict[str, Any]]] = []
 
@@ -138,22 +139,24 @@ def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_flower_its_t
         def _receive(self, body: Any, message: Any, **kw: Any) -> None:
             seen.extend((isinstance(body, list), e) for e in (body if isinstance(body, list) else [body]))
 
+    def task_events(run_id: str) -> dict[str, list[tuple[bool, str]]]:
+        """The task events of the run's steps, by task id, as (batched, type) in arrival order."""
+        ours = {e["uuid"] for _, e in seen if e["type"] == "task-received" and run_id in e.get("args", "")}
+        got: dict[str, list[tuple[bool, str]]] = {u: [] for u in ours}
+        for batched, e in seen:
+            if e.get("uuid") in got:
+                got[e["uuid"]].append((batched, e["type"]))
+        return got
+
     with app.connection_for_read() as conn:
         recorder = Recorder(conn, handlers={}, app=app)
         threading.Thread(target=recorder.capture, kwargs={"limit": None, "wakeup": False}, daemon=True).start()
-        # And `ratchet worker -P gevent`, which patches the standard library before it imports it
+        # And `ratchet worker -P gevent` (which patches the standard library before importing it),
+        # started without RATCHET_TASK_EVENTS
         name = f"gevent-{uuid.uuid4().hex[:6]}"
+        node = f"{name}@{socket.gethostname()}"
         with (tmp_path / "worker.log").open("wb") as out:
-            argv = [
-                str(Path(sys.executable).parent / "ratchet"),
-                "worker",
-                "-P",
-                "gevent",
-                "-c",
-                "20",
-                "-n",
-                f"{name}@%h",
-            ]
+            argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "-P", "gevent", "-c", "20", "-n", node]
             started.append(
                 subprocess.Popen(
                     argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS), cwd=tmp_path, stdout=out,
@@ -161,26 +164,31 @@ def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_flower_its_t
                 )
             )  # fmt: skip
         try:
-            wait_until(lambda: any(e.get("hostname", "").startswith(name) for _, e in seen), 60, what="its heartbeat")
-
-            # When a run of model call, tool batch, model call goes through it
+            wait_until(lambda: any(e.get("hostname") == node for _, e in seen), 60, what="the worker's heartbeat")
             client = Client(native_settings)
-            run_id = client.start("native-agent", input="hello").run_id
-            out = client.wait(run_id, timeout=60)
+
+            # When a run of model call, tool batch, model call goes through it, then another after
+            # a monitor asked the worker for task events, as Flower does every few seconds
+            quiet = client.start("native-agent", input="before").run_id
+            assert client.wait(quiet, timeout=60).status == RunStatus.COMPLETED
+            wait_until(
+                lambda: app.control.broadcast("enable_events", destination=[node], reply=True, timeout=2),
+                30, what="the worker to answer enable_events",
+            )  # fmt: skip
+            watched = client.start("native-agent", input="after").run_id
+            out = client.wait(watched, timeout=60)
             assert out.status == RunStatus.COMPLETED, (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
 
-            # Then Flower got each of its three steps received, started and succeeded, in that order,
-            # all of them in batches sent apart from the steps (not a publish per event on their way)
-            def steps() -> dict[str, list[tuple[bool, str]]]:
-                ours = {e["uuid"] for _, e in seen if e["type"] == "task-received" and run_id in e.get("args", "")}
-                got: dict[str, list[tuple[bool, str]]] = {u: [] for u in ours}
-                for batched, e in seen:
-                    if e.get("uuid") in got:
-                        got[e["uuid"]].append((batched, e["type"]))
+            # Then the monitor got each of the second run's three steps received, started and
+            # succeeded, in that order, all in batches sent apart from the steps (not a publish per
+            # event on their way); and nothing of the first run's, sent before (events come in order)
+            def all_three() -> dict[str, list[tuple[bool, str]]]:
+                got = task_events(watched)
                 return got if len(got) == 3 and all(len(v) == 3 for v in got.values()) else {}
 
-            events = wait_until(steps, 20, what="the run's task events")
+            events = wait_until(all_three, 20, what="the second run's task events")
             for kinds in events.values():
                 assert kinds == [(True, "task-received"), (True, "task-started"), (True, "task-succeeded")]
+            assert task_events(quiet) == {}
         finally:
             recorder.should_stop = True

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
+from workers.app import celery_config
 
 
 def test_with_nothing_set_ratchet_runs_embedded() -> None:
@@ -79,3 +80,9 @@ def test_a_streamed_runs_deltas_must_be_kept_a_while_and_some_of_them() -> None:
     for bad in ({"RATCHET_STREAM_TTL": "0"}, {"RATCHET_STREAM_MAXLEN": "0"}):
         with pytest.raises(ConfigurationError, match="RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive"):
             Settings.from_env(bad)
+
+
+def test_workers_send_task_events_only_when_asked() -> None:
+    # Off by default, as Celery's: Flower turns them on in each worker it sees (test_native_workers)
+    assert celery_config(Settings.from_env({}))["worker_send_task_events"] is False
+    assert celery_config(Settings.from_env({"RATCHET_TASK_EVENTS": "true"}))["worker_send_task_events"] is True
