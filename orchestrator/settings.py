@@ -89,10 +89,10 @@ class Settings(BaseModel):
     #: the broker's, when it is Redis; without either, each process keeps its own.
     limiter_url: str | None = None
     #: Whether workers send Celery's task events (received, started, succeeded) from the moment
-    #: they start, as `celery worker -E` does. Off, as Celery's default: a monitor turns them on
-    #: (Flower does by itself, every few seconds, for every worker it sees; `celery -A workers.app
-    #: control enable_events` does once), and no step pays for events nobody reads.
-    task_events: bool = False
+    #: they start (`celery worker -E`), so Flower shows every step. Off, as Celery's own default,
+    #: no step pays for them until a monitor asks: Flower does by itself, every few seconds, for
+    #: every worker it sees (`celery -A workers.app control enable_events` does once).
+    task_events: bool = True
     #: Queue names.
     model_queue: str = "ratchet.model"
     tools_queue: str = "ratchet.tools"

@@ -1,7 +1,7 @@
 """The Celery app: settings per DESIGN.md and `reference/celery-reliability.md`.
 
 JSON only; acks_late with reject_on_worker_lost so a killed worker's message comes back;
-prefetch 1; task events when Flower (or RATCHET_TASK_EVENTS) asks for them; model calls, tool
+prefetch 1; task events on for Flower (RATCHET_TASK_EVENTS); model calls, tool
 batches and control on separate queues (a plain `celery worker` consumes all three), and the
 queues agents and tools name for their own steps (`orchestrator.routing`); priorities 0-9, higher
 first, on Redis and RabbitMQ; time limits under the visibility timeout (see
@@ -96,7 +96,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
-        # Off unless RATCHET_TASK_EVENTS: Flower turns them on in each worker it sees (enable_events).
+        # On for Flower; with RATCHET_TASK_EVENTS=false, only once a monitor asks (enable_events).
         "worker_send_task_events": settings.task_events,
         # Flower sees every task from the workers' events; a "sent" event from the publisher as
         # well costs a second Redis publish per step (0.25 ms of 0.6, measured by bench/).

@@ -128,7 +128,7 @@ def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
     assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
 
 
-def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_task_events_once_asked_in_batches(
+def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_without_task_events_sends_them_once_asked_in_batches(
     native_settings: Settings, scripted: ScriptedServer, tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
     # Given what a monitor sees on the broker: every event, and whether it came in a batch
@@ -152,15 +152,15 @@ def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_sends_task_events_
         recorder = Recorder(conn, handlers={}, app=app)
         threading.Thread(target=recorder.capture, kwargs={"limit": None, "wakeup": False}, daemon=True).start()
         # And `ratchet worker -P gevent` (which patches the standard library before importing it),
-        # started without RATCHET_TASK_EVENTS
+        # started with RATCHET_TASK_EVENTS=false
         name = f"gevent-{uuid.uuid4().hex[:6]}"
         node = f"{name}@{socket.gethostname()}"
         with (tmp_path / "worker.log").open("wb") as out:
             argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "-P", "gevent", "-c", "20", "-n", node]
             started.append(
                 subprocess.Popen(
-                    argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS), cwd=tmp_path, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=True,
+                    argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS, RATCHET_TASK_EVENTS="false"),
+                    cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             )  # fmt: skip
         try:

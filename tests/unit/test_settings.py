@@ -82,7 +82,7 @@ def test_a_streamed_runs_deltas_must_be_kept_a_while_and_some_of_them() -> None:
             Settings.from_env(bad)
 
 
-def test_workers_send_task_events_only_when_asked() -> None:
-    # Off by default, as Celery's: Flower turns them on in each worker it sees (test_native_workers)
-    assert celery_config(Settings.from_env({}))["worker_send_task_events"] is False
-    assert celery_config(Settings.from_env({"RATCHET_TASK_EVENTS": "true"}))["worker_send_task_events"] is True
+def test_workers_send_task_events_unless_told_not_to() -> None:
+    # On for Flower by default; off, a monitor turns them on in each worker (test_native_workers)
+    assert celery_config(Settings.from_env({}))["worker_send_task_events"] is True
+    assert celery_config(Settings.from_env({"RATCHET_TASK_EVENTS": "false"}))["worker_send_task_events"] is False
