@@ -1,15 +1,20 @@
-"""Task events (for Flower) sent from a thread of their own, off the path of the steps.
+"""Task events (for Flower) sent from a thread of their own, in batches, off the steps' way.
 
-A worker sends three task events per step (received, started, succeeded). On the prefork pool
-Celery buffers them and its event loop sends them in batches; on the threads and gevent pools it
-has no event loop, so each event is a Redis PUBLISH made where it happens: in the consumer before
-the step is handed to the pool, and in the pool thread before the step starts. That is two
-round trips on the path from one step's publish to the next step's start.
+A worker sends three task events per step (received, started, succeeded). Where the steps run in
+the worker's own process (the threads, gevent, eventlet and solo pools), whatever sends them
+takes the interpreter from the steps: without an event loop (gevent, the filesystem broker)
+Celery publishes each one where it happens, a broker round trip before the step is handed to the
+pool and another before it starts; with one (threads on Redis) its loop publishes the buffer
+after every step, right as the next one starts.
 
-`BackgroundTaskEvents` turns on Celery's own buffering of the `task` group on those pools and
-sends the buffer from a thread of its own, woken by each event: the events reach Flower in the
-same order, as batches (`task.multi`, as the prefork pool sends them), milliseconds later. What is
-buffered when the consumer stops is sent then, before Celery closes the dispatcher.
+`BackgroundTaskEvents` turns on Celery's own buffering of the `task` group and sends the buffer
+from a thread every `INTERVAL` seconds: the same events, in the same order, as `task.multi`
+batches (as the prefork pool sends them), at most that much later, one publish for every step of
+that time. What is buffered when the consumer stops is sent then, before Celery closes the
+dispatcher. A worker killed outright loses its last unsent events: they are for monitoring only.
+
+Left to Celery: the prefork pool (events are sent by the main process, not where steps run) and
+a broker with heartbeats on the event loop (RabbitMQ), whose connection is not the thread's to use.
 """
 
 from __future__ import annotations
@@ -19,29 +24,37 @@ import threading
 from typing import Any
 
 from celery import bootsteps
+from celery.concurrency.prefork import TaskPool as PreforkPool
 
 log = logging.getLogger("ratchet.events")
 
+#: Seconds between sends of the buffered task events.
+INTERVAL = 0.2
+#: Events held before a step sends them itself (Celery's default is 24): the thread sends them
+#: well before, unless a worker runs more than this many steps in `INTERVAL`.
+BUFFER_LIMIT = 1000
+
 
 class BackgroundTaskEvents(bootsteps.StartStopStep):  # type: ignore[misc]
-    """A consumer step: the dispatcher's task events go out from a flusher thread."""
+    """A consumer step: the dispatcher's task events go out from a sender thread."""
 
     requires = ("celery.worker.consumer.events:Events",)
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
 
     def start(self, c: Any) -> None:
         dispatcher = c.event_dispatcher
-        # The prefork pool's event loop buffers and sends them already (`c.hub`).
-        if dispatcher is None or not dispatcher.enabled or c.hub is not None:
+        if dispatcher is None or not dispatcher.enabled or isinstance(c.pool, PreforkPool):
             return
+        if c.hub is not None and c.amqheartbeat and dispatcher.connection.supports_heartbeats:
+            return  # the loop reads this connection's heartbeats: publishing beside it is not safe
         dispatcher.buffer_group = frozenset({"task"})
-        dispatcher.on_send_buffered = self._wake.set
+        dispatcher.buffer_limit = BUFFER_LIMIT
+        dispatcher.on_send_buffered = None  # not after every step: the thread sends them
         self._dispatcher = dispatcher
         self._stop.clear()
         self._thread = threading.Thread(target=self._send, name="ratchet-task-events", daemon=True)
@@ -52,20 +65,15 @@ class BackgroundTaskEvents(bootsteps.StartStopStep):  # type: ignore[misc]
         if thread is None:
             return
         self._stop.set()
-        self._wake.set()
         thread.join(timeout=5)
         self._thread = self._dispatcher = None
-        # What the thread had not sent yet; later events (none: the consumer is stopping) would
-        # wait in the buffer for the dispatcher's next flush.
-        self._flush(dispatcher)
+        self._flush(dispatcher)  # what the thread had not sent yet
 
     shutdown = stop
 
     def _send(self) -> None:
         dispatcher = self._dispatcher
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
+        while not self._stop.wait(INTERVAL):
             self._flush(dispatcher)
 
     @staticmethod

@@ -128,9 +128,12 @@ def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
     assert "ratchet: error: cannot import --app 'tests.integration.no_such_module'" in capsys.readouterr().err
 
 
-def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_without_task_events_sends_them_once_asked_in_batches(
-    native_settings: Settings, scripted: ScriptedServer, tmp_path: Path, started: list[subprocess.Popen[bytes]]
-) -> None:
+@pytest.mark.parametrize("pool", ["gevent", "threads"])
+def test_ratchet_worker_on_an_in_process_pool_completes_runs_and_sends_task_events_once_asked_in_batches(
+    pool: str, native_settings: Settings, scripted: ScriptedServer, tmp_path: Path,
+    started: list[subprocess.Popen[bytes]],
+) -> None:  # fmt: skip
+    """gevent: Celery has no event loop there; threads on Redis: its loop would send them after each step."""
     # Given what a monitor sees on the broker: every event, and whether it came in a batch
     app = create_app(native_settings)
     seen: list[tuple[bool, dict[str, Any]]] = []
@@ -151,12 +154,12 @@ def test_ratchet_worker_on_the_gevent_pool_completes_runs_and_without_task_event
     with app.connection_for_read() as conn:
         recorder = Recorder(conn, handlers={}, app=app)
         threading.Thread(target=recorder.capture, kwargs={"limit": None, "wakeup": False}, daemon=True).start()
-        # And `ratchet worker -P gevent` (which patches the standard library before importing it),
-        # started with RATCHET_TASK_EVENTS=false
-        name = f"gevent-{uuid.uuid4().hex[:6]}"
+        # And `ratchet worker -P gevent` (which patches the standard library before importing it)
+        # or `-P threads`, started with RATCHET_TASK_EVENTS=false
+        name = f"{pool}-{uuid.uuid4().hex[:6]}"
         node = f"{name}@{socket.gethostname()}"
         with (tmp_path / "worker.log").open("wb") as out:
-            argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "-P", "gevent", "-c", "20", "-n", node]
+            argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "-P", pool, "-c", "20", "-n", node]
             started.append(
                 subprocess.Popen(
                     argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS, RATCHET_TASK_EVENTS="false"),
