@@ -28,22 +28,27 @@ Filesystem. kombu's channel binds a queue by creating its exchange's table file 
 then locking it to write the table: a second process binding at that moment (a producer and a
 worker started together, as the quick start does) reads the empty file and fails on it, which
 stops the worker. `FilesystemChannel` creates, reads and rewrites the table under one lock and
-reads an empty file as an empty table. `_queue_bind` and `get_table` are private to kombu: the
-same version bound and tests hold them.
+reads an empty file as an empty table. And it writes a message whole before the message has its
+name (kombu's creates the named file, then writes it, and a consumer in another process can take
+it empty in between). `_queue_bind`, `get_table`, `_put` and `_get` are private to kombu: the same
+version bound and tests hold them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, cast
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
+from kombu.utils import json as kombu_json
 
 TRANSPORT = "workers.broker:Transport"
 FILESYSTEM_TRANSPORT = "workers.broker:FilesystemTransport"
@@ -81,7 +86,8 @@ class Transport(kombu_redis.Transport):
 
 
 class FilesystemChannel(kombu_fs.Channel):
-    """A filesystem channel whose exchange tables two processes can bind at once."""
+    """A filesystem channel whose exchange tables two processes can bind at once, and whose
+    messages no consumer can read half-written."""
 
     def get_table(self, exchange: str) -> list[Any]:
         file: Path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
@@ -116,6 +122,23 @@ class FilesystemChannel(kombu_fs.Channel):
                     f.write(json.dumps(table).encode())
             finally:
                 _unlock(f)
+
+    # kombu names the message `payload` here and `message` in the base class it overrides
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Write the message whole under a name no queue reads, then rename it into its queue.
+        kombu's creates the message's file, then writes it: a consumer in another process that
+        takes the file in between reads it empty and its worker stops on the JSON error."""
+        folder = self.data_folder_out
+        name = f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"  # kombu's, so its order
+        part = os.path.join(folder, f".part-{uuid.uuid4().hex}")  # `_get` reads only "<x>.<queue>.msg"
+        try:
+            with open(part, "wb") as f:
+                f.write(kombu_json.dumps(payload).encode())  # type: ignore[no-untyped-call]
+            os.replace(part, os.path.join(folder, name))  # atomic: the message appears whole
+        except OSError as exc:
+            with suppress(OSError):
+                os.unlink(part)
+            raise ChannelError(f"Cannot add file {name!r} to directory") from exc
 
 
 def _table(raw: bytes) -> list[Any]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import pytest
@@ -87,6 +88,9 @@ def test_kombus_filesystem_channel_still_has_what_the_override_relies_on() -> No
     ]
     assert shape(base.get_table) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
     assert shape(base._exchange_file) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
+    assert shape(base._put)[:3] == [(n, POSITIONAL, EMPTY) for n in ("self", "queue", "payload")]
+    # A message is "<anything>.<queue>.msg" in data_folder_out: a name without that shape is skipped
+    assert "data_folder_out" in inspect.getsource(base._put) and "partition('.')[2]" in inspect.getsource(base._get)
     assert kombu_fs.exchange_queue_t._fields == ("routing_key", "pattern", "queue")
     assert callable(kombu_fs.lock) and callable(kombu_fs.unlock)
     assert broker.FilesystemTransport.Channel is broker.FilesystemChannel
@@ -109,6 +113,26 @@ def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_
     ours._queue_bind("ratchet.model", "other", "", "other")
     ours._queue_bind("ratchet.model", "other", "", "other")  # binding again changes nothing
     assert [q.queue for q in ours.get_table("ratchet.model")] == ["other", "ratchet.model"]
+
+
+def test_a_message_being_written_is_not_read_half_written(tmp_path: Path) -> None:
+    queue = tmp_path / "fs" / "queue"
+    # kombu's channel creates a message's file, then writes it: a consumer that takes the file in
+    # between (another process) reads it empty, and the worker stopped on the JSON error
+    kombus = filesystem_channel(tmp_path / "fs", kombu_fs.Transport)
+    (queue / "1_a.ratchet.model.msg").write_bytes(b"")
+    with pytest.raises(ValueError):
+        kombus._get("ratchet.model")
+
+    # Ours writes it under a name no queue reads, then renames it: a message in the making is not
+    # one yet, and the one it becomes is whole
+    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    (queue / ".part-0123").write_bytes(b'{"half')
+    with pytest.raises(Empty):
+        ours._get("ratchet.model")
+    ours._put("ratchet.model", {"body": "whole"})
+    assert ours._get("ratchet.model") == {"body": "whole"}
+    assert sorted(p.name for p in queue.iterdir()) == [".part-0123"]  # nothing of its own left behind
 
 
 def test_processes_binding_one_exchange_at_once_keep_every_binding(tmp_path: Path) -> None:
