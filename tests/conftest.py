@@ -25,6 +25,7 @@ from orchestrator.store import forget_stores
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from tests.isolation import AmqpQueues, BrokerLeftovers, PgDatabases
+from tests.support import Clock
 
 REDIS_URL = os.environ.get("RATCHET_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 PG_URL = os.environ.get("RATCHET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -139,6 +140,12 @@ def _process_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Processes the test starts keep their temp folders (beat's schedule, a prefork pool's
     folders, which a killed worker never removes) under pytest's basetemp, not in /tmp."""
     monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("proc-tmp")))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock a test moves by hand (a lease is a time): give it to a store as `clock=`."""
+    return Clock()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
+from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
@@ -26,6 +27,11 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
+
+
+def clocked_store(settings: Settings, clock: Clock) -> Store:
+    """The test's store (migrated), reading time from `clock`."""
+    return Store(Store.open(settings.database_url).engine, clock=clock)
 
 
 def new_run(store: Store, agent: str = "nobody", kind: str = "agent", text: str = "hello") -> str:

@@ -10,19 +10,14 @@ from orchestrator import RunStatus
 from orchestrator.errors import FencedError
 from orchestrator.settings import Settings
 from orchestrator.store import Claim, Store
-from tests.support import Clock, new_run
+from tests.support import Clock, clocked_store, new_run
 
 S = RunStatus
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def store(settings: Settings, clock: Clock) -> Store:
-    return Store(Store.open(settings.database_url).engine, clock=clock)
+    return clocked_store(settings, clock)
 
 
 def claim(store: Store, run_id: str, owner: str = "w1") -> Claim | None:

@@ -33,7 +33,7 @@ from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
-from tests.support import Clock, new_run
+from tests.support import Clock, clocked_store, new_run
 from workers import cli
 from workers.dispatch import CeleryDispatcher
 from workers.embedded import EmbeddedWorker
@@ -43,14 +43,8 @@ QUICK_RETRIES = RetryPolicy(base=0.05, factor=2.0, max_delay=0.1)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def store(settings: Settings, clock: Clock) -> Store:
-    """The test's store (migrated), reading time from `clock`."""
-    return Store(Store.open(settings.database_url).engine, clock=clock)
+    return clocked_store(settings, clock)
 
 
 def claim(store: Store, run_id: str, seq: int = 0, kind: str = "model", owner: str = "w1") -> Claim | None:

@@ -32,11 +32,6 @@ class Unrenderable(Agent):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def sweeper(db_url: str, redis_url: str, clock: Clock) -> Iterator[Sweeper]:
     settings = make_settings(db_url, redis_url, max_step_attempts=2)
     store = Store(Store.open(db_url).engine, clock=clock)

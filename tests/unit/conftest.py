@@ -13,11 +13,6 @@ from tests.support import Clock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def inline(tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryDispatcher]:
     """Every step runs inline, in this process, on `tmp_path/runs.db`; agents built without a
     client publish here for the test."""
