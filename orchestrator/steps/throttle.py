@@ -85,13 +85,22 @@ class Throttle:
         if ask.model is None or ask.rate is None or ask.rate.tokens is None:
             return
         used = flow.used_tokens(reply.usage)
-        if used is not None and used != ask.tokens:
-            self.limiter.settle(ask.model, ask.rate, used - ask.tokens)
+        if used is None:
+            return
+        # As `admit` charged it: a call counts for at most the whole limit, whatever a provider
+        # (or a proxy in front of it) says it used, so one reply cannot park a model for years.
+        cap = ask.rate.tokens
+        correction = min(used, cap) - min(ask.tokens, cap)
+        if correction:
+            self.limiter.settle(ask.model, ask.rate, correction)
 
     def failed(self, ask: Ask, exc: ModelCallError) -> None:
         """A 429 blocks the model for every worker for its Retry-After (the run retries as usual)."""
         if ask.model is not None and exc.status_code == 429:
             seconds = exc.retry_after if exc.retry_after is not None else flow.DEFAULT_BLOCK
+            # No longer than a run of its own may be parked (`_retry` errors out a run told to
+            # wait longer): a provider's Retry-After must not silently park every run of the model.
+            seconds = min(seconds, self.runner.settings.max_retry_after)
             log.info("model %s: the provider said 429; no call of it for %.2fs on any worker", ask.model, seconds)
             self.limiter.block(ask.model, seconds)
 

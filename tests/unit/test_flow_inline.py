@@ -5,15 +5,17 @@ asked of the limiter where no limit applies."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator import Agent, RunStatus, Settings, Team, ports
 from orchestrator.flow import LocalLimiter
-from orchestrator.models.base import RateLimit
-from orchestrator.ports import Ask, Verdict, set_limiter
+from orchestrator.messages import Message
+from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
+from orchestrator.ports import Ask, StepRef, Verdict, set_limiter
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -160,13 +162,37 @@ def test_a_429_blocks_the_model_for_every_run_for_its_retry_after(tmp_path: Path
 
 
 class Spy(LocalLimiter):
+    """A limiter that records what it was asked: `asked` the admits, `called` every call by name."""
+
     def __init__(self) -> None:
         super().__init__(slot_seconds=900)
         self.asked: list[Ask] = []
+        self.called: list[str] = []
+        self.settled: list[int] = []
+        self.blocked: list[float] = []
 
     def admit(self, ask: Ask) -> Verdict:
         self.asked.append(ask)
+        self.called.append("admit")
         return super().admit(ask)
+
+    def wait_for_room(self, key: str, limit: int, step: StepRef) -> bool:
+        self.called.append("wait_for_room")
+        return super().wait_for_room(key, limit, step)
+
+    def release(self, run_id: str, limit: int) -> StepRef | None:
+        self.called.append("release")
+        return super().release(run_id, limit)
+
+    def settle(self, model: str, rate: RateLimit, tokens: int) -> None:
+        self.called.append("settle")
+        self.settled.append(tokens)
+        super().settle(model, rate, tokens)
+
+    def block(self, model: str, seconds: float) -> None:
+        self.called.append("block")
+        self.blocked.append(seconds)
+        super().block(model, seconds)
 
 
 def test_a_step_with_no_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
@@ -177,6 +203,7 @@ def test_a_step_with_no_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
         no_user = agent.start("q").run_id
         inline.run_until_idle()
         assert inline.client.get_run(no_user).status == S.COMPLETED and spy.asked == []
+        assert spy.called == []  # not only no admit: no call of any kind
         with_user = agent.start("q", user_id="u").run_id
         inline.run_until_idle()
         assert [(a.run_id, a.key, a.limit, a.model) for a in spy.asked] == [(with_user, "u", 2, None)] * 2
@@ -207,3 +234,40 @@ def test_a_run_that_ends_or_is_cancelled_without_a_limit_builds_no_limiter(tmp_p
         assert inline.client.get_run(done).status == S.COMPLETED
         assert inline.client.get_run(cancelled).status == S.CANCELLED
         assert inline.settings not in ports._limiters  # neither the commit nor the cancel built one
+
+
+class Boasting(ScriptedModel):
+    """Says each call used more tokens than any limit holds (a broken proxy in front of a model)."""
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        return replace(super().invoke(messages, tools, context=context), usage={"input_tokens": 2**31 - 1})
+
+
+def test_a_reply_that_says_it_used_more_than_the_token_limit_is_charged_the_limit_only(tmp_path: Path) -> None:
+    rate = RateLimit(tokens=1000, per=60)
+    agent = Agent(name=name("boast"), model=Boasting(id=f"m-{uuid.uuid4().hex[:6]}", rate_limit=rate))
+    with limited(tmp_path) as inline:
+        spy = Spy()
+        set_limiter(inline.settings, spy)
+        run_id = agent.start("q").run_id
+        inline.run_until_idle()
+        assert inline.client.get_run(run_id).status == S.COMPLETED
+        # Charged the whole limit at most, as `admit` charges a call larger than it: a minute's wait
+        (ask,) = spy.asked
+        assert spy.settled == [1000 - min(ask.tokens, 1000)]
+        assert spy.admit(ask).wait <= 60
+
+
+def test_a_429_longer_than_max_retry_after_blocks_the_model_no_longer_than_that(tmp_path: Path) -> None:
+    rate = RateLimit()
+    hit = ScriptedModel(id="shared-long", script=ScriptConfig(faults=[Fault(status=429, retry_after=7200.0)]),
+                        rate_limit=rate)  # fmt: skip
+    agent = Agent(name=name("long-429"), model=hit)
+    with limited(tmp_path, max_retry_after=900) as inline:
+        spy = Spy()
+        set_limiter(inline.settings, spy)
+        run_id = agent.start("q").run_id
+        inline.run_until_idle()
+        # The run told to wait two hours errors out, saying so; the model's other runs wait 900 s at most
+        assert inline.client.get_run(run_id).status == S.ERROR
+        assert spy.blocked == [900.0]
