@@ -262,7 +262,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     app = create_app(settings)
     app.conf.imports = modules  # what each pool process finds imported (`workers.worker`)
     queues = args.queues or ",".join([settings.model_queue, settings.tools_queue, settings.control_queue])
-    argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel, *(["-E"] if settings.task_events else [])]
+    # Task events: `worker_send_task_events` (RATCHET_TASK_EVENTS), set by create_app, as -E would
+    argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel]
     if args.concurrency:
         argv += ["-c", str(args.concurrency)]
     # Celery's default node name (celery@host) collides when two workers share a host; Flower and

@@ -42,7 +42,7 @@ class BackgroundTaskEvents(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # each thread gets its own (`start`)
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
 
@@ -56,8 +56,11 @@ class BackgroundTaskEvents(bootsteps.StartStopStep):  # type: ignore[misc]
         dispatcher.buffer_limit = BUFFER_LIMIT
         dispatcher.on_send_buffered = None  # not after every step: the thread sends them
         self._dispatcher = dispatcher
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._send, name="ratchet-task-events", daemon=True)
+        # A new event: a thread an earlier stop gave up waiting for (stuck in a publish) stays stopped
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._send, args=(dispatcher, self._stop), name="ratchet-task-events", daemon=True
+        )
         self._thread.start()
 
     def stop(self, c: Any) -> None:
@@ -71,10 +74,10 @@ class BackgroundTaskEvents(bootsteps.StartStopStep):  # type: ignore[misc]
 
     shutdown = stop
 
-    def _send(self) -> None:
-        dispatcher = self._dispatcher
-        while not self._stop.wait(INTERVAL):
-            self._flush(dispatcher)
+    @classmethod
+    def _send(cls, dispatcher: Any, stop: threading.Event) -> None:
+        while not stop.wait(INTERVAL):
+            cls._flush(dispatcher)
 
     @staticmethod
     def _flush(dispatcher: Any) -> None:

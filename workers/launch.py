@@ -18,7 +18,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["worker"]:
         from celery import maybe_patch_concurrency
 
-        maybe_patch_concurrency(["ratchet", *words])
+        maybe_patch_concurrency(["ratchet", *_spaced(words)])
     from workers.cli import main as run
 
     return run(argv)
+
+
+def _spaced(words: list[str]) -> list[str]:
+    """`-Pgevent` as `-P gevent`: Celery finds `-P gevent`, `--pool gevent` and `--pool=gevent`,
+    and argparse (the command's parser) takes `-Pgevent` too."""
+    out: list[str] = []
+    for word in words:
+        out += ["-P", word[2:]] if word.startswith("-P") and len(word) > 2 else [word]
+    return out

@@ -159,7 +159,9 @@ def test_ratchet_worker_on_an_in_process_pool_completes_runs_and_sends_task_even
         name = f"{pool}-{uuid.uuid4().hex[:6]}"
         node = f"{name}@{socket.gethostname()}"
         with (tmp_path / "worker.log").open("wb") as out:
-            argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "-P", pool, "-c", "20", "-n", node]
+            # gevent's flag written as one word, as argparse takes it: the patch must find it too
+            flag = ["-Pgevent"] if pool == "gevent" else ["-P", pool]
+            argv = [str(Path(sys.executable).parent / "ratchet"), "worker", *flag, "-c", "20", "-n", node]
             started.append(
                 subprocess.Popen(
                     argv, env=worker_env(native_settings, scripted, RATCHET_APP=AGENTS, RATCHET_TASK_EVENTS="false"),
