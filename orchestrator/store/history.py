@@ -23,12 +23,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, String, bindparam, func, select, true, update
+from sqlalchemy import Connection, Float, Integer, String, bindparam, func, select, update
 
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
+from orchestrator.store import statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.schema import messages, runs
@@ -94,10 +95,8 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
         .values(history=chosen)
     )
     if conn.dialect.name == "postgresql":
-        # A lazy write, as the claim is (`statements.CLAIM_PG`): its own transaction, autocommitted,
-        # commits without waiting for the WAL flush, and no session setting outlives it.
-        lazily = func.set_config("synchronous_commit", "off", true())
-        stored = conn.execute(statement.returning(runs.c.history, lazily)).scalar()
+        # A lazy write, as the claim is (`statements.CLAIM_PG`)
+        stored = conn.execute(statement.returning(runs.c.history, statements.asynchronous_commit())).scalar()
     else:
         stored = conn.execute(statement.returning(runs.c.history)).scalar()
     if stored is None:

@@ -198,34 +198,38 @@ CREATE_PG = _create_pg()
 #: The message columns `with_messages` returns for each message, in this order.
 MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "created_at", *USAGE_COLUMNS)
 _MessageRow = namedtuple("_MessageRow", MESSAGE_COLUMNS)  # type: ignore[misc]
+#: The message columns `RUN_EVENTS_PG` returns for each message, in this order.
+EVENT_MESSAGE_COLUMNS = ("idx", "seq", "epoch", *MESSAGE_COLUMNS)
+_EventMessageRow = namedtuple("_EventMessageRow", EVENT_MESSAGE_COLUMNS)  # type: ignore[misc]
 
 
-def with_messages(source: Any) -> Select[Any]:
+def with_messages(source: Any, columns: Sequence[str] = MESSAGE_COLUMNS) -> Select[Any]:
     """PostgreSQL: `source`'s run rows, each with its messages from index `b_since` on (up to the
-    row's count) as one JSON array in the column `messages_json`: the run and its transcript in
-    one round trip, from one snapshot."""
+    row's count) as one JSON array in the column `messages_json` (`columns` of each, in order):
+    the run and its transcript in one round trip, from one snapshot."""
     m = messages.alias("m")
-    tail = (
-        select(
-            func.json_agg(
-                aggregate_order_by(func.json_build_array(*(m.c[c] for c in MESSAGE_COLUMNS)), m.c.idx)
-            )
-        )
-        .where(
-            m.c.run_id == source.c.run_id, m.c.idx >= bindparam("b_since", type_=Integer),
-            m.c.idx < source.c.n_messages,
-        )
-        .scalar_subquery()
-    )  # fmt: skip
-    return select(source, tail.label("messages_json"))
+    where = and_(
+        m.c.run_id == source.c.run_id, m.c.idx >= bindparam("b_since", type_=Integer), m.c.idx < source.c.n_messages
+    )
+    return select(source, _json_rows(m, columns, where, m.c.idx).label("messages_json"))
+
+
+def _json_rows(table: Any, columns: Sequence[str], where: Any, order: Any) -> Any:
+    """PostgreSQL: `columns` of `table`'s rows matching `where`, as one JSON array of arrays."""
+    rows = select(func.json_agg(aggregate_order_by(func.json_build_array(*(table.c[c] for c in columns)), order)))
+    return rows.where(where).scalar_subquery()
+
+
+def asynchronous_commit() -> Any:
+    """PostgreSQL: a column that makes the statement's own transaction commit without waiting for
+    its WAL flush (a lazy write, autocommitted); no session setting outlives it."""
+    return func.set_config("synchronous_commit", "off", true()).label("asynchronous_commit")
 
 
 def _claim_pg() -> Select[Any]:
     claimed = CLAIM.cte("claimed")
-    # Evaluated for the claimed row, inside the statement's own transaction: that transaction
-    # commits without waiting for its WAL flush, and no session setting outlives it.
-    asynchronous = func.set_config("synchronous_commit", "off", true()).label("asynchronous_commit")
-    return with_messages(claimed).add_columns(asynchronous)
+    # Evaluated for the claimed row, inside the statement's own transaction.
+    return with_messages(claimed).add_columns(asynchronous_commit())
 
 
 #: PostgreSQL, autocommitted: CLAIM, returning the claimed row with the messages from `b_since`
@@ -245,25 +249,16 @@ RUN_PG = (
 )
 
 
-def _json_rows(table: Any, columns: Sequence[str], where: Any, order: Any) -> Any:
-    """PostgreSQL: `columns` of `table`'s rows matching `where`, as one JSON array of arrays."""
-    rows = select(func.json_agg(aggregate_order_by(func.json_build_array(*(table.c[c] for c in columns)), order)))
-    return rows.where(where).scalar_subquery()
-
-
-#: The message columns `RUN_EVENTS_PG` returns for each message, in this order.
-EVENT_MESSAGE_COLUMNS = ("idx", "seq", "epoch", *MESSAGE_COLUMNS)
-_EventMessageRow = namedtuple("_EventMessageRow", EVENT_MESSAGE_COLUMNS)  # type: ignore[misc]
 _LoggedRow = namedtuple("_LoggedRow", [c.name for c in events.c])  # type: ignore[misc]
 
 
 def _run_events_pg() -> Select[Any]:
-    m, e = messages.alias("m"), events.alias("e")
-    since = m.c.idx >= bindparam("b_since", type_=Integer)
-    tail = _json_rows(m, EVENT_MESSAGE_COLUMNS, and_(m.c.run_id == runs.c.run_id, since), m.c.idx)
+    e = events.alias("e")
     logged = _json_rows(e, [c.name for c in events.c], e.c.run_id == runs.c.run_id, e.c.id)
-    return select(runs, tail.label("messages_json"), logged.label("events_json")).where(
-        runs.c.run_id == bindparam("b_run_id", type_=String)
+    return (
+        with_messages(runs, EVENT_MESSAGE_COLUMNS)
+        .add_columns(logged.label("events_json"))
+        .where(runs.c.run_id == bindparam("b_run_id", type_=String))
     )
 
 
