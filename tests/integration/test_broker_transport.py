@@ -6,6 +6,8 @@ calls in its place, and the override being on the path Celery publishes through.
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -115,7 +117,7 @@ def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_
     assert [q.queue for q in ours.get_table("ratchet.model")] == ["other", "ratchet.model"]
 
 
-def test_a_message_being_written_is_not_read_half_written(tmp_path: Path) -> None:
+def test_a_message_being_written_is_not_read_half_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     queue = tmp_path / "fs" / "queue"
     # kombu's channel creates a message's file, then writes it: a consumer that takes the file in
     # between (another process) reads it empty, and the worker stopped on the JSON error
@@ -130,7 +132,19 @@ def test_a_message_being_written_is_not_read_half_written(tmp_path: Path) -> Non
     (queue / ".part-0123").write_bytes(b'{"half')
     with pytest.raises(Empty):
         ours._get("ratchet.model")
+    # What the queue held, and what the file held, at the moment it got its message's name
+    renamed: list[tuple[list[str], bytes]] = []
+    real_replace = os.replace
+
+    def watched(src: str, dst: str) -> None:
+        renamed.append((sorted(os.listdir(queue)), Path(src).read_bytes()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(broker.os, "replace", watched)
     ours._put("ratchet.model", {"body": "whole"})
+    ((before, written),) = renamed
+    assert not [name for name in before if name.endswith(".ratchet.model.msg")]  # not a message yet
+    assert json.loads(written) == {"body": "whole"}  # already whole
     assert ours._get("ratchet.model") == {"body": "whole"}
     assert sorted(p.name for p in queue.iterdir()) == [".part-0123"]  # nothing of its own left behind
 
