@@ -70,9 +70,6 @@ CHAOS_SETTINGS: dict[str, Any] = {
 
 #: For the tests of the time limits themselves: reached soon (soft 2 s < hard 3 s < lease 4 s).
 TIME_LIMITS: dict[str, Any] = {"soft_time_limit": 2.0, "hard_time_limit": 3.0}
-#: What tests that kill a worker mid-step ask for: the default limits now (kept as a name so
-#: those tests say what they rely on).
-KILL_LIMITS: dict[str, Any] = {"soft_time_limit": 5.0, "hard_time_limit": 5.5}
 
 #: For tests whose recovery waits out a lease of a step that kills its worker by itself (or is
 #: cut short by the broker). The time limits stay as they are: a lease no longer has to outlast them.

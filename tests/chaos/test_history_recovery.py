@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import RunStatus
 from tests.chaos.agents import HISTORY_AGENT
-from tests.chaos.harness import KILL_LIMITS, Cluster
+from tests.chaos.harness import Cluster
 
 pytestmark = pytest.mark.chaos
 S = RunStatus
@@ -21,7 +21,7 @@ CHAT = {"tool_batches": 0, "final_text": "seen: {users}", "chat": True}
 def test_a_run_recovered_after_a_crash_keeps_the_history_its_first_attempt_chose(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**KILL_LIMITS)
+    cluster = make_cluster()
     cluster.script(**CHAT)
     cluster.start_worker()
 

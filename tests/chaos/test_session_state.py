@@ -14,7 +14,7 @@ from orchestrator import RunStatus
 from orchestrator.testing.waiting import wait_until
 from tests.chaos import agents
 from tests.chaos.agents import calls
-from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster, pid_alive
+from tests.chaos.harness import SHORT_LEASE, Cluster, pid_alive
 
 pytestmark = pytest.mark.chaos
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.chaos
 def test_a_state_change_of_a_batch_killed_and_redone_is_applied_once_per_call(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    cluster = make_cluster(**KILL_LIMITS, **SHORT_LEASE)
+    cluster = make_cluster(**SHORT_LEASE)
     # Given a batch of three tallies of the session's state, where b waits before it touches it
     cluster.script(batches=[calls("a", "b", "c", name="tally")])
     cluster.flag("hold-b")

@@ -22,7 +22,7 @@ from orchestrator import RunStatus, tracing
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import AGENT, calls
-from tests.chaos.harness import KILL_LIMITS, SHORT_LEASE, Cluster
+from tests.chaos.harness import SHORT_LEASE, Cluster
 from tests.chaos.team_agents import RESEARCHER, TEAM
 from tests.chaos.team_harness import delegate
 
@@ -63,7 +63,7 @@ def named(spans: list[Span], prefix: str) -> list[Span]:
 def test_a_run_recovered_on_another_worker_after_a_sigkill_and_a_team_are_each_one_trace(
     make_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:
-    cluster = make_cluster(**KILL_LIMITS, **SHORT_LEASE)
+    cluster = make_cluster(**SHORT_LEASE)
     folder = tmp_path / "spans"
     folder.mkdir()
     # Given two traced workers, and a run whose tool batch holds in b once a finished
