@@ -15,9 +15,8 @@ cores all of these are CPU-bound (1,000 runs in flight would allow 2,000 model c
 the ratio says how much CPU a step costs Ratchet against Celery alone; the CPU per step of each
 side is reported beside.
 
-gevent runs Ratchet's worker through `bench.green`, which applies gevent's monkey patches before
-anything is imported, as `celery worker -P gevent` does (`ratchet worker -P gevent` does not:
-FINDINGS.md).
+Ratchet's gevent workers are `ratchet worker -P gevent`, which applies gevent's monkey patches
+before anything is imported, as `celery worker -P gevent` does.
 """
 
 from __future__ import annotations

@@ -157,8 +157,6 @@ class RatchetSide(Side):
         if switched:
             queues = [self.settings.model_queue]
         w = ratchet_worker(self.env, self.settings, pool=pool, concurrency=concurrency, extra=self.extra, queues=queues)
-        if pool in ("gevent", "eventlet"):
-            w.argv[1:3] = ["-m", "bench.green"]  # `ratchet worker` with the pool's patches first
         self.workers.append(w)
         if switched:
             self.switched.append(w)

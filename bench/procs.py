@@ -98,7 +98,8 @@ def ratchet_worker(
 ) -> WorkerProcess:
     """`ratchet worker --app bench.agents` for these settings (not started); `queues`: the queues
     it consumes (default: the model, tools and control queues)."""
-    argv = [sys.executable, "-m", "workers.cli", "worker", "--app", "bench.agents", "-P", pool,
+    # The `ratchet` command, as users start it (it patches for gevent before importing anything)
+    argv = [str(Path(sys.executable).parent / "ratchet"), "worker", "--app", "bench.agents", "-P", pool,
             "-c", str(concurrency), "-l", "WARNING", "-n", f"ratchet-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
     if queues:
         argv += ["-Q", ",".join(queues)]
