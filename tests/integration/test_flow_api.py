@@ -4,16 +4,15 @@ drives a run's concurrency key through `user_id` (POST /runs), reads why a run w
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
+from starlette.testclient import TestClient
 
 from orchestrator import Agent
 from orchestrator.testing.script import ScriptConfig
+from tests.flow_support import limited, lookup, name, run_step_of
 from tests.support import CountingModel
-from tests.unit.test_flow_inline import limited, lookup, name, run_step_of
 from workers.api.app import create_app
 
 
@@ -22,14 +21,10 @@ def test_over_http_a_users_second_run_waits_with_its_reason_in_its_log_until_the
 ) -> None:
     agent = Agent(name=name("http"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
     with limited(tmp_path, max_runs_per_key=1) as inline:
-        app = create_app(inline.settings, client=inline.client)
+        http = TestClient(create_app(inline.settings, client=inline.client))
 
         def call(method: str, path: str, **kwargs: Any) -> Any:
-            async def send() -> httpx.Response:
-                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as http:
-                    return await http.request(method, path, **kwargs)
-
-            response = asyncio.run(send())
+            response = http.request(method, path, **kwargs)
             assert response.status_code < 300, response.text
             return response.json()
 

@@ -20,9 +20,9 @@ from orchestrator.ports import Ask, Limiter, StepRef, set_limiter
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
+from tests.flow_support import limited, lookup, name
 from tests.servers import RedisServer
 from tests.support import CountingModel
-from tests.unit.test_flow_inline import limited, lookup, name
 from workers.flow import RedisLimiter
 
 SLOT = 30.0

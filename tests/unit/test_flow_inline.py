@@ -5,54 +5,22 @@ asked of the limiter where no limit applies."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator import Agent, RunStatus, Settings, Team, ports
+from orchestrator import Agent, RunStatus, Team, ports
 from orchestrator.flow import LocalLimiter
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
 from orchestrator.ports import Ask, StepRef, Verdict, set_limiter
-from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from tests.flow_support import limited, logged, lookup, name, run_step_of
 from tests.support import CountingModel
 
 S = RunStatus
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def lookup(query: str) -> str:
-    """Look something up."""
-    return f"found {query}"
-
-
-@contextmanager
-def limited(tmp_path: Path, **settings: Any) -> Iterator[InMemoryDispatcher]:
-    """The in-memory dispatcher with these settings; steps run when the test says (`autorun=False`)."""
-    values: dict[str, Any] = dict(
-        database_url=f"sqlite:///{tmp_path / 'runs.db'}", sqlite_synchronous="NORMAL", max_countdown=900.0,
-        dispatcher="orchestrator.testing.inmemory:InMemoryDispatcher",
-    )  # fmt: skip
-    with in_memory(Settings(**{**values, **settings}), autorun=False) as dispatcher:
-        yield dispatcher
-
-
-def run_step_of(dispatcher: InMemoryDispatcher, run_id: str) -> None:
-    """Run the queued steps, in order, up to and including the next one of `run_id`."""
-    while (ran := dispatcher.run_next()) is not None and ran.run_id != run_id:
-        pass
-    assert ran is not None, f"no step of run {run_id} was queued"
-
-
-def logged(dispatcher: InMemoryDispatcher, run_id: str, kind: str) -> list[dict[str, Any]]:
-    return [e.detail for e in dispatcher.client.get_log(run_id) if e.kind == kind]
 
 
 def test_runs_of_one_user_take_turns_and_another_users_run_does_not_wait(tmp_path: Path) -> None:
