@@ -16,7 +16,8 @@ Keys, under `ratchet:flow:`, each expiring once it has nothing left to say:
 Times are Redis's own (`TIME`), so workers' clocks need not agree. A call's token correction
 (`settle`) waits in this process and goes with its next `admit` of that model, in the same round
 trip. A Redis that fails or does not answer within LIMITER_TIMEOUT lets the step go unthrottled
-(fails open), logged at most every LOG_EVERY seconds.
+(fails open), logged at most every LOG_EVERY seconds; for LOG_EVERY seconds after a failure it is
+not asked at all, so a Redis that hangs costs one timeout, not one a step.
 """
 
 from __future__ import annotations
@@ -180,6 +181,9 @@ class RedisLimiter:
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # model -> tokens to settle at its next admit
         self._warned = 0.0
+        #: Until when (monotonic) a failed Redis is not asked again: each step goes on as if it
+        #: had failed, at once, instead of waiting out LIMITER_TIMEOUT on a Redis that hangs.
+        self._down_until = 0.0
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"
@@ -198,6 +202,8 @@ class RedisLimiter:
             ask.run_id, key, ask.limit if key else 0, self.slot_ms, rate.requests or 0, rate.tokens or 0,
             max(1, round(rate.per * 1000)), ask.tokens, adjust,
         ]  # fmt: skip
+        if self._down():
+            return Verdict()
         try:
             admitted, wait_ms, reason = self._admit(keys=keys, args=args)
         except (redis.RedisError, OSError) as exc:
@@ -218,6 +224,8 @@ class RedisLimiter:
             self._key("waiting", key),
             self._key("steps", key),
         ]
+        if self._down():
+            return True
         try:
             return bool(self._wait(keys=keys, args=[step.run_id, key, limit, self.slot_ms, step.priority or 0, body]))
         except (redis.RedisError, OSError) as exc:
@@ -225,6 +233,8 @@ class RedisLimiter:
             return True
 
     def release(self, run_id: str, limit: int) -> StepRef | None:
+        if self._down():
+            return None
         try:
             body = self._release(keys=[self._key("run", run_id)], args=[run_id, limit, self.slot_ms, self.prefix])
         except (redis.RedisError, OSError) as exc:
@@ -238,13 +248,19 @@ class RedisLimiter:
                 self._pending[model] = self._pending.get(model, 0) + tokens
 
     def block(self, model: str, seconds: float) -> None:
+        if self._down():
+            return
         try:
             self._block(keys=[self._key("blocked", model)], args=[max(1, round(seconds * 1000))])
         except (redis.RedisError, OSError) as exc:
             self._failed(f"model {model} is not blocked for the other workers", exc)
 
+    def _down(self) -> bool:
+        return time.monotonic() < self._down_until
+
     def _failed(self, what: str, exc: BaseException) -> None:
         now = time.monotonic()
+        self._down_until = now + LOG_EVERY
         if now - self._warned >= LOG_EVERY:
             self._warned = now
             log.warning("flow control: Redis failed (%s: %s); %s (it fails open)", type(exc).__name__, exc, what)

@@ -5,9 +5,11 @@ On a private Redis: a limited model step costs one round trip, a tool step none.
 
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,32 @@ def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixtur
     assert limiter.release("a", 1) is None
     limiter.block("m", 1.0)
     assert "fails open" in caplog.text
+
+
+def test_a_redis_that_hangs_costs_one_timeout_not_one_a_step() -> None:
+    # Given a "Redis" that accepts connections and never answers (the kernel completes each
+    # connection into the listener's backlog; nothing ever reads from it)
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as hung:
+        limiter = RedisLimiter(Settings(), f"redis://127.0.0.1:{hung.getsockname()[1]}/0")
+        rate = RateLimit(requests=1)
+
+        # When steps ask it, one after the other
+        for run in ("a", "b", "c"):
+            assert limiter.admit(Ask(run_id=run, key="k", limit=1, model="m", rate=rate)).admitted
+        assert limiter.wait_for_room("k", 1, step("d")) is True
+        assert limiter.release("a", 1) is None
+        limiter.block("m", 1.0)
+
+        # Then only the first waited for it: one connection, whose reply never came; the rest
+        # went on at once, failing open, without connecting again
+        hung.setblocking(False)
+        connections = []
+        with suppress(BlockingIOError):
+            while True:
+                connections.append(hung.accept()[0])
+        for conn in connections:
+            conn.close()
+        assert len(connections) == 1
 
 
 def test_a_limited_model_step_costs_one_round_trip_and_a_tool_step_none(tmp_path: Path) -> None:
