@@ -115,9 +115,11 @@ class DeltaSink(Protocol):
         order written, and the cursor to pass next time."""
         ...
 
-    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> tuple[list[RunEvent], str | None]:
         """Return once the run may have live events after `cursor`, or after `timeout` seconds: a
-        reader's wait between polls, woken by a delta at once where the sink can block on one."""
+        reader's wait between polls, woken by a delta at once where the sink can block on one.
+        Returns what it read on the way, as `read` does (a sink that only sleeps: none, and
+        `cursor`), so a reader woken by a delta need not read the sink again."""
         ...
 
     def discard(self, run_ids: Sequence[str]) -> None:

@@ -9,8 +9,13 @@ can later turn up below an id already handed out. The reader ends once the run i
 PAUSED and everything that snapshot showed is out.
 
 Between polls `follow` waits on the sink (`DeltaSink.wait`): on Redis a blocking read of the
-run's stream, so a delta wakes the reader at once and the next poll hands it out; the wait's
-timeout is the polling schedule (`delays`), so a durable event is seen as soon as before.
+run's stream, so a delta wakes the reader at once; the wait's timeout is the polling schedule
+(`delays`), so a durable event is seen as soon as before. The deltas that woke the reader go out
+without reading the store again when no durable event can sort below them: those of a claim the
+last snapshot showed, and those of the claim that follows a QUEUED agent run's snapshot (its
+epoch one higher, at the same message count: every event an agent run logs while QUEUED is
+written with the move that queued it, or bumps the epoch, as a cancel does). Anything else (a
+later claim, a team) takes a full poll, as before.
 `afollow` sleeps instead: a blocking wait would hold one of the event loop's few worker threads
 for each reader.
 """
@@ -25,6 +30,7 @@ from collections.abc import AsyncIterator, Iterator
 from orchestrator.errors import RunWaitTimeout
 from orchestrator.events import Key, RunEvent, parse_id
 from orchestrator.ports import DeltaSink
+from orchestrator.status import RunStatus
 from orchestrator.store import Store
 
 log = logging.getLogger("ratchet.reader")
@@ -48,6 +54,12 @@ class Follower:
         self.last: Key | None = parse_id(after) if after is not None else None
         self.cursor: str | None = None
         self.held: list[RunEvent] = []
+        #: Live events the last wait read, not handed out yet.
+        self.woken: list[RunEvent] = []
+        #: Live events keyed at or below this epoch (the key's second part) can go out without a
+        #: new snapshot; and, if set, those keyed at this (message count, epoch): the next claim's.
+        self.ready = 0
+        self.next_claim: tuple[int, int] | None = None
         self.stream = False
         self.done = False
         #: The sink failed its last read: live events are skipped until it answers again.
@@ -55,6 +67,8 @@ class Follower:
 
     def poll(self) -> list[RunEvent]:
         """The events that are new since the last poll, in id order (sets `done` at the end)."""
+        if self.woken and (early := self._early()) is not None:
+            return early
         for _ in range(2):
             record, durable = self.store.run_events(self.run_id, after=self.last)
             if not record.stream:
@@ -77,11 +91,31 @@ class Follower:
                 out.append(event)
                 self.last = event.key
         self.done = record.status.is_final
+        self.ready = record.epoch + 1
+        queued_agent = record.status == RunStatus.QUEUED and record.kind == "agent"
+        self.next_claim = (record.n_messages, record.epoch + 2) if queued_agent else None
+        return out
+
+    def _early(self) -> list[RunEvent] | None:
+        """The live events the wait read, if no durable event can sort below any of them (see
+        the module docstring); else None, and a full poll hands them out."""
+        live = self.held + self.woken
+        if not all(e.key[1] <= self.ready or e.key[:2] == self.next_claim for e in live):
+            return None
+        self.held, self.woken = [], []
+        if any(e.key[:2] == self.next_claim for e in live):  # that claim is the run's now
+            self.ready, self.next_claim = self.ready + 1, None
+        out: list[RunEvent] = []
+        for event in sorted(live, key=lambda e: e.key):
+            if self.last is None or event.key > self.last:
+                out.append(event)
+                self.last = event.key
         return out
 
     def _read_live(self) -> list[RunEvent]:
-        """The sink's new live events; none while it cannot be read (Redis down): the durable
-        events, rebuilt from the database, still tell the whole run."""
+        """The sink's new live events (after those the last wait read); none while it cannot be
+        read (Redis down): the durable events, rebuilt from the database, still tell the whole run."""
+        woken, self.woken = self.woken, []
         try:
             live, self.cursor = self.sink.read(self.run_id, self.cursor)
         except Exception as exc:
@@ -90,14 +124,15 @@ class Follower:
             self.sink_down = True
             return []
         self.sink_down = False
-        return live
+        return woken + live
 
     def wait(self, timeout: float) -> None:
         """Wait up to `timeout` seconds before the next poll, less if a streamed run's sink gets a
-        live event (a poll still reads the store first: the order above is what keeps ids right)."""
+        live event (kept for the poll, which hands it out at once if it can: `_early`)."""
         if self.stream and not self.sink_down:
             try:
-                self.sink.wait(self.run_id, self.cursor, timeout)
+                woken, self.cursor = self.sink.wait(self.run_id, self.cursor, timeout)
+                self.woken += woken
                 return
             except Exception:  # logged by the read that finds it down
                 self.sink_down = True

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 
@@ -137,13 +138,19 @@ class RedisDeltaSink:
     def read(self, run_id: str, cursor: str | None) -> tuple[list[RunEvent], str | None]:
         """The stream's entries after the entry id `cursor`, in the order written."""
         start = "-" if cursor is None else f"({cursor}"
-        entries = self.client.xrange(KEY.format(run_id=run_id), min=start, max="+")
-        if not entries:
-            return [], cursor
-        events = [RunEvent.model_validate_json(fields[b"e"]) for _, fields in entries if fields]
-        last = entries[-1][0]
-        return events, last.decode() if isinstance(last, bytes) else str(last)
+        return _events(self.client.xrange(KEY.format(run_id=run_id), min=start, max="+"), cursor)
 
-    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
-        """Block on the stream (XREAD BLOCK, at least 1 ms) until an entry after `cursor` is there."""
-        self.client.xread({KEY.format(run_id=run_id): cursor or "0-0"}, count=1, block=max(1, round(timeout * 1000)))
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> tuple[list[RunEvent], str | None]:
+        """Block on the stream (XREAD BLOCK, at least 1 ms) until there are entries after
+        `cursor`, and return them (all there are: the stream is trimmed to RATCHET_STREAM_MAXLEN)."""
+        got: Any = self.client.xread({KEY.format(run_id=run_id): cursor or "0-0"}, block=max(1, round(timeout * 1000)))
+        return _events(got[0][1] if got else [], cursor)  # [[key, entries]] (RESP2, as the client speaks)
+
+
+def _events(entries: Any, cursor: str | None) -> tuple[list[RunEvent], str | None]:
+    """The live events of a stream's entries, and the id of the last as the next cursor."""
+    if not entries:
+        return [], cursor
+    events = [RunEvent.model_validate_json(fields[b"e"]) for _, fields in entries if fields]
+    last = entries[-1][0]
+    return events, last.decode() if isinstance(last, bytes) else str(last)

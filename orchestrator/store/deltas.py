@@ -48,9 +48,10 @@ class TableDeltaSink:
             return [], cursor
         return [RunEvent.model_validate_json(r.body) for r in rows], str(rows[-1].id)
 
-    def wait(self, run_id: str, cursor: str | None, timeout: float) -> None:
+    def wait(self, run_id: str, cursor: str | None, timeout: float) -> tuple[list[RunEvent], str | None]:
         """Sleep `timeout` seconds: a table cannot be blocked on, so a reader polls it."""
         time.sleep(timeout)
+        return [], cursor
 
     def discard(self, run_ids: Sequence[str]) -> None:
         """Delete the runs' rows (a delete of the runs from the store already did, in its batch)."""

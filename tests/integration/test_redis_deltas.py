@@ -62,15 +62,15 @@ def test_a_reader_waiting_on_a_streamed_run_wakes_when_a_delta_is_written_not_at
     writer.start()
 
     started = time.monotonic()
-    sink.wait(run_id, None, timeout=10)
+    woken, cursor = sink.wait(run_id, None, timeout=10)
     waited = time.monotonic() - started
     writer.join()
 
     assert waited < 5, f"the wait ran to its timeout ({waited:.1f}s) although a delta came after 0.1s"
-    events, cursor = sink.read(run_id, None)
-    assert [e.content for e in events] == ["w1 "]
+    assert [e.content for e in woken] == ["w1 "]  # what woke it, so the reader need not read again
+    assert (woken, cursor) == sink.read(run_id, None)
     started = time.monotonic()
-    sink.wait(run_id, cursor, timeout=0.05)  # nothing after the cursor: it waits its timeout
+    assert sink.wait(run_id, cursor, timeout=0.05) == ([], cursor)  # nothing after the cursor: its timeout
     assert time.monotonic() - started >= 0.04
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -339,6 +340,85 @@ def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_
     events = list(follow(Follower(inline.store, gone, run_id), timeout=30))
 
     assert events == durable and events[-1].event == "RunCompleted"
+
+
+class CountingStore:
+    """A real store whose `run_events` reads are counted: how often a reader took a snapshot."""
+
+    def __init__(self, store: object) -> None:
+        self.store, self.reads = store, 0
+
+    def run_events(self, run_id: str, after: object = None) -> object:
+        self.reads += 1
+        return self.store.run_events(run_id, after=after)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def redis_sink(settings: Settings) -> Iterator[object]:
+    from workers.deltas import RedisDeltaSink
+
+    sink = RedisDeltaSink(settings)
+    written: list[str] = []
+    yield sink, written
+    sink.discard(written)
+
+
+def followed(inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]) -> tuple[Any, str, CountingStore, Any]:
+    """A streamed run left QUEUED, and a reader on the Redis sink that has seen its start."""
+    from orchestrator.reader import Follower
+
+    sink, written = redis_sink
+    agent = Agent(name=name(), model=ScriptedModel())
+    inline.autorun = False
+    run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
+    written.append(run_id)
+    store = CountingStore(inline.store)
+    follower = Follower(store, sink, run_id)  # type: ignore[arg-type]
+    assert kinds(follower.poll()) == ["RunStarted"] and store.reads == 1
+    return sink, run_id, store, follower
+
+
+def streams(inline: InMemoryDispatcher, sink: Any, run_id: str, seq: int, text: str) -> None:
+    """A worker claims the run's model step `seq` and streams `text` as one delta."""
+    claim = inline.store.claim(run_id, seq, "model", owner=f"w{seq}", lease_seconds=30, max_attempts=5)
+    assert claim is not None
+    live = LiveStep(sink, claim, time.time)
+    live.begin()
+    live.delta(text)
+    live.end()
+
+
+def test_a_reader_woken_by_the_first_claims_delta_hands_it_out_without_reading_the_store_again(
+    inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]
+) -> None:
+    sink, run_id, store, follower = followed(inline, redis_sink)
+    streams(inline, sink, run_id, 0, "hel")
+
+    follower.wait(10)
+    events = follower.poll()
+
+    assert [(e.event, e.content) for e in events] == [("RunContent", "hel")]
+    assert store.reads == 1, "the delta of the claim after a QUEUED snapshot needs no new snapshot"
+
+
+def test_a_woken_reader_reads_the_store_before_the_delta_of_a_later_claim_so_nothing_sorts_below_it(
+    inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]
+) -> None:
+    sink, run_id, store, follower = followed(inline, redis_sink)
+    # Unseen by the reader: a first attempt fails and is parked for a retry (RunRetrying), then a
+    # second claim streams. Its deltas sort above the retry, so the retry must come out first.
+    first = inline.store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
+    assert first is not None
+    error = {"type": "ModelCallError", "message": "a 500"}
+    inline.store.park_for_retry(first, delay=0, published=False, error=error, publish_grace=5)
+    streams(inline, sink, run_id, 1, "again")
+
+    follower.wait(10)
+    events = follower.poll()
+
+    assert kinds(events) == ["RunRetrying", "StepRestarted", "RunContent"]
+    assert_in_id_order(events)
+    assert store.reads == 2
 
 
 def test_an_event_id_of_digits_that_are_not_ascii_is_refused_as_input() -> None:
