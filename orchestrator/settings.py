@@ -75,7 +75,8 @@ class Settings(BaseModel):
     #: a Redis stream expires this long after its last write; rows of the table likewise. Durable
     #: events are rebuilt from the run's rows whatever this says.
     stream_ttl: float = 3600.0
-    #: The most live events a run's Redis stream keeps (trimmed approximately, oldest first).
+    #: The most entries a run's Redis stream keeps (trimmed approximately, oldest first); an entry
+    #: is one live event, or the events of the run one batch of the sink carried.
     stream_maxlen: int = 100_000
     #: Flow control (`orchestrator.flow`): at most this many runs of one concurrency key in
     #: progress at once, across every worker. A run's key is its `user_id`, or what its agent's

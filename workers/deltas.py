@@ -1,8 +1,11 @@
 """The delta sink on Redis: one stream per streamed run, `ratchet:deltas:{run_id}`.
 
-Each live event is an XADD (trimmed to about RATCHET_STREAM_MAXLEN entries) sent with an EXPIRE
-of RATCHET_STREAM_TTL in the same round trip, so a stream expires that long after its last write,
-also when the worker that wrote it died and nothing would ever have cleaned it up.
+Each batch of a run's live events is one entry, an XADD (trimmed to about RATCHET_STREAM_MAXLEN
+entries) sent with an EXPIRE of RATCHET_STREAM_TTL in the same round trip, so a stream expires that
+long after its last write, also when the worker that wrote it died and nothing would ever have
+cleaned it up. An entry's `e` is one event, or a JSON array of the events a batch carried: one
+command a run and batch, not one an event (a streamed step of 29 deltas cost 0.95 ms in 58
+commands, 0.65 ms in 4).
 
 Writes leave the model call's thread: `write` queues the event and a flusher thread (one per
 sink and process, started on first use) sends whatever has piled up in one pipeline, in the
@@ -22,12 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from pydantic import TypeAdapter
 
 from orchestrator.events import RunEvent
 from orchestrator.settings import Settings
 from workers.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
 
 KEY = "ratchet:deltas:{run_id}"
+_BATCH = TypeAdapter(list[RunEvent])
 #: Seconds `flush` waits for a Redis that does not answer before the step goes on without it.
 FLUSH_TIMEOUT = 10.0
 log = logging.getLogger("ratchet.worker")
@@ -65,7 +70,8 @@ class RedisDeltaSink:
                 if self._flusher is None or not self._flusher.is_alive():  # not alive: a forked child
                     self._flusher = threading.Thread(target=self._flush_loop, name="ratchet-deltas", daemon=True)
                     self._flusher.start()
-                self._cond.notify_all()
+                if not self._busy:  # a sending flusher takes the queue when its batch is sent
+                    self._cond.notify_all()
                 return
             batch = self._take()
         self._send(batch)
@@ -109,12 +115,15 @@ class RedisDeltaSink:
                 except ValueError as exc:  # this event's run only, not the batch's other runs
                     failed.add(event.run_id)
                     log.warning("run %s: a live event could not be written (%s); its step goes on", event.run_id, exc)
-            payloads = [(run_id, body) for run_id, body in payloads if run_id not in failed]
-            if payloads:
+            bodies: dict[str, list[str]] = {}
+            for run_id, body in payloads:
+                if run_id not in failed:
+                    bodies.setdefault(run_id, []).append(body)
+            if bodies:
                 pipe = self.client.pipeline(transaction=False)
-                for run_id, body in payloads:
-                    pipe.xadd(KEY.format(run_id=run_id), {"e": body}, maxlen=self.maxlen, approximate=True)
-                for run_id in dict.fromkeys(run_id for run_id, _ in payloads):
+                for run_id, some in bodies.items():  # one entry a run: its events of the batch, in order
+                    entry = some[0] if len(some) == 1 else "[" + ",".join(some) + "]"
+                    pipe.xadd(KEY.format(run_id=run_id), {"e": entry}, maxlen=self.maxlen, approximate=True)
                     pipe.expire(KEY.format(run_id=run_id), self.ttl)
                 pipe.execute()
         except (redis.RedisError, OSError) as exc:  # a live view never fails a step
@@ -151,6 +160,12 @@ def _events(entries: Any, cursor: str | None) -> tuple[list[RunEvent], str | Non
     """The live events of a stream's entries, and the id of the last as the next cursor."""
     if not entries:
         return [], cursor
-    events = [RunEvent.model_validate_json(fields[b"e"]) for _, fields in entries if fields]
+    events: list[RunEvent] = []
+    for _, fields in entries:
+        body = (fields or {}).get(b"e", b"")
+        if body[:1] == b"[":  # a batch's events of the run
+            events += _BATCH.validate_json(body)
+        elif body:
+            events.append(RunEvent.model_validate_json(body))
     last = entries[-1][0]
     return events, last.decode() if isinstance(last, bytes) else str(last)

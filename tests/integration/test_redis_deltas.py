@@ -100,3 +100,23 @@ def test_an_event_that_cannot_be_written_drops_its_own_run_only_not_the_others_i
 
     assert [e.content for e in sink.read(good, None)[0]] == ["w1 ", "w2 "]
     assert sink.read(bad, None)[0] == []
+
+
+def test_a_batch_stores_each_runs_events_as_one_entry_read_back_in_order(
+    settings: Settings, run_ids: list[str], redis_url: str
+) -> None:
+    sink = RedisDeltaSink(settings)
+    a, b = run_ids[0], run_ids[1]
+    sink.write(delta(a, 1))  # a step's first event goes out alone, at once
+    sink.flush(a)
+
+    sink._send([delta(a, 2), delta(b, 1), delta(a, 3), delta(b, 2)])  # one batch, as the sender thread takes it
+
+    r = redis.Redis.from_url(redis_url)
+    assert (r.xlen(KEY.format(run_id=a)), r.xlen(KEY.format(run_id=b))) == (2, 1)  # one XADD a run, not an event
+    events, cursor = sink.read(a, None)
+    assert [e.content for e in events] == ["w1 ", "w2 ", "w3 "]
+    assert [e.content for e in sink.read(b, None)[0]] == ["w1 ", "w2 "]
+    sink.write(delta(a, 4))
+    sink.flush(a)
+    assert [e.content for e in sink.wait(a, cursor, timeout=5)[0]] == ["w4 "]  # the cursor is past the batch
