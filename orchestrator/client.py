@@ -23,7 +23,7 @@ from orchestrator import validation
 from orchestrator.control import RunControl
 from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths, get_delta_sink
+from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths, get_delta_sink, wire_finals
 from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import LogEntry, RunOutput, RunPage, Session
 from orchestrator.settings import Settings
@@ -90,6 +90,7 @@ class Client:
         self._store = store
         self._dispatcher = dispatcher
         self._control: RunControl | None = None
+        self._wired = False
 
     @property
     def store(self) -> Store:
@@ -100,6 +101,9 @@ class Client:
                 auto_migrate=self.settings.auto_migrate,
                 sqlite_synchronous=self.settings.sqlite_synchronous,
             )
+        if not self._wired:  # on SQLite, this producer's final moves (a cancel) wake waiters too
+            self._wired = True
+            wire_finals(self.settings, self._store)
         return self._store
 
     @property
@@ -302,11 +306,15 @@ class Client:
         """Block until the run stops (COMPLETED, ERROR, CANCELLED, PAUSED).
 
         On PostgreSQL the run's final move wakes the waiter at once (LISTEN/NOTIFY), with a
-        slow poll as a safety net; elsewhere, or while notices are down, it polls."""
+        slow poll as a safety net; elsewhere, or while notices are down, it polls, and on SQLite
+        with a Redis broker the run's announced final move (`ports.FinalChannel`) also wakes it
+        between polls."""
         run_id = validation.known_run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
+        channel = wire_finals(self.settings, self.store) if watcher is None else None
+        early = channel.subscribe(run_id) if channel is not None else None
         delays = poll_delays()
         notified = False
         try:
@@ -326,12 +334,19 @@ class Client:
                     notified = event.wait(SAFETY_POLL if left is None else min(SAFETY_POLL, left))
                     event.clear()
                 else:
-                    notified = False
                     delay = next(delays)
-                    time.sleep(delay if left is None else min(delay, left))
+                    delay = delay if left is None else min(delay, left)
+                    if early is not None:  # announced between polls (SQLite with a Redis broker)
+                        notified = early.wait(delay)
+                        early.clear()
+                    else:
+                        notified = False
+                        time.sleep(delay)
         finally:
             if event is not None and watcher is not None:
                 watcher.unsubscribe(run_id, event)
+            if early is not None and channel is not None:
+                channel.unsubscribe(run_id, early)
 
     async def await_run(self, run_id: str, timeout: float | None = None) -> RunOutput:
         """`wait()` for asyncio."""

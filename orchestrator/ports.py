@@ -154,6 +154,52 @@ def get_delta_sink(settings: Settings, store: Store) -> DeltaSink:
         return found
 
 
+class FinalChannel(Protocol):
+    """Wakes waiters when a run stops, where the database cannot (SQLite): the store announces
+    each final move after its commit, and `Client.wait` wakes on it between its polls. Best
+    effort: a lost announcement costs a waiter its next poll's delay, nothing more."""
+
+    def announce(self, run_ids: list[str]) -> None:
+        """Say that these runs reached a final status (their moves committed)."""
+        ...
+
+    def subscribe(self, run_id: str) -> threading.Event | None:
+        """An event set when the run is announced; None if announcements cannot be received now."""
+        ...
+
+    def unsubscribe(self, run_id: str, event: threading.Event) -> None:
+        """Stop setting `event` for the run."""
+        ...
+
+
+#: The final channel of a Redis broker, imported by name.
+REDIS_FINALS = "workers.finals:RedisFinals"
+_channels: dict[str, FinalChannel] = {}
+
+
+def get_final_channel(settings: Settings) -> FinalChannel | None:
+    """Redis pub/sub on the broker's Redis (one per process and broker); None for other brokers."""
+    if not settings.broker_url.startswith(("redis://", "rediss://")):
+        return None
+    with _lock:
+        found = _channels.get(settings.broker_url)
+        if found is None:
+            module_name, _, attr = REDIS_FINALS.partition(":")
+            found = _channels[settings.broker_url] = getattr(importlib.import_module(module_name), attr)(settings)
+        return found
+
+
+def wire_finals(settings: Settings, store: Store) -> FinalChannel | None:
+    """For a store that cannot notify waiters itself (SQLite): have it announce final moves on
+    the broker's channel, and return that channel for waiters (None where there is none)."""
+    if not store.announces_finals:
+        return None
+    channel = get_final_channel(settings)
+    if channel is not None:
+        store.set_final_announcer(channel.announce)
+    return channel
+
+
 # ---------------------------------------------------------------- flow control
 
 

@@ -21,7 +21,7 @@ from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import DeltaSink, Dispatcher, StepRef, get_delta_sink, get_dispatcher
+from orchestrator.ports import DeltaSink, Dispatcher, StepRef, get_delta_sink, get_dispatcher, wire_finals
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
@@ -63,6 +63,8 @@ class StepRunner:
         #: Whether an exception is the worker stopping (Celery's WorkerShutdown, or the SystemExit
         #: a pool process raises on SIGTERM, as at the hard time limit): never a tool's error.
         self.stopping = stopping
+        # On SQLite with a Redis broker, the runs this process ends wake their waiters.
+        wire_finals(settings, self.store)
         self.inflight = InFlightSteps()
         #: Renews the leases of the steps in `inflight`; started by the first claim.
         self.heartbeat = Heartbeat(self.store, settings, self.inflight.held)

@@ -37,6 +37,8 @@ class Backend(ABC):
         self.quick_engine = quick_engine
         #: Writes that need not survive an OS crash (see `lazy`).
         self.lazy_engine = lazy_engine
+        #: Where a backend without notifications announces final moves (`notify.announce_after_commit`).
+        self.announce: Callable[[list[str]], None] | None = None
 
     @abstractmethod
     def quick(self, work: Callable[[Connection], T]) -> T:
@@ -89,6 +91,11 @@ class Backend(ABC):
     @abstractmethod
     def final_watcher(self) -> FinalWatcher | None:
         """The process's listener for runs reaching a final status (None: waiters poll)."""
+
+    @property
+    def announces_finals(self) -> bool:
+        """Whether final moves are announced through `announce` (no notifications of its own)."""
+        return False
 
     @abstractmethod
     def dispose(self, *, close: bool) -> None:

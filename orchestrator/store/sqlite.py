@@ -20,7 +20,7 @@ from orchestrator.store import claims, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
-from orchestrator.store.notify import FinalWatcher
+from orchestrator.store.notify import FinalWatcher, announce_after_commit, note_final
 from orchestrator.store.transcripts import TranscriptCache
 
 T = TypeVar("T")
@@ -36,6 +36,7 @@ class SqliteBackend(Backend):
         # commit flushes the WAL in order, these first.
         lazy = open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
         super().__init__(engine, quick_engine=engine.execution_options(**{SQLITE_READS: True}), lazy_engine=lazy)
+        announce_after_commit(engine, lambda: self.announce)
 
     def quick(self, work: Callable[[Connection], T]) -> T:
         with self.quick_engine.connect() as conn:
@@ -73,6 +74,8 @@ class SqliteBackend(Backend):
         if row is None:
             return None
         record = RunRecord.from_row(row)
+        if final:
+            note_final(conn, record.run_id)
         start = record.n_messages - len(new_messages)
         writes.insert_messages(
             conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch,
@@ -81,10 +84,14 @@ class SqliteBackend(Backend):
         return record
 
     def on_final(self, conn: Connection, run_id: str) -> None:
-        """Nothing to send: waiters poll."""
+        note_final(conn, run_id)
 
     def final_watcher(self) -> FinalWatcher | None:
         return None
+
+    @property
+    def announces_finals(self) -> bool:
+        return True
 
     def dispose(self, *, close: bool) -> None:
         self.engine.dispose(close=close)  # the quick engine shares its pool

@@ -79,6 +79,17 @@ class Store(StoreReads):
         """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
         return self._backend.final_watcher()
 
+    @property
+    def announces_finals(self) -> bool:
+        """Whether final moves are announced through `set_final_announcer` (SQLite), not by
+        the database itself (PostgreSQL's NOTIFY)."""
+        return self._backend.announces_finals
+
+    def set_final_announcer(self, announce: Callable[[list[str]], None] | None) -> None:
+        """Where this process announces the runs its committed transactions moved to a final
+        status (`notify.announce_after_commit`); None: nowhere."""
+        self._backend.announce = announce
+
     def dispose(self, *, close: bool = True) -> None:
         """Drop the pools and stop the listener of a store its opener owns (cached ones: `forget_stores`);
         `close=False`, after a fork, leaves the parent's pooled connections open."""
