@@ -99,7 +99,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                         rig, env, rounds=1 if q else 5, far=200 if q else 1000))  # fmt: skip
                 if "stream" in only:
                     run(f"streaming ({db})", lambda rig=rig: streaming.measure(
-                        rig, env, runs=20 if q else 200, rounds=1 if q else 5, batches=20 if q else 100))  # fmt: skip
+                        rig, env, runs=20 if q else 200, rounds=1 if q else 15, batches=20 if q else 100))  # fmt: skip
                 if "history" in only:
                     run(f"session history ({db})", lambda rig=rig: history.measure(rig, rounds=20 if q else 200))
         finally:
