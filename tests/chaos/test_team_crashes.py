@@ -67,7 +67,8 @@ def _children_of(cluster: Cluster, team_run_id: str, call_id: str) -> set[str]:
 
 
 def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_call(cluster: Cluster) -> None:
-    # Given a researcher whose batch holds in r2 after r1 finished and was committed
+    # Given a researcher whose batch holds in r2 after r1 finished and was committed, and a
+    # writer that finished (it runs beside the researcher: killed mid-w1, w1 would rightly run again)
     team_script(cluster)
     cluster.flag("hold-r2")
     first = start_team_worker(cluster)
@@ -77,6 +78,10 @@ def test_a_worker_killed_during_a_members_tool_batch_reruns_only_its_unfinished_
     wait_until(
         lambda: (r := member(cluster, team_run_id, RESEARCHER)) is not None and len(r.tools) == 1,
         timeout=20, what="r1's result to be committed",
+    )  # fmt: skip
+    wait_until(
+        lambda: (w := member(cluster, team_run_id, WRITER)) is not None and w.status == S.COMPLETED,
+        timeout=20, what="the writer to complete",
     )  # fmt: skip
     assert cluster.store.get_record(team_run_id).status == S.WAITING
 
