@@ -122,7 +122,7 @@ class Follower:
             if not self.sink_down:
                 log.warning("run %s: live events unreadable (%s); following its stored events", self.run_id, exc)
             self.sink_down = True
-            return []
+            return woken  # read already: the cursor is past them
         self.sink_down = False
         return woken + live
 

@@ -52,15 +52,22 @@ def announce_after_commit(engine: Engine, announcer: Callable[[], Callable[[list
     rolled back announces nothing; one whose COMMIT fails after the event announces a run that
     did not move, and its waiters read it and go on waiting."""
 
+    # An invalidated connection (an exit exception raised inside a statement) is not asked for
+    # its `info`: that would raise PendingRollbackError in place of the exception on its way out.
+    # The pool clears the record's info when it reconnects, so nothing noted is left behind.
+
     @sa_event.listens_for(engine, "commit")
     def _commit(conn: Connection) -> None:
+        if conn.invalidated:
+            return
         moved = conn.info.pop(_MOVED, None)
         if moved:
             conn.info.setdefault(_COMMITTED, []).extend(moved)
 
     @sa_event.listens_for(engine, "rollback")
     def _rollback(conn: Connection) -> None:
-        conn.info.pop(_MOVED, None)
+        if not conn.invalidated:
+            conn.info.pop(_MOVED, None)
 
     @sa_event.listens_for(engine.pool, "checkin")
     def _checkin(dbapi_conn: Any, record: Any) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import event as sa_event
+from sqlalchemy import text
 
 from orchestrator import Agent, Client, RunStatus
 from orchestrator import client as client_module
@@ -123,3 +125,21 @@ def test_a_waiter_whose_redis_is_gone_polls_at_once_without_waiting_for_a_subscr
     with pytest.raises(redis.RedisError):  # the store logs it and goes on (notify.announce_after_commit)
         channel.announce(["some-run"])
     channel.announce(["some-run"])  # the failure is remembered: nothing sent, nothing raised
+
+
+def test_an_exit_raised_inside_a_statement_on_sqlite_comes_out_as_itself(settings: Settings) -> None:
+    # SystemExit is how a prefork pool process at its hard time limit leaves a statement; the
+    # worker tells it from a tool's error by its type, so the store's listeners must not turn it
+    # into PendingRollbackError while the connection is invalidated.
+    store = Client(settings).store
+
+    def interrupted(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "ratchet_exit_probe" in statement:
+            raise SystemExit(3)
+
+    sa_event.listen(store.engine, "before_cursor_execute", interrupted)
+    try:
+        with pytest.raises(SystemExit), store.engine.begin() as conn:
+            conn.execute(text("SELECT 'ratchet_exit_probe'"))
+    finally:
+        sa_event.remove(store.engine, "before_cursor_execute", interrupted)

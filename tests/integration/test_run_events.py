@@ -388,6 +388,16 @@ def streams(inline: InMemoryDispatcher, sink: Any, run_id: str, seq: int, text: 
     live.end()
 
 
+def retried_and_streamed(inline: InMemoryDispatcher, sink: Any, run_id: str) -> None:
+    """Unseen by the reader: a first attempt fails and is parked for a retry (RunRetrying), then
+    a second claim streams "again"."""
+    first = inline.store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
+    assert first is not None
+    error = {"type": "ModelCallError", "message": "a 500"}
+    inline.store.park_for_retry(first, delay=0, published=False, error=error, publish_grace=5)
+    streams(inline, sink, run_id, 1, "again")
+
+
 def test_a_reader_woken_by_the_first_claims_delta_hands_it_out_without_reading_the_store_again(
     inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]
 ) -> None:
@@ -405,13 +415,7 @@ def test_a_woken_reader_reads_the_store_before_the_delta_of_a_later_claim_so_not
     inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]
 ) -> None:
     sink, run_id, store, follower = followed(inline, redis_sink)
-    # Unseen by the reader: a first attempt fails and is parked for a retry (RunRetrying), then a
-    # second claim streams. Its deltas sort above the retry, so the retry must come out first.
-    first = inline.store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
-    assert first is not None
-    error = {"type": "ModelCallError", "message": "a 500"}
-    inline.store.park_for_retry(first, delay=0, published=False, error=error, publish_grace=5)
-    streams(inline, sink, run_id, 1, "again")
+    retried_and_streamed(inline, sink, run_id)  # its deltas sort above the retry: the retry comes first
 
     follower.wait(10)
     events = follower.poll()
@@ -419,6 +423,25 @@ def test_a_woken_reader_reads_the_store_before_the_delta_of_a_later_claim_so_not
     assert kinds(events) == ["RunRetrying", "StepRestarted", "RunContent"]
     assert_in_id_order(events)
     assert store.reads == 2
+
+
+def test_deltas_a_woken_reader_read_survive_a_failed_read_of_the_stream_that_follows(
+    inline: InMemoryDispatcher, redis_sink: tuple[object, list[str]]
+) -> None:
+    sink, run_id, _, follower = followed(inline, redis_sink)
+    retried_and_streamed(inline, sink, run_id)
+    follower.wait(10)  # reads the later claim's deltas: held for a full poll
+    real_read = sink.read
+
+    def blip(run_id: str, cursor: str | None) -> Any:  # Redis drops the connection once
+        sink.read = real_read
+        raise redis.ConnectionError("connection reset")
+
+    sink.read = blip
+    events = follower.poll()
+
+    assert kinds(events) == ["RunRetrying", "StepRestarted", "RunContent"]
+    assert events[-1].content == "again"
 
 
 def test_an_event_id_of_digits_that_are_not_ascii_is_refused_as_input() -> None:
