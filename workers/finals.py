@@ -58,8 +58,8 @@ class RedisFinals(Listener):
                     continue
                 if message["type"] == "subscribe":
                     self._ready()
-                elif message["type"] == "message":
+                elif message["type"] == "message":  # anyone can publish here: bytes that are no run id wake no one
                     data = message["data"]
-                    self._heard(data.decode() if isinstance(data, bytes) else str(data))
+                    self._heard(data.decode(errors="replace") if isinstance(data, bytes) else str(data))
         finally:
             pubsub.close()

@@ -143,3 +143,16 @@ def test_an_exit_raised_inside_a_statement_on_sqlite_comes_out_as_itself(setting
             conn.execute(text("SELECT 'ratchet_exit_probe'"))
     finally:
         sa_event.remove(store.engine, "before_cursor_execute", interrupted)
+
+
+def test_a_payload_that_is_no_run_id_on_the_channel_does_not_stop_its_listener(settings: Settings) -> None:
+    channel = get_final_channel(settings)
+    assert channel is not None
+    event = channel.subscribe("run-heard-after-garbage")
+    assert event is not None
+
+    redis.Redis.from_url(settings.broker_url).publish("ratchet:final", b"\xff\xfe not utf-8")  # anyone can
+    channel.announce(["run-heard-after-garbage"])
+
+    assert event.wait(5)
+    assert channel.listening  # a listener that died on the bytes would wake everyone, then stop
