@@ -23,7 +23,7 @@ from orchestrator import validation
 from orchestrator.control import RunControl
 from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths, get_delta_sink, wire_finals
+from orchestrator.ports import DeltaSink, Dispatcher, FinalChannel, QueueLengths, get_delta_sink, wire_finals
 from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import LogEntry, RunOutput, RunPage, Session
 from orchestrator.settings import Settings
@@ -91,6 +91,8 @@ class Client:
         self._dispatcher = dispatcher
         self._control: RunControl | None = None
         self._wired = False
+        #: Where waiters hear of final moves the store cannot notify itself (`ports.wire_finals`).
+        self._finals: FinalChannel | None = None
 
     @property
     def store(self) -> Store:
@@ -103,7 +105,7 @@ class Client:
             )
         if not self._wired:  # on SQLite, this producer's final moves (a cancel) wake waiters too
             self._wired = True
-            wire_finals(self.settings, self._store)
+            self._finals = wire_finals(self.settings, self._store)
         return self._store
 
     @property
@@ -313,7 +315,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
-        channel = wire_finals(self.settings, self.store) if watcher is None else None
+        channel = self._finals if watcher is None else None  # wired with the store
         early = channel.subscribe(run_id) if channel is not None else None
         delays = poll_delays()
         notified = False

@@ -130,11 +130,6 @@ class Listener:
                 if not events:
                     del self._waiters[run_id]
 
-    def waiting(self, run_id: str) -> bool:
-        """Whether a waiter of the run is subscribed."""
-        with self._lock:
-            return bool(self._waiters.get(run_id))
-
     @property
     def listening(self) -> bool:
         """Whether notices are being received right now."""
