@@ -1,0 +1,130 @@
+"""The hot statements run through the driver (`orchestrator.store.direct`) give what SQLAlchemy
+gives, on both databases: the same rows and types, its wrapped errors, and a connection that an
+exit left in an unknown state is not used again."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.exc import IntegrityError
+
+from orchestrator.messages import Message, ToolCall
+from orchestrator.run import RunRecord
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.store import Store, statements
+from orchestrator.store.direct import Direct
+from orchestrator.store.schema import messages, runs
+from orchestrator.usage import Metrics
+
+
+def stored_run(store: Store, run_id: str) -> tuple[Any, list[Any]]:
+    """The run's row and message rows as SQLAlchemy reads them."""
+    with store.engine.connect() as conn:
+        run = conn.execute(select(runs).where(runs.c.run_id == run_id)).one()
+        rows = conn.execute(select(messages).where(messages.c.run_id == run_id).order_by(messages.c.idx)).all()
+    return run, rows
+
+
+def typed(values: Any) -> list[tuple[type, Any]]:
+    return [(type(v), v) for v in values]
+
+
+def test_a_run_created_claimed_and_committed_directly_reads_back_as_sqlalchemy_reads_it(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = f"direct-{uuid.uuid4().hex}"
+
+    # Given a run written, claimed and committed through the direct statements
+    created = store.create_run(
+        run_id=run_id, session_id=f"s-{run_id}", agent_name="nobody", kind="agent", stream=True, priority=3,
+        input_messages=[Message(role="user", content="héllo \U0001f600")], publish_grace=60, user_id="u1",
+    )  # fmt: skip
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    assert claim is not None
+    reply = Message(
+        role="assistant", content=None, tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"q": 1}').to_openai()],
+        metrics=Metrics(input_tokens=7, output_tokens=3, cost=0.25),
+    )  # fmt: skip
+    committed = store.commit_step(
+        claim, [reply], status=RunStatus.QUEUED, next_step="tools", publish_grace=60, content=None
+    )
+
+    # Then each row the driver returned is the row SQLAlchemy reads: same values, same types
+    run, rows = stored_run(store, run_id)
+    assert committed == RunRecord.from_row(run)
+    assert typed(vars(committed).values()) == typed(vars(RunRecord.from_row(run)).values())
+    assert created.stream is True and claim.record.stream is True and committed.stream is True
+    statuses = (created.status, claim.record.status, committed.status)
+    assert statuses == (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.QUEUED)
+    assert claim.messages == [Message.from_row(rows[0])]
+    assert [Message.from_row(r) for r in rows][1:] == [reply.model_copy(update={"created_at": rows[1].created_at})]
+    assert rows[1].tool_call_error is False and rows[1].seq == 0 and rows[1].epoch == 1
+
+
+def test_every_direct_read_gives_the_rows_sqlalchemy_gives(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = f"direct-{uuid.uuid4().hex}"
+    store.create_run(
+        run_id=run_id, session_id=f"s-{run_id}", agent_name="nobody", kind="agent",
+        input_messages=[Message(role="user", content="one"), Message(role="user", content="two")], publish_grace=60,
+    )  # fmt: skip
+    reads = [(statements.MESSAGES, {"b_run_id": run_id, "b_since": 1})]
+    if store.engine.dialect.name == "postgresql":
+        reads += [(s, {"b_run_id": run_id, "b_since": 0}) for s in (statements.RUN_PG, statements.RUN_EVENTS_PG)]
+    for statement, params in reads:
+        with store.engine.connect() as conn:
+            expected = [tuple(r) for r in conn.execute(statement, params)]
+            got = [tuple(r) for r in Direct(statement, store.engine.dialect).rows(conn, params)]
+        assert [typed(r) for r in got] == [typed(r) for r in expected]
+        assert got
+
+
+def test_a_run_id_taken_twice_raises_sqlalchemys_integrity_error(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = f"direct-{uuid.uuid4().hex}"
+    for attempt in range(2):
+        if attempt:
+            with pytest.raises(IntegrityError):
+                store.create_run(
+                    run_id=run_id, session_id="s", agent_name="a", kind="agent",
+                    input_messages=[Message(role="user", content="hi")], publish_grace=60,
+                )  # fmt: skip
+        else:
+            store.create_run(
+                run_id=run_id, session_id="s", agent_name="a", kind="agent",
+                input_messages=[Message(role="user", content="hi")], publish_grace=60,
+            )  # fmt: skip
+    assert store.get_record(run_id).n_messages == 1
+
+
+def test_an_exit_in_the_middle_of_a_direct_statement_drops_its_connection(settings: Settings) -> None:
+    store = Store.open(settings.database_url)
+    run_id = f"direct-{uuid.uuid4().hex}"
+    store.create_run(
+        run_id=run_id, session_id="s", agent_name="a", kind="agent",
+        input_messages=[Message(role="user", content="hi")], publish_grace=60,
+    )  # fmt: skip
+    seen: list[Any] = []  # the driver's connections the claims ran on (held: no id is reused)
+
+    def exit_once(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().startswith(("UPDATE ratchet_runs", "WITH claimed")):
+            seen.append(conn.connection.dbapi_connection)
+            if len(seen) == 1:
+                raise SystemExit(3)
+
+    engines = {id(e): e for e in (store.engine, store.lazy_engine, store.quick_engine)}.values()
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", exit_once)
+    try:
+        # When the claim's statement is left by an exit (a pool process at its hard time limit)
+        with pytest.raises(SystemExit):
+            store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+        # Then the exit came out as itself, and the next claim runs on another connection
+        assert store.claim(run_id, 0, "model", owner="w1", lease_seconds=30) is not None
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", exit_once)
+    assert len(seen) == 2 and seen[0] is not seen[1]
