@@ -9,8 +9,7 @@ from sqlalchemy import Connection, and_
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store import statements
-from orchestrator.store.direct import Direct
+from orchestrator.store import direct, statements
 from orchestrator.store.schema import runs
 from orchestrator.store.transcripts import Transcript, TranscriptCache
 
@@ -54,14 +53,12 @@ def transcript(
     *,
     known: Transcript | None = None,
     tail: list[Message] | None = None,
-    direct: Direct | None = None,
 ) -> Transcript:
     """The claimed run's committed messages: the prefix `cache` holds plus the rows after it.
 
     `known` and `tail`: a cached prefix and the rows after it, already read with the record
     (used when they add up to the record's count; else read again). Committed messages are
-    never rewritten and the row counts them, so a prefix read earlier stays valid. `direct`:
-    `MESSAGES` compiled for the connection's database, to run it through the driver."""
+    never rewritten and the row counts them, so a prefix read earlier stays valid."""
     if known is not None and tail is not None and len(known) + len(tail) == record.n_messages:
         cache.extend(record.run_id, len(known), tail)
         known.append(tail)
@@ -71,8 +68,7 @@ def transcript(
         cache.forget(record.run_id)
         known = Transcript()
     if len(known) < record.n_messages:
-        params = {"b_run_id": record.run_id, "b_since": len(known)}
-        rows = direct.rows(conn, params) if direct is not None else conn.execute(statements.MESSAGES, params)
+        rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": record.run_id, "b_since": len(known)})
         tail = [Message.from_row(r) for r in rows][: record.n_messages - len(known)]
         cache.extend(record.run_id, len(known), tail)
         known.append(tail)

@@ -177,3 +177,32 @@ def _with_booleans(row: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[An
         if values[i] is not None:
             values[i] = bool(values[i])
     return tuple(values)
+
+
+_compiled: dict[tuple[int, type[Dialect]], Direct] = {}
+
+
+def of(statement: ClauseElement, dialect: Dialect) -> Direct:
+    """`statement` compiled for `dialect`, once per process. For the module-level statements of
+    `orchestrator.store.statements` only: they are kept by their identity, and live as long as
+    the process."""
+    key = (id(statement), type(dialect))
+    found = _compiled.get(key)
+    if found is None:
+        found = _compiled[key] = Direct(statement, dialect)
+    return found
+
+
+def rows(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[DirectRow]:
+    """Run the prebuilt `statement` through the driver on `conn`; its rows."""
+    return of(statement, conn.dialect).rows(conn, params)
+
+
+def first(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> DirectRow | None:
+    """Run the prebuilt `statement` through the driver on `conn`; its first row, or None."""
+    return of(statement, conn.dialect).first(conn, params)
+
+
+def many(conn: Connection, statement: ClauseElement, params: Sequence[Mapping[str, Any]]) -> None:
+    """Run the prebuilt `statement` through the driver once for each of `params`."""
+    of(statement, conn.dialect).many(conn, params)

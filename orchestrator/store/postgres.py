@@ -23,11 +23,10 @@ from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
-from orchestrator.store import claims, reads, statements
+from orchestrator.store import claims, direct, reads, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import PG_ISOLATION, autocommit_is_read_committed
-from orchestrator.store.direct import Direct
 from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.transcripts import TranscriptCache
 
@@ -45,15 +44,6 @@ class PostgresBackend(Backend):
         self._watcher_lock = threading.Lock()
         # Lazy writes need no engine of their own: they run on the quick pool (see `lazy`).
         super().__init__(engine, quick_engine=self._open_quick_engine(engine), lazy_engine=engine)
-        # What every new run, step and reader's poll runs, through the driver (`direct`).
-        dialect = engine.dialect
-        self._create = Direct(statements.CREATE_PG, dialect)
-        self._claim = Direct(statements.CLAIM_PG, dialect)
-        self._commit = Direct(statements.COMMIT_PG, dialect)
-        self._commit_final = Direct(statements.COMMIT_PG_FINAL, dialect)
-        self._messages = Direct(statements.MESSAGES, dialect)
-        self._run_events = Direct(statements.RUN_EVENTS_PG, dialect)
-        self._run = Direct(statements.RUN_PG, dialect)
 
     def _open_quick_engine(self, engine: Engine) -> Engine:
         """A second pool, autocommit, so a read or the claim's single statement costs one round
@@ -114,31 +104,31 @@ class PostgresBackend(Backend):
         params = {f"b_r_{k}": v for k, v in values.items()}
         params.update(b_session_id=values["session_id"], b_now=values["created_at"], b_user_id=values["user_id"])
         params.update(statements.message_arrays(input_messages))
-        row = self._create.first(conn, params)
+        row = direct.first(conn, statements.CREATE_PG, params)
         assert row is not None  # an INSERT ... RETURNING that did not raise
         return RunRecord.from_row(row)
 
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         # The claim and the messages this process has not cached yet, in one round trip.
         known = cache.known(params["b_run_id"])
-        row = self._claim.first(conn, {**params, "b_since": len(known)})
+        row = direct.first(conn, statements.CLAIM_PG, {**params, "b_since": len(known)})
         if row is None:
             return None
         record = RunRecord.from_row(row)
         tail = statements.messages_from_json(row.messages_json)
-        transcript = claims.transcript(conn, cache, record, known=known, tail=tail, direct=self._messages)
+        transcript = claims.transcript(conn, cache, record, known=known, tail=tail)
         return Claim(record=record, transcript=transcript)
 
     def commit(
         self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
     ) -> RunRecord | None:
-        statement = self._commit_final if final else self._commit
-        row = statement.first(conn, {**params, "b_step": seq, **statements.message_arrays(new_messages)})
+        statement = statements.COMMIT_PG_FINAL if final else statements.COMMIT_PG
+        row = direct.first(conn, statement, {**params, "b_step": seq, **statements.message_arrays(new_messages)})
         return RunRecord.from_row(row) if row is not None else None
 
     def output(self, conn: Connection, run_id: str) -> RunOutput:
         # The run and its transcript in one round trip.
-        row = self._run.first(conn, {"b_run_id": run_id, "b_since": 0})
+        row = direct.first(conn, statements.RUN_PG, {"b_run_id": run_id, "b_since": 0})
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
         transcript = statements.messages_from_json(row.messages_json)
@@ -149,7 +139,7 @@ class PostgresBackend(Backend):
         # REPEATABLE READ transaction of three reads. A team's member runs are read with it
         # in the transaction, as before.
         since = reads.events_since(after)
-        row = self.quick(lambda c: self._run_events.first(c, {"b_run_id": run_id, "b_since": since}))
+        row = self.quick(lambda c: direct.first(c, statements.RUN_EVENTS_PG, {"b_run_id": run_id, "b_since": since}))
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
         record = RunRecord.from_row(row)

@@ -18,7 +18,7 @@ from orchestrator.messages import Message
 from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
-from orchestrator.store import sessions, statements
+from orchestrator.store import direct, sessions, statements
 from orchestrator.store.schema import events, messages, runs, tool_starts
 from orchestrator.timeline import COLUMNS, Step, derive_steps
 
@@ -27,7 +27,7 @@ S = RunStatus
 
 def get_record(conn: Connection, run_id: str) -> RunRecord:
     """The run's row, or RunNotFoundError."""
-    row = conn.execute(statements.RUN, {"b_run_id": run_id}).first()
+    row = direct.first(conn, statements.RUN, {"b_run_id": run_id})
     if row is None:
         raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
     return RunRecord.from_row(row)
@@ -35,7 +35,7 @@ def get_record(conn: Connection, run_id: str) -> RunRecord:
 
 def get_messages(conn: Connection, run_id: str) -> list[Message]:
     """The run's stored messages in order (the system message lives on the run row)."""
-    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": 0})
+    rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": run_id, "b_since": 0})
     return [Message.from_row(r) for r in rows]
 
 
@@ -152,8 +152,8 @@ def run_events(conn: Connection, run_id: str, after: Key | None = None) -> tuple
     one snapshot (`Backend.snapshot`): rows read by separate statements at READ COMMITTED could
     miss an event that a later statement's rows sort after."""
     record = get_record(conn, run_id)
-    rows = conn.execute(statements.MESSAGES, {"b_run_id": run_id, "b_since": events_since(after)}).all()
-    logged = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.id)).all()
+    rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": run_id, "b_since": events_since(after)})
+    logged = direct.rows(conn, statements.EVENTS, {"b_run_id": run_id})
     members = children(conn, run_id) if record.kind == "team" else []
     return record, derive(record, rows, logged, members, after=after)
 

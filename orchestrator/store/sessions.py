@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Row, select, update
 
 from orchestrator import state
 from orchestrator.state import StateChange
+from orchestrator.store import direct, statements
 from orchestrator.store.schema import sessions
 
 
@@ -26,8 +27,8 @@ def row(conn: Connection, session_id: str) -> Row[Any, Any] | None:
 
 def read_state(conn: Connection, session_id: str) -> dict[str, Any]:
     """The session's state ({} when none was set, or no such session)."""
-    text = conn.execute(select(sessions.c.session_state).where(sessions.c.session_id == session_id)).scalar()
-    return state.from_json(text)
+    row = direct.first(conn, statements.SESSION_STATE, {"b_session_id": session_id})
+    return state.from_json(row[0] if row is not None else None)
 
 
 def apply(conn: Connection, session_id: str, changes: Sequence[StateChange]) -> None:

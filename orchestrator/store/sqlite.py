@@ -12,17 +12,15 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam
+from sqlalchemy import Connection, Engine
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store import claims, statements, writes
+from orchestrator.store import claims, direct, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
-from orchestrator.store.direct import Direct
 from orchestrator.store.notify import FinalWatcher, announce_after_commit, note_final
-from orchestrator.store.schema import sessions
 from orchestrator.store.transcripts import TranscriptCache
 
 T = TypeVar("T")
@@ -39,15 +37,6 @@ class SqliteBackend(Backend):
         lazy = open_engine(engine.url.render_as_string(hide_password=False), sqlite_synchronous="NORMAL")
         super().__init__(engine, quick_engine=engine.execution_options(**{SQLITE_READS: True}), lazy_engine=lazy)
         announce_after_commit(engine, lambda: self.announce)
-        # What every new run and step runs, through the driver (`direct`).
-        dialect = engine.dialect
-        session = {c: bindparam(c, type_=sessions.c[c].type) for c in ("session_id", "created_at", "user_id")}
-        self._create_session = Direct(statements.CREATE_SESSION.values(session), dialect)
-        self._create_run = Direct(statements.CREATE_RUN, dialect)
-        self._claim = Direct(statements.CLAIM, dialect)
-        self._commit = Direct(statements.COMMIT, dialect)
-        self._messages = Direct(statements.MESSAGES, dialect)
-        self._insert_messages = Direct(statements.INSERT_MESSAGES, dialect)
 
     def quick(self, work: Callable[[Connection], T]) -> T:
         with self.quick_engine.connect() as conn:
@@ -63,29 +52,25 @@ class SqliteBackend(Backend):
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         now = values["created_at"]
         # Prebuilt: building an insert of 24 values costs more than running it (bench/FINDINGS.md).
-        self._create_session.rows(
-            conn, {"session_id": values["session_id"], "created_at": now, "user_id": values["user_id"]}
-        )
-        row = self._create_run.first(conn, values)
+        session = {"session_id": values["session_id"], "created_at": now, "user_id": values["user_id"]}
+        direct.rows(conn, statements.CREATE_SESSION, session)
+        row = direct.first(conn, statements.CREATE_RUN, values)
         assert row is not None  # an INSERT ... RETURNING that did not raise
         record = RunRecord.from_row(row)
-        writes.insert_messages(
-            conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch,
-            direct=self._insert_messages,
-        )  # fmt: skip
+        writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
         return record
 
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
-        row = self._claim.first(conn, params)
+        row = direct.first(conn, statements.CLAIM, params)
         if row is None:
             return None
         record = RunRecord.from_row(row)
-        return Claim(record=record, transcript=claims.transcript(conn, cache, record, direct=self._messages))
+        return Claim(record=record, transcript=claims.transcript(conn, cache, record))
 
     def commit(
         self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
     ) -> RunRecord | None:
-        row = self._commit.first(conn, params)
+        row = direct.first(conn, statements.COMMIT, params)
         if row is None:
             return None
         record = RunRecord.from_row(row)
@@ -94,7 +79,7 @@ class SqliteBackend(Backend):
         start = record.n_messages - len(new_messages)
         writes.insert_messages(
             conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch,
-            step_started_at=params["b_started"], direct=self._insert_messages,
+            step_started_at=params["b_started"],
         )  # fmt: skip
         return record
 

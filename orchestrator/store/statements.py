@@ -115,12 +115,20 @@ MESSAGES = (
     )
     .order_by(messages.c.idx)
 )
+#: The log of the run `b_run_id` (its `ratchet_events` rows), oldest first.
+EVENTS = select(events).where(events.c.run_id == bindparam("b_run_id", type_=String)).order_by(events.c.id)
+#: The state of the session `b_session_id` (its JSON text; no row if there is no such session).
+SESSION_STATE = select(sessions.c.session_state).where(sessions.c.session_id == bindparam("b_session_id", type_=String))
 #: Messages appended (`writes.insert_messages`); bind every column of `ratchet_messages` by name.
 INSERT_MESSAGES = insert(messages)
 #: SQLite: a new run; bind every column of `ratchet_runs` by name.
 CREATE_RUN = insert(runs).returning(*runs.c)
-#: SQLite: a run's session, unless it exists; bind `session_id` and `created_at`.
-CREATE_SESSION = sqlite.insert(sessions).on_conflict_do_nothing()
+#: SQLite: a run's session, unless it exists; bind `session_id`, `created_at` and `user_id`.
+CREATE_SESSION = (
+    sqlite.insert(sessions)
+    .values({c: bindparam(c, type_=sessions.c[c].type) for c in ("session_id", "created_at", "user_id")})
+    .on_conflict_do_nothing()
+)
 
 
 #: A message's own columns (what a step writes), before its usage.

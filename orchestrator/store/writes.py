@@ -18,9 +18,8 @@ from sqlalchemy import Connection, func, insert, select, tuple_, update
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import statements
+from orchestrator.store import direct, statements
 from orchestrator.store.claims import Claim, held
-from orchestrator.store.direct import Direct
 from orchestrator.store.outbox import due_at
 from orchestrator.store.schema import runs, tool_starts
 from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
@@ -38,18 +37,13 @@ def insert_messages(
     seq: int | None,
     epoch: int | None,
     step_started_at: float | None = None,
-    direct: Direct | None = None,
 ) -> None:
     """Append `items` at index `start` on, written by step `seq` at `epoch`; `step_started_at`:
-    the claim time of the step whose own commit this is (see the schema). `direct`:
-    `INSERT_MESSAGES` compiled for the connection's database, to run it through the driver."""
+    the claim time of the step whose own commit this is (see the schema)."""
     stamp = {"run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch, "step_started_at": step_started_at}
     if items:
         rows = [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)]
-        if direct is not None:
-            direct.many(conn, rows)
-        else:
-            conn.execute(statements.INSERT_MESSAGES, rows)
+        direct.many(conn, statements.INSERT_MESSAGES, rows)
 
 
 def move(

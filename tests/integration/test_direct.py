@@ -70,8 +70,16 @@ def test_every_direct_read_gives_the_rows_sqlalchemy_gives(settings: Settings) -
     store.create_run(
         run_id=run_id, session_id=f"s-{run_id}", agent_name="nobody", kind="agent",
         input_messages=[Message(role="user", content="one"), Message(role="user", content="two")], publish_grace=60,
+        session_state={"k": [1, "two"]},
     )  # fmt: skip
-    reads = [(statements.MESSAGES, {"b_run_id": run_id, "b_since": 1})]
+    with store.engine.begin() as conn:
+        store.log_event(conn, run_id, "retry", 0, delay=1.5)
+    reads = [
+        (statements.RUN, {"b_run_id": run_id}),
+        (statements.MESSAGES, {"b_run_id": run_id, "b_since": 1}),
+        (statements.EVENTS, {"b_run_id": run_id}),
+        (statements.SESSION_STATE, {"b_session_id": f"s-{run_id}"}),
+    ]
     if store.engine.dialect.name == "postgresql":
         reads += [(s, {"b_run_id": run_id, "b_since": 0}) for s in (statements.RUN_PG, statements.RUN_EVENTS_PG)]
     for statement, params in reads:
