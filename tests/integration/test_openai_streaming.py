@@ -255,6 +255,26 @@ def test_a_stream_event_that_is_not_json_is_a_retryable_malformed_reply(
     assert (error.retryable, error.kind) == (True, "MalformedReply") and "not JSON" in str(error)
 
 
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "[1, 2]",  # not an object
+        '{"choices": "none"}',  # choices not a list of objects
+        '{"choices": [{"index": 0, "delta": "Hel"}]}',  # a delta that is not an object
+        '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "first"}]}}]}',  # an index not a number
+    ],
+)
+def test_a_chat_chunk_of_the_wrong_shape_is_a_retryable_malformed_reply(server: ScriptedServer, chunk: str) -> None:
+    # Chat chunks are read as the JSON the server sent (`ChatStreamReader`): a part of the wrong
+    # type is a malformed reply that names what was wrong, never a crash of the step.
+    server.configure(
+        ScriptConfig(faults=[Fault(status=200, body=f"data: {chunk}\n\n", content_type="text/event-stream")])
+    )
+    error = _failure(OpenAIChat("gpt-test", base_url=server.url), on_delta=lambda _: None)
+    assert (error.retryable, error.kind) == (True, "MalformedReply"), error
+    assert "not a JSON object" in str(error) or "not a number" in str(error)
+
+
 def test_a_stream_slower_than_the_timeout_ends_as_a_retryable_timeout_within_about_it(
     server: ScriptedServer, adapter: type[OpenAIModel]
 ) -> None:
