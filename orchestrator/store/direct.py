@@ -17,8 +17,10 @@ read by position into a named tuple. Everything else is kept as SQLAlchemy does 
   `OperationalError`...), and a dropped connection, or an exit (`SystemExit`) in the middle of the
   statement, invalidates the connection as `Connection.execute` would (`orchestrator.store.transient`
   reads both);
-- `before_cursor_execute` listeners are called, so what watches or breaks statements in tests
-  sees these too.
+- what watches statements: where a `before_cursor_execute`, `after_cursor_execute` or
+  `handle_error` listener is set on the engine (an OpenTelemetry instrumentation, a test's fault),
+  the statement goes through `Connection.execute` as before, so the listener gets the execution
+  context it expects. SQLAlchemy's `echo` log does not show direct statements.
 
 Only statements whose values the driver takes as they are may be direct: `Direct` refuses, when
 built, a statement with a parameter or result column the dialect would convert (SQLite's
@@ -29,11 +31,12 @@ statement's rows with SQLAlchemy's on both databases (tests/integration/test_dir
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import ARRAY, Boolean, Connection, Float, Integer, String
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -56,11 +59,12 @@ class DirectRow(tuple):  # type: ignore[type-arg]
 class Direct:
     """One statement compiled for one dialect, run through the driver (see the module docstring)."""
 
-    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+        compiled = cast(ClauseElement, statement).compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         if compiled.escaped_bind_names or "POSTCOMPILE" in compiled.string:
             raise ValueError(f"not a direct statement (escaped or expanding parameters): {compiled.string[:80]}")
+        self.statement = statement
         self.sql = compiled.string
         self._positions = tuple(compiled.positiontup or ()) if compiled.positional else None
         binds = [(name, b) for b, name in compiled.bind_names.items()]  # by the names the SQL uses (`param_1`)
@@ -79,18 +83,26 @@ class Direct:
         for i, (name, _) in enumerate(columns):  # attribute access by name, as namedtuple does it
             setattr(self._row, name, _column(i))
 
-    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[DirectRow]:
-        """Run with `params` on `conn` (in its transaction); the rows it returns."""
+    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Run with `params` on `conn` (in its transaction); the rows it returns (`DirectRow`s,
+        or SQLAlchemy's rows where a listener watches the engine)."""
+        if _watched(conn):
+            result = conn.execute(self.statement, params)
+            return list(result) if result.returns_rows else []
         return self._run(conn, self._bind(params), many=False)
 
-    def first(self, conn: Connection, params: Mapping[str, Any]) -> DirectRow | None:
+    def first(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         """Run with `params`; its first row, or None."""
         rows = self.rows(conn, params)
         return rows[0] if rows else None
 
     def many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
         """Run once for each of `params` (the driver's `executemany`): for inserts."""
-        if params:
+        if not params:
+            return
+        if _watched(conn):
+            conn.execute(self.statement, list(params))
+        else:
             self._run(conn, [self._bind(p) for p in params], many=True)
 
     def _bind(self, params: Mapping[str, Any]) -> Any:
@@ -106,8 +118,6 @@ class Direct:
         assert dbapi is not None
         cursor = dbapi.cursor()
         try:
-            if conn.dispatch.before_cursor_execute:
-                conn.dispatch.before_cursor_execute(conn, cursor, self.sql, parameters, None, many)
             if many:
                 cursor.executemany(self.sql, parameters)
             else:
@@ -156,6 +166,12 @@ def _bound_as_is(type_: Any, dialect: Dialect) -> bool:
     return isinstance(type_, _PLAIN)
 
 
+def _watched(conn: Connection) -> bool:
+    """Whether a listener watches the statements `conn` runs (see the module docstring)."""
+    dispatch = conn.dispatch
+    return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute or conn.dialect.dispatch.handle_error)
+
+
 def _column(i: int) -> property:
     return property(lambda row: row[i])
 
@@ -182,7 +198,7 @@ def _with_booleans(row: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[An
 _compiled: dict[tuple[int, type[Dialect]], Direct] = {}
 
 
-def of(statement: ClauseElement, dialect: Dialect) -> Direct:
+def of(statement: Executable, dialect: Dialect) -> Direct:
     """`statement` compiled for `dialect`, once per process. For the module-level statements of
     `orchestrator.store.statements` only: they are kept by their identity, and live as long as
     the process."""
@@ -193,16 +209,16 @@ def of(statement: ClauseElement, dialect: Dialect) -> Direct:
     return found
 
 
-def rows(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[DirectRow]:
+def rows(conn: Connection, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
     """Run the prebuilt `statement` through the driver on `conn`; its rows."""
     return of(statement, conn.dialect).rows(conn, params)
 
 
-def first(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> DirectRow | None:
+def first(conn: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
     """Run the prebuilt `statement` through the driver on `conn`; its first row, or None."""
     return of(statement, conn.dialect).first(conn, params)
 
 
-def many(conn: Connection, statement: ClauseElement, params: Sequence[Mapping[str, Any]]) -> None:
+def many(conn: Connection, statement: Executable, params: Sequence[Mapping[str, Any]]) -> None:
     """Run the prebuilt `statement` through the driver once for each of `params`."""
     of(statement, conn.dialect).many(conn, params)

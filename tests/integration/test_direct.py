@@ -4,11 +4,14 @@ exit left in an unknown state is not used again."""
 
 from __future__ import annotations
 
+import signal
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import event, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.messages import Message, ToolCall
@@ -108,31 +111,62 @@ def test_a_run_id_taken_twice_raises_sqlalchemys_integrity_error(settings: Setti
     assert store.get_record(run_id).n_messages == 1
 
 
-def test_an_exit_in_the_middle_of_a_direct_statement_drops_its_connection(settings: Settings) -> None:
-    store = Store.open(settings.database_url)
-    run_id = f"direct-{uuid.uuid4().hex}"
-    store.create_run(
-        run_id=run_id, session_id="s", agent_name="a", kind="agent",
-        input_messages=[Message(role="user", content="hi")], publish_grace=60,
-    )  # fmt: skip
-    seen: list[Any] = []  # the driver's connections the claims ran on (held: no id is reused)
+def test_an_exit_in_the_middle_of_a_direct_statement_drops_its_connection(pg_url: str) -> None:
+    # Given a claim whose statement waits on a row lock another session holds
+    store = Store.open(pg_url)
+    run_id = new_run(store)
+    blocker = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False))
+    blocker.execute("SELECT 1 FROM ratchet_runs WHERE run_id = %s FOR UPDATE", (run_id,))
+    backend = lambda: store._backend.quick(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())  # noqa: E731
+    before = backend()
 
-    def exit_once(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().startswith(("UPDATE ratchet_runs", "WITH claimed")):
-            seen.append(conn.connection.dbapi_connection)
-            if len(seen) == 1:
-                raise SystemExit(3)
+    def leave(*_: Any) -> None:
+        raise SystemExit(3)  # what a pool process at its hard time limit raises, mid-statement
+
+    previous = signal.signal(signal.SIGALRM, leave)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        # When an exit arrives while the driver waits for the statement's answer
+        with pytest.raises(SystemExit):
+            store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        blocker.rollback()
+        blocker.close()
+
+    # Then its connection was dropped (the driver's state after an exit is not trusted), as
+    # SQLAlchemy drops one, and the pool goes on with another
+    assert backend() != before
+    assert store.get_record(run_id).run_id == run_id
+    assert store.get_messages(run_id)[0].content == "hello"
+
+
+def test_a_watched_engine_runs_the_statements_through_sqlalchemy(settings: Settings) -> None:
+    # An instrumentation's listener expects SQLAlchemy's execution context: it gets one
+    store = Store.open(settings.database_url)
+    contexts: list[Any] = []
+
+    def watch(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        contexts.append(context)
 
     engines = {id(e): e for e in (store.engine, store.lazy_engine, store.quick_engine)}.values()
     for engine in engines:
-        event.listen(engine, "before_cursor_execute", exit_once)
+        event.listen(engine, "before_cursor_execute", watch)
     try:
-        # When the claim's statement is left by an exit (a pool process at its hard time limit)
-        with pytest.raises(SystemExit):
-            store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
-        # Then the exit came out as itself, and the next claim runs on another connection
-        assert store.claim(run_id, 0, "model", owner="w1", lease_seconds=30) is not None
+        run_id = new_run(store)
+        claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
     finally:
         for engine in engines:
-            event.remove(engine, "before_cursor_execute", exit_once)
-    assert len(seen) == 2 and seen[0] is not seen[1]
+            event.remove(engine, "before_cursor_execute", watch)
+    assert claim is not None and claim.record.stream is False and claim.messages[0].content == "hello"
+    assert contexts and all(c is not None for c in contexts)
+
+
+def new_run(store: Store) -> str:
+    run_id = f"direct-{uuid.uuid4().hex}"
+    store.create_run(
+        run_id=run_id, session_id="s", agent_name="a", kind="agent",
+        input_messages=[Message(role="user", content="hello")], publish_grace=60,
+    )  # fmt: skip
+    return run_id
