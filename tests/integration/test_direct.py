@@ -170,3 +170,21 @@ def new_run(store: Store) -> str:
         input_messages=[Message(role="user", content="hello")], publish_grace=60,
     )  # fmt: skip
     return run_id
+
+
+def test_a_direct_statement_on_a_connection_the_server_dropped_is_sent_again_on_a_new_one(pg_url: str) -> None:
+    # Given the server ended the pooled connection the next claim will take (a restart, a failover)
+    store = Store.open(pg_url)
+    run_id = new_run(store)
+    backend = lambda: store._backend.quick(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())  # noqa: E731
+    dropped = backend()
+    with psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (dropped,))
+
+    # When the claim runs: the driver's error comes out as SQLAlchemy's for a dropped connection
+    # (the transaction's end on the dead connection says so too), and the quick pool's retry
+    # sends the claim once more on a new connection
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+
+    assert claim is not None and claim.record.epoch == 1
+    assert backend() != dropped
