@@ -203,12 +203,13 @@ def _green() -> bool:
 
 
 def stream_call(base_url: str, run_id: str, key: str) -> str:
-    """Stream one reply through the openai client, opened as Ratchet's adapter opens it (`post`
-    with `stream: true`, the usage asked for in the last chunk), and XADD each text delta to the
-    Redis stream `key` with the stream's EXPIRE, one round trip a delta, as Ratchet's delta sink
-    writes its own; returns the whole text."""
+    """Stream one reply through the openai client, opened and read as Ratchet's adapter does it
+    (`post` with `stream: true`, the usage asked for in the last chunk, each chunk read as its
+    JSON object, not built into a `ChatCompletionChunk`), and XADD each text delta to the Redis
+    stream `key` with the stream's EXPIRE, one round trip a delta, as Ratchet's delta sink writes
+    its own; returns the whole text."""
     import openai
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.chat import ChatCompletion
 
     r: redis.Redis | None = getattr(_local, "redis", None)
     if r is None:
@@ -219,12 +220,12 @@ def stream_call(base_url: str, run_id: str, key: str) -> str:
     }  # fmt: skip
     stream = _openai(base_url).post(
         "/chat/completions", body=body, cast_to=ChatCompletion, options={"headers": {"X-Ratchet-Run-Id": run_id}},
-        stream=True, stream_cls=openai.Stream[ChatCompletionChunk],
+        stream=True, stream_cls=openai.Stream[object],
     )  # fmt: skip
     parts: list[str] = []
     with stream:
         for chunk in stream:
-            text = chunk.choices[0].delta.content if chunk.choices else None
+            text = chunk["choices"][0]["delta"].get("content") if chunk.get("choices") else None
             if text:
                 parts.append(text)
                 pipe = r.pipeline(transaction=False)
