@@ -31,6 +31,7 @@ statement's rows with SQLAlchemy's on both databases (tests/integration/test_dir
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import Any, cast
 
 from sqlalchemy import ARRAY, Boolean, Connection, Float, Integer, String
@@ -125,17 +126,22 @@ class Direct:
             rows = cursor.fetchall() if self.returns_rows and not many else []
             cursor.close()
         except BaseException as exc:
-            failure = self._failed(conn, dbapi, cursor, exc, parameters)
+            failure = self._failed(conn, dbapi, cursor, exc, parameters, many=many)
             if not conn.invalidated:
-                cursor.close()
+                with suppress(Exception):  # a cursor that cannot close must not hide the statement's error
+                    cursor.close()
             raise failure from None
         if self._booleans:
             rows = [_with_booleans(r, self._booleans) for r in rows]
         return [self._row(r) for r in rows]
 
-    def _failed(self, conn: Connection, dbapi: Any, cursor: Any, exc: BaseException, parameters: Any) -> BaseException:
+    def _failed(
+        self, conn: Connection, dbapi: Any, cursor: Any, exc: BaseException, parameters: Any, *, many: bool
+    ) -> BaseException:
         """What `Connection.execute` raises for `exc`, with the connection invalidated where it
-        would be: a dropped connection, or an exit in the middle of the statement."""
+        would be: a dropped connection, or an exit in the middle of the statement. The engine's
+        `hide_parameters` holds as it does there: the bound values (messages, tool results) stay
+        out of the error's text, and so out of the logs that print it."""
         dialect = conn.dialect
         driver_error = dialect.loaded_dbapi.Error
         if not isinstance(exc, driver_error):
@@ -144,8 +150,9 @@ class Direct:
             return exc
         dropped = dialect.is_disconnect(exc, dbapi, cursor)
         wrapped = DBAPIError.instance(
-            self.sql, parameters, exc, driver_error, connection_invalidated=dropped, dialect=dialect
-        )
+            self.sql, parameters, exc, driver_error, hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=dropped, dialect=dialect, ismulti=many,
+        )  # fmt: skip
         if dropped:
             conn.invalidate(exc)
         wrapped.__cause__ = exc

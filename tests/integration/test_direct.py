@@ -95,20 +95,30 @@ def test_every_direct_read_gives_the_rows_sqlalchemy_gives(settings: Settings) -
 
 def test_a_run_id_taken_twice_raises_sqlalchemys_integrity_error(settings: Settings) -> None:
     store = Store.open(settings.database_url)
-    run_id = f"direct-{uuid.uuid4().hex}"
-    for attempt in range(2):
-        if attempt:
-            with pytest.raises(IntegrityError):
-                store.create_run(
-                    run_id=run_id, session_id="s", agent_name="a", kind="agent",
-                    input_messages=[Message(role="user", content="hi")], publish_grace=60,
-                )  # fmt: skip
-        else:
-            store.create_run(
-                run_id=run_id, session_id="s", agent_name="a", kind="agent",
-                input_messages=[Message(role="user", content="hi")], publish_grace=60,
-            )  # fmt: skip
+    run_id = new_run(store)
+    with pytest.raises(IntegrityError):
+        store.create_run(
+            run_id=run_id, session_id="s", agent_name="a", kind="agent",
+            input_messages=[Message(role="user", content="hi")], publish_grace=60,
+        )  # fmt: skip
     assert store.get_record(run_id).n_messages == 1
+
+
+def test_an_engine_that_hides_parameters_keeps_them_out_of_a_direct_statements_error(settings: Settings) -> None:
+    # A deployment that sets hide_parameters keeps what runs carry out of errors and the logs
+    # that print them, on the driver's path as on SQLAlchemy's
+    store = Store.open(settings.database_url)
+    store.engine.hide_parameters = True
+    run_id = new_run(store)
+    secret = "sk-" + uuid.uuid4().hex
+    with pytest.raises(IntegrityError) as raised:
+        store.create_run(
+            run_id=run_id, session_id="s", agent_name="a", kind="agent",
+            input_messages=[Message(role="user", content=secret)], publish_grace=60,
+        )  # fmt: skip
+    text = str(raised.value)  # the driver's message may name the key (its run id), never the values
+    assert secret not in text
+    assert "hidden due to hide_parameters" in text
 
 
 def test_an_exit_in_the_middle_of_a_direct_statement_drops_its_connection(pg_url: str) -> None:
