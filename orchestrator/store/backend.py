@@ -62,6 +62,11 @@ class Backend(ABC):
         """Insert the run row `values`, its session if new, and its input messages (stamped with
         the new run's seq and epoch)."""
 
+    def create_alone(self, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
+        """`create` in a transaction of its own, committed durably."""
+        with self.single_statement() as conn:
+            return self.create(conn, values, input_messages)
+
     @abstractmethod
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         """Run `statements.CLAIM` with `params`; the claim with the run's transcript (the part

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from orchestrator.errors import RunNotFoundError
 from orchestrator.events import Key, RunEvent, derive
@@ -53,10 +53,14 @@ class PostgresBackend(Backend):
         own transaction only (`statements.CLAIM_PG`). Every durable write goes through `engine`.
 
         No pre-ping: `quick` retries once when the server dropped the connection, so a database
-        restart costs one failed round trip, not a ping before every statement. Where autocommit
+        restart costs one failed round trip, not a ping before every statement. A new run is
+        written here too (`create_alone`), and errors hide their parameters if the engine's do. Where autocommit
         would not run READ COMMITTED, the pool's transactions are pinned to it instead."""
         level = "AUTOCOMMIT" if self.autocommit else PG_ISOLATION
-        return create_engine(engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20)
+        return create_engine(
+            engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20,
+            hide_parameters=engine.hide_parameters,  # a new run's statement carries its input
+        )  # fmt: skip
 
     def quick(self, work: Callable[[Connection], T]) -> T:
         """On a pool without pre-ping: when the server dropped the connection (a restart, a
@@ -99,6 +103,32 @@ class PostgresBackend(Backend):
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             with conn.begin():
                 yield conn
+
+    def create_alone(self, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
+        # On the quick pool, whose connections are not pinged before use: a start costs the one
+        # round trip of its statement, and it is as durable as on the other pool (CREATE_PG
+        # keeps synchronous commit). If the server dropped the connection, the statement runs
+        # once more on a new one; if that finds the run, it is the first attempt's, which landed
+        # before the connection dropped (its created_at is this write's own, to the microsecond).
+        def create(conn: Connection) -> RunRecord:
+            return self.create(conn, values, input_messages)
+
+        try:
+            return self._quick_once(create)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+        try:
+            return self._quick_once(create)
+        except IntegrityError:
+            landed = self._quick_once(lambda conn: reads.find_record(conn, values["run_id"]))
+            mine = landed is not None and (landed.created_at, landed.session_id, landed.agent_name) == (
+                values["created_at"], values["session_id"], values["agent_name"],
+            )  # fmt: skip
+            if not mine:
+                raise
+            assert landed is not None
+            return landed
 
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         params = {f"b_r_{k}": v for k, v in values.items()}

@@ -27,10 +27,16 @@ S = RunStatus
 
 def get_record(conn: Connection, run_id: str) -> RunRecord:
     """The run's row, or RunNotFoundError."""
-    row = direct.first(conn, statements.RUN, {"b_run_id": run_id})
-    if row is None:
+    record = find_record(conn, run_id)
+    if record is None:
         raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
-    return RunRecord.from_row(row)
+    return record
+
+
+def find_record(conn: Connection, run_id: str) -> RunRecord | None:
+    """The run's row, or None."""
+    row = direct.first(conn, statements.RUN, {"b_run_id": run_id})
+    return RunRecord.from_row(row) if row is not None else None
 
 
 def get_messages(conn: Connection, run_id: str) -> list[Message]:

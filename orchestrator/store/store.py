@@ -141,8 +141,9 @@ class Store(StoreReads):
             trace_context=trace_context,
         )  # fmt: skip
         changes = [StateChange(set=dict(session_state))] if session_state else []
-        opener = self.engine.begin if changes else self._backend.single_statement
-        with nullcontext(conn) if conn is not None else opener() as c:
+        if conn is None and not changes:
+            return self._backend.create_alone(values, input_messages)
+        with nullcontext(conn) if conn is not None else self.engine.begin() as c:
             record = self._backend.create(c, values, input_messages)
             sessions.apply(c, session_id, changes)
             return record

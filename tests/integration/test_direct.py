@@ -19,6 +19,7 @@ from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store, statements
+from orchestrator.store.database import open_engine
 from orchestrator.store.direct import Direct
 from orchestrator.store.schema import messages, runs
 from orchestrator.usage import Metrics
@@ -107,8 +108,8 @@ def test_a_run_id_taken_twice_raises_sqlalchemys_integrity_error(settings: Setti
 def test_an_engine_that_hides_parameters_keeps_them_out_of_a_direct_statements_error(settings: Settings) -> None:
     # A deployment that sets hide_parameters keeps what runs carry out of errors and the logs
     # that print them, on the driver's path as on SQLAlchemy's
-    store = Store.open(settings.database_url)
-    store.engine.hide_parameters = True
+    Store.open(settings.database_url)  # migrated
+    store = Store(open_engine(settings.database_url, hide_parameters=True))
     run_id = new_run(store)
     secret = "sk-" + uuid.uuid4().hex
     with pytest.raises(IntegrityError) as raised:
@@ -117,6 +118,8 @@ def test_an_engine_that_hides_parameters_keeps_them_out_of_a_direct_statements_e
             input_messages=[Message(role="user", content=secret)], publish_grace=60,
         )  # fmt: skip
     text = str(raised.value)  # the driver's message may name the key (its run id), never the values
+    store.engine.dispose()
+    store.quick_engine.dispose()
     assert secret not in text
     assert "hidden due to hide_parameters" in text
 
@@ -198,3 +201,70 @@ def test_a_direct_statement_on_a_connection_the_server_dropped_is_sent_again_on_
 
     assert claim is not None and claim.record.epoch == 1
     assert backend() != dropped
+
+
+def test_a_start_on_a_connection_the_server_dropped_is_written_on_a_new_one(pg_url: str) -> None:
+    # Given the server ended the pooled connection the next start will take (a restart, a failover)
+    store = Store.open(pg_url)
+    new_run(store)
+    backend = lambda: store._backend.quick(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())  # noqa: E731
+    dropped = backend()
+    with psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (dropped,))
+
+    # When a run starts: its statement is sent again on a new connection, and the run is written
+    run_id = new_run(store)
+
+    assert store.get_record(run_id).status == RunStatus.QUEUED
+    assert backend() != dropped
+
+
+def test_a_start_takes_no_connection_of_the_pool_that_pings_before_use(pg_url: str) -> None:
+    # A new run is one statement, one round trip: the pool of durable writes pings each
+    # connection it hands out (SELECT 1 first), the quick pool retries on a dropped connection.
+    store = Store.open(pg_url)
+    taken: list[object] = []
+
+    def checkout(*args: object) -> None:
+        taken.append(args)
+
+    event.listen(store.engine, "checkout", checkout)
+    try:
+        run_id = new_run(store)
+    finally:
+        event.remove(store.engine, "checkout", checkout)
+    assert store.get_record(run_id).status == RunStatus.QUEUED
+    assert taken == []
+
+
+def test_a_start_whose_statement_landed_before_its_connection_dropped_returns_that_run(pg_url: str) -> None:
+    # Given a start whose statement committed, then the server ended its connection before the
+    # reply came back: the same write, sent again on a new connection, finds the run it wrote
+    store = Store.open(pg_url)
+    run_id = f"direct-{uuid.uuid4().hex}"
+    values = dict(
+        run_id=run_id, session_id=f"s-{run_id}", agent_name="a", kind="agent", parent_run_id=None,
+        parent_tool_call_id=None, forked_from=None, status="QUEUED", epoch=0, seq=0, next_step="model",
+        n_messages=1, system_message=None, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
+        publish_after=1e12, content=None, stream=False, error_type=None, error_message=None,
+        created_at=1_700_000_000.123456, updated_at=1_700_000_000.123456, user_id=None, history=None, priority=None,
+        trace_context=None,
+    )  # fmt: skip
+    hello = [Message(role="user", content="hello")]
+    landed = store._backend.create_alone(values, hello)
+
+    def drop_the_pooled_connection() -> None:
+        pid = store._backend.quick(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+        with psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)) as a:
+            a.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    # When the write is sent again after its connection dropped: it is that run, written once
+    drop_the_pooled_connection()
+    assert store._backend.create_alone(values, hello) == landed
+    assert len(store.get_messages(run_id)) == 1
+
+    # and a write of another start with the same run_id is still the conflict it is (Client.start
+    # tells a retry of the same start from another run's id by it)
+    drop_the_pooled_connection()
+    with pytest.raises(IntegrityError):
+        store._backend.create_alone({**values, "created_at": 1_700_000_001.0}, hello)
