@@ -23,13 +23,27 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, String, bindparam, func, select, update
+from sqlalchemy import (
+    Connection,
+    Float,
+    Integer,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store import statements
+from orchestrator.store import direct, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.schema import messages, runs
@@ -46,7 +60,7 @@ def _chosen_statement(top_level: bool) -> Any:
     parent = func.coalesce(runs.c.parent_run_id, "")
     level = parent == "" if top_level else parent != ""
     return (
-        select(runs.c.run_id, runs.c.n_messages)
+        select(runs.c.run_id, runs.c.n_messages, runs.c.created_at)
         .where(
             runs.c.session_id == bindparam("b_session_id", type_=String),
             runs.c.agent_name == bindparam("b_agent", type_=String),
@@ -62,10 +76,44 @@ def _chosen_statement(top_level: bool) -> Any:
 
 #: The candidates, for a top-level run and for a member run (prebuilt: built once, compiled once).
 CHOSEN = {True: _chosen_statement(True), False: _chosen_statement(False)}
+
+
+def _fix_pg_statement(top_level: bool) -> Any:
+    # The choice and its fenced store in one statement, one round trip: the chosen runs as JSON
+    # [[run_id, n_messages], ...], oldest first (`[]` for none), set where the claim still holds.
+    chosen = CHOSEN[top_level].subquery()
+    pair = func.json_build_array(chosen.c.run_id, chosen.c.n_messages)
+    listed = func.json_agg(aggregate_order_by(pair, chosen.c.created_at, chosen.c.run_id))
+    value = select(cast(func.coalesce(listed, literal_column("'[]'::json")), Text)).scalar_subquery()
+    return (
+        update(runs)
+        .where(
+            runs.c.run_id == bindparam("b_run_id", type_=String),
+            runs.c.epoch == bindparam("b_epoch", type_=Integer),
+            runs.c.lease_expires_at > bindparam("b_now", type_=Float),
+            runs.c.lease_owner == bindparam("b_owner", type_=String),
+            runs.c.history.is_(None),
+        )
+        .values(history=value)
+        .returning(runs.c.history, statements.asynchronous_commit())  # a lazy write, as the claim is
+    )
+
+
+#: PostgreSQL: choose and store a claimed run's history (`fix`), by level as `CHOSEN`.
+FIX_PG = {True: _fix_pg_statement(True), False: _fix_pg_statement(False)}
 #: The messages of some runs, without system messages; bind `b_run_ids` (a list).
 MESSAGES_OF = (
     select(messages)
     .where(messages.c.run_id.in_(bindparam("b_run_ids", expanding=True)), messages.c.role != "system")
+    .order_by(messages.c.run_id, messages.c.idx)
+)
+
+
+#: PostgreSQL: the same, the runs bound as one array (`b_run_ids`), so the statement is compiled
+#: once and runs on the driver (`direct`) whatever the number of runs.
+MESSAGES_OF_PG = (
+    select(messages)
+    .where(messages.c.run_id == any_(bindparam("b_run_ids", type_=ARRAY(String))), messages.c.role != "system")
     .order_by(messages.c.run_id, messages.c.idx)
 )
 
@@ -83,6 +131,19 @@ def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
 def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
     """Choose the claimed run's history and store it, fenced by the claim (epoch, owner, live
     lease): the stored history, or FencedError if the claim was lost."""
+    if conn.dialect.name == "postgresql":
+        record = claim.record
+        params = dict(
+            b_session_id=record.session_id, b_agent=record.agent_name, b_run_id=record.run_id,
+            b_created=record.created_at, b_limit=num_runs, b_epoch=record.epoch, b_now=now,
+            b_owner=record.lease_owner,
+        )  # fmt: skip
+        row = direct.first(conn, FIX_PG[record.parent_run_id is None], params)
+        if row is None:
+            raise FencedError(
+                f"run {claim.run_id}: the claim of epoch {claim.epoch} was lost before its history was fixed"
+            )
+        return str(row.history)
     chosen = choose(conn, claim.record, num_runs)
     statement = (
         update(runs)
@@ -94,11 +155,7 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
         )
         .values(history=chosen)
     )
-    if conn.dialect.name == "postgresql":
-        # A lazy write, as the claim is (`statements.CLAIM_PG`)
-        stored = conn.execute(statement.returning(runs.c.history, statements.asynchronous_commit())).scalar()
-    else:
-        stored = conn.execute(statement.returning(runs.c.history)).scalar()
+    stored = conn.execute(statement.returning(runs.c.history)).scalar()
     if stored is None:
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was lost before its history was fixed")
     return str(stored)
@@ -115,7 +172,11 @@ def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str
         return {}
     limits = dict(chosen)
     found: dict[tuple[str, int], list[Message]] = {key: [] for key in chosen}
-    for row in conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}):
+    if conn.dialect.name == "postgresql":
+        rows = direct.rows(conn, MESSAGES_OF_PG, {"b_run_ids": list(limits)})
+    else:
+        rows = list(conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}))
+    for row in rows:
         if row.idx < limits[row.run_id]:
             found[(row.run_id, limits[row.run_id])].append(Message.from_row(row))
     return found

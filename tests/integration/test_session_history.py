@@ -12,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from orchestrator import Agent, ConfigurationError, RunStatus, Team
+from orchestrator.errors import FencedError
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
@@ -162,6 +163,24 @@ def test_the_history_is_fixed_at_the_first_step_so_a_retry_and_a_continue_build_
     fork = agent.client.continue_run(late.run_id, input="and again")
     manual.run_until_idle()
     assert seen(fork.wait(timeout=5).content) == ["early", "late", "and again"]
+
+
+def test_a_first_run_stores_an_empty_history_and_a_lost_claim_stores_none(manual: InMemoryDispatcher) -> None:
+    agent = chat(add_history_to_context=True)
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    # A session's first run: nothing to choose, and that choice is stored (not left unset)
+    first = agent.start("hello", session_id=session)
+    manual.run_until_idle()
+    assert first.wait(timeout=5).status == S.COMPLETED
+    assert stored_history(manual, first.run_id) == []
+
+    # A claim whose lease ran out before the history was fixed: its holder stores nothing and is told
+    later = agent.start("again", session_id=session)
+    lost = manual.store.claim(later.run_id, 0, "model", owner="host:1:slow", lease_seconds=-1)
+    assert lost is not None
+    with pytest.raises(FencedError, match="lost before its history was fixed"):
+        manual.store.history(lost, 3)
+    assert stored_history(manual, later.run_id) is None
 
 
 def test_a_teams_member_runs_are_not_the_leaders_history(inline: InMemoryDispatcher) -> None:
