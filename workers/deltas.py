@@ -11,8 +11,10 @@ Writes leave the model call's thread: `write` queues the event and a flusher thr
 sink and process, started on first use) sends whatever has piled up in one pipeline, in the
 order written, so a step pays no round trip per delta. A step's first event (its StepRestarted or
 first delta) goes out at once on the caller's thread when nothing is queued or in flight: the
-first token does not wait for a thread switch. `flush(run_id)` waits until the run's queued
-events are sent; a step calls it before its commit. A batch that fails is logged and dropped, and
+first token does not wait for a thread switch. The flusher yields once when woken before it
+takes what is queued, so a burst of deltas goes out as one batch, not one round trip each.
+`flush(run_id)` sends what the flusher has not taken yet on the caller's thread, then waits
+until the run's queued events are sent; a step calls it before its commit. A batch that fails is logged and dropped, and
 its runs' later events are dropped until their step flushes: a reader sees a prefix of a step's
 text, never one with a hole in it.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,8 +81,14 @@ class RedisDeltaSink:
 
     def flush(self, run_id: str) -> None:
         """Wait until every event of the run queued so far is sent (or given up)."""
+        batch = None
         with self._cond:
             n = self._last.get(run_id, 0)
+            if self._sent < n and self._queue and not self._busy:
+                batch = self._take()  # sent on this thread rather than waiting for the flusher's turn
+        if batch is not None:
+            self._send(batch)
+        with self._cond:
             if not self._cond.wait_for(lambda: self._sent >= n, FLUSH_TIMEOUT):
                 log.warning("run %s: live events not sent after %ss; the run goes on", run_id, FLUSH_TIMEOUT)
             if self._last.get(run_id) == n:
@@ -96,6 +105,10 @@ class RedisDeltaSink:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue) and not self._busy)
+            time.sleep(0)  # the writer's thread may queue more of its burst meanwhile
+            with self._cond:
+                if not self._queue or self._busy:
+                    continue
                 batch = self._take()
             try:
                 self._send(batch)
