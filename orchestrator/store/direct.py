@@ -154,6 +154,10 @@ class Direct:
             connection_invalidated=dropped, dialect=dialect, ismulti=many,
         )  # fmt: skip
         if dropped:
+            # As `Connection.execute` does: every connection the pool opened before this one is
+            # recycled on its next checkout (a restart or a failover dropped them all), so a
+            # retry does not take the next dead one.
+            conn.engine.pool._invalidate(conn.connection, exc)
             conn.invalidate(exc)
         wrapped.__cause__ = exc
         return wrapped

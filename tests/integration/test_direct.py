@@ -219,6 +219,28 @@ def test_a_start_on_a_connection_the_server_dropped_is_written_on_a_new_one(pg_u
     assert backend() != dropped
 
 
+def test_after_the_server_dropped_every_pooled_connection_the_next_start_and_claim_go_through(pg_url: str) -> None:
+    # Given three idle connections in the quick pool, all ended by the server (a restart)
+    store = Store.open(pg_url)
+    run_id = new_run(store)
+    pool = store._backend.quick_engine
+    held = [pool.connect() for _ in range(3)]
+    pids = [c.exec_driver_sql("SELECT pg_backend_pid()").scalar() for c in held]
+    for c in held:
+        c.close()
+    with psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    # When a run starts and another's step is claimed: the first dead connection found makes the
+    # pool recycle the others, so the one retry each gets runs on a live connection
+    started = new_run(store)
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+
+    assert store.get_record(started).status == RunStatus.QUEUED
+    assert claim is not None and claim.record.epoch == 1
+
+
 def test_a_start_takes_no_connection_of_the_pool_that_pings_before_use(pg_url: str) -> None:
     # A new run is one statement, one round trip: the pool of durable writes pings each
     # connection it hands out (SELECT 1 first), the quick pool retries on a dropped connection.
