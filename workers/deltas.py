@@ -118,8 +118,11 @@ class RedisDeltaSink:
     def _send(self, batch: list[RunEvent]) -> None:
         """XADD the batch and renew each stream's expiry, in one round trip. A Redis error gives
         up the batch's runs for their step; anything else (a step's soft time limit, when the
-        step's own thread sends) propagates, with the sender's state left consistent."""
+        step's own thread sends) propagates, with the sender's state left consistent and the
+        batch's runs given up for their step as for a Redis error: a step's flush sends other
+        runs' events too, and a reader must never see one of them with a hole in its text."""
         failed: set[str] = set()
+        done = False
         try:
             payloads: list[tuple[str, str]] = []
             for event in batch:
@@ -139,10 +142,14 @@ class RedisDeltaSink:
                     pipe.xadd(KEY.format(run_id=run_id), {"e": entry}, maxlen=self.maxlen, approximate=True)
                     pipe.expire(KEY.format(run_id=run_id), self.ttl)
                 pipe.execute()
+            done = True
         except (redis.RedisError, OSError) as exc:  # a live view never fails a step
             failed |= {e.run_id for e in batch}
+            done = True
             log.warning("runs %s: live events stopped for this step (%s); the runs go on", sorted(failed), exc)
         finally:
+            if not done:  # interrupted: whether the batch reached Redis is unknown
+                failed |= {e.run_id for e in batch}
             with self._cond:
                 self._sent += self._taken  # counted once sent: `flush` relies on the order
                 self._busy = False

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from celery.exceptions import SoftTimeLimitExceeded
 
 from orchestrator.events import RunEvent, event_id, live_key
 from orchestrator.settings import Settings
@@ -120,3 +121,49 @@ def test_a_batch_stores_each_runs_events_as_one_entry_read_back_in_order(
     sink.write(delta(a, 4))
     sink.flush(a)
     assert [e.content for e in sink.wait(a, cursor, timeout=5)[0]] == ["w4 "]  # the cursor is past the batch
+
+
+def test_a_step_interrupted_while_its_flush_sends_other_runs_deltas_leaves_their_text_without_a_hole(
+    settings: Settings, run_ids: list[str]
+) -> None:
+    # Given run Y's first delta sent, then Y's second and X's two queued while the sender thread
+    # has not taken them (held off here, as a busy process's thread switch can), and X's step hits
+    # its soft time limit while its flush sends that batch
+    x, y = run_ids[:2]
+    sink = RedisDeltaSink(settings)
+    hold = threading.Event()
+    sink._flusher = threading.Thread(target=hold.wait, daemon=True)
+    sink._flusher.start()
+    sink.write(delta(y, 1))
+    for event in (delta(y, 2), delta(x, 1), delta(x, 2)):
+        sink.write(event)
+    pipeline = sink.client.pipeline
+
+    class Interrupted:  # the limit lands while the batch is on its way: whether it arrived is unknown
+        def __init__(self, real: redis.client.Pipeline) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.real, name)
+
+        def execute(self) -> None:
+            raise SoftTimeLimitExceeded()
+
+    sink.client.pipeline = lambda **kw: Interrupted(pipeline(**kw))  # type: ignore[method-assign]
+    with pytest.raises(SoftTimeLimitExceeded):
+        sink.flush(x)
+    sink.client.pipeline = pipeline  # type: ignore[method-assign]
+    hold.set()
+    sink._flusher = None
+
+    # When Y's step goes on and flushes
+    sink.write(delta(y, 3))
+    sink.flush(y)
+
+    # Then a reader of Y sees a prefix of its text, never "w1 w3"
+    seen = [e.content for e in sink.read(y, None)[0]]
+    assert seen == ["w1 ", "w2 ", "w3 "][: len(seen)], seen
+    # and the sink goes on: Y's next step streams again
+    sink.write(delta(y, 4))
+    sink.flush(y)
+    assert sink.read(y, None)[0][-1].content == "w4 "
