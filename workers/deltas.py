@@ -14,9 +14,9 @@ first delta) goes out at once on the caller's thread when nothing is queued or i
 first token does not wait for a thread switch. The flusher yields once when woken before it
 takes what is queued, so a burst of deltas goes out as one batch, not one round trip each.
 `flush(run_id)` sends what the flusher has not taken yet on the caller's thread, then waits
-until the run's queued events are sent; a step calls it before its commit. A batch that fails is logged and dropped, and
-its runs' later events are dropped until their step flushes: a reader sees a prefix of a step's
-text, never one with a hole in it.
+until the run's queued events are sent; a step calls it before its commit. A batch that fails
+(or whose send was interrupted) is logged and dropped, and its runs' later events are dropped
+until their step flushes: a reader sees a prefix of a step's text, never one with a hole in it.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class RedisDeltaSink:
         self._send(batch)
 
     def flush(self, run_id: str) -> None:
-        """Wait until every event of the run queued so far is sent (or given up)."""
+        """Send what of the queue the flusher has not taken (this run's events may be in it), then
+        wait until every event of the run queued so far is sent (or given up)."""
         batch = None
         with self._cond:
             n = self._last.get(run_id, 0)
@@ -122,7 +123,6 @@ class RedisDeltaSink:
         batch's runs given up for their step as for a Redis error: a step's flush sends other
         runs' events too, and a reader must never see one of them with a hole in its text."""
         failed: set[str] = set()
-        done = False
         try:
             payloads: list[tuple[str, str]] = []
             for event in batch:
@@ -142,14 +142,13 @@ class RedisDeltaSink:
                     pipe.xadd(KEY.format(run_id=run_id), {"e": entry}, maxlen=self.maxlen, approximate=True)
                     pipe.expire(KEY.format(run_id=run_id), self.ttl)
                 pipe.execute()
-            done = True
         except (redis.RedisError, OSError) as exc:  # a live view never fails a step
             failed |= {e.run_id for e in batch}
-            done = True
             log.warning("runs %s: live events stopped for this step (%s); the runs go on", sorted(failed), exc)
+        except BaseException:  # interrupted: whether the batch reached Redis is unknown
+            failed |= {e.run_id for e in batch}
+            raise
         finally:
-            if not done:  # interrupted: whether the batch reached Redis is unknown
-                failed |= {e.run_id for e in batch}
             with self._cond:
                 self._sent += self._taken  # counted once sent: `flush` relies on the order
                 self._busy = False

@@ -101,6 +101,7 @@ def _fix_pg_statement(top_level: bool) -> Any:
 
 #: PostgreSQL: choose and store a claimed run's history (`fix`), by level as `CHOSEN`.
 FIX_PG = {True: _fix_pg_statement(True), False: _fix_pg_statement(False)}
+
 #: The messages of some runs, without system messages; bind `b_run_ids` (a list).
 MESSAGES_OF = (
     select(messages)

@@ -54,8 +54,9 @@ class PostgresBackend(Backend):
 
         No pre-ping: `quick` retries once when the server dropped the connection, so a database
         restart costs one failed round trip, not a ping before every statement. A new run is
-        written here too (`create_alone`), and errors hide their parameters if the engine's do. Where autocommit
-        would not run READ COMMITTED, the pool's transactions are pinned to it instead."""
+        written here too (`create_alone`), so errors hide their parameters if the engine's do.
+        Where autocommit would not run READ COMMITTED, the pool's transactions are pinned to it
+        instead."""
         level = "AUTOCOMMIT" if self.autocommit else PG_ISOLATION
         return create_engine(
             engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20,
@@ -107,27 +108,18 @@ class PostgresBackend(Backend):
     def create_alone(self, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         # On the quick pool, whose connections are not pinged before use: a start costs the one
         # round trip of its statement, and it is as durable as on the other pool (CREATE_PG
-        # keeps synchronous commit). If the server dropped the connection, the statement runs
-        # once more on a new one; if that finds the run, it is the first attempt's, which landed
-        # before the connection dropped (its created_at is this write's own, to the microsecond).
-        def create(conn: Connection) -> RunRecord:
-            return self.create(conn, values, input_messages)
-
+        # keeps synchronous commit). `quick` sends it once more if the server dropped the
+        # connection; if the run is then there with this write's own created_at (to the
+        # microsecond), session and agent, the first attempt landed before the drop: it is this run.
+        # (Another start's run_id costs that one read before its conflict is raised.)
         try:
-            return self._quick_once(create)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-        try:
-            return self._quick_once(create)
+            return self.quick(lambda conn: self.create(conn, values, input_messages))
         except IntegrityError:
-            landed = self._quick_once(lambda conn: reads.find_record(conn, values["run_id"]))
-            mine = landed is not None and (landed.created_at, landed.session_id, landed.agent_name) == (
+            landed = self.quick(lambda conn: reads.find_record(conn, values["run_id"]))
+            if landed is None or (landed.created_at, landed.session_id, landed.agent_name) != (
                 values["created_at"], values["session_id"], values["agent_name"],
-            )  # fmt: skip
-            if not mine:
+            ):  # fmt: skip
                 raise
-            assert landed is not None
             return landed
 
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:

@@ -112,14 +112,16 @@ def test_an_engine_that_hides_parameters_keeps_them_out_of_a_direct_statements_e
     store = Store(open_engine(settings.database_url, hide_parameters=True))
     run_id = new_run(store)
     secret = "sk-" + uuid.uuid4().hex
-    with pytest.raises(IntegrityError) as raised:
-        store.create_run(
-            run_id=run_id, session_id="s", agent_name="a", kind="agent",
-            input_messages=[Message(role="user", content=secret)], publish_grace=60,
-        )  # fmt: skip
+    try:
+        with pytest.raises(IntegrityError) as raised:
+            store.create_run(
+                run_id=run_id, session_id="s", agent_name="a", kind="agent",
+                input_messages=[Message(role="user", content=secret)], publish_grace=60,
+            )  # fmt: skip
+    finally:
+        store.engine.dispose()
+        store.quick_engine.dispose()
     text = str(raised.value)  # the driver's message may name the key (its run id), never the values
-    store.engine.dispose()
-    store.quick_engine.dispose()
     assert secret not in text
     assert "hidden due to hide_parameters" in text
 
@@ -262,18 +264,17 @@ def test_a_start_takes_no_connection_of_the_pool_that_pings_before_use(pg_url: s
 def test_a_start_whose_statement_landed_before_its_connection_dropped_returns_that_run(pg_url: str) -> None:
     # Given a start whose statement committed, then the server ended its connection before the
     # reply came back: the same write, sent again on a new connection, finds the run it wrote
-    store = Store.open(pg_url)
+    engine = Store.open(pg_url).engine
+    store = Store(engine, clock=lambda: 1_700_000_000.123456)
     run_id = f"direct-{uuid.uuid4().hex}"
-    values = dict(
-        run_id=run_id, session_id=f"s-{run_id}", agent_name="a", kind="agent", parent_run_id=None,
-        parent_tool_call_id=None, forked_from=None, status="QUEUED", epoch=0, seq=0, next_step="model",
-        n_messages=1, system_message=None, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
-        publish_after=1e12, content=None, stream=False, error_type=None, error_message=None,
-        created_at=1_700_000_000.123456, updated_at=1_700_000_000.123456, user_id=None, history=None, priority=None,
-        trace_context=None,
-    )  # fmt: skip
-    hello = [Message(role="user", content="hello")]
-    landed = store._backend.create_alone(values, hello)
+
+    def start(on: Store) -> RunRecord:
+        return on.create_run(
+            run_id=run_id, session_id=f"s-{run_id}", agent_name="a", kind="agent",
+            input_messages=[Message(role="user", content="hello")], publish_grace=60,
+        )  # fmt: skip
+
+    landed = start(store)
 
     def drop_the_pooled_connection() -> None:
         pid = store._backend.quick(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
@@ -282,11 +283,15 @@ def test_a_start_whose_statement_landed_before_its_connection_dropped_returns_th
 
     # When the write is sent again after its connection dropped: it is that run, written once
     drop_the_pooled_connection()
-    assert store._backend.create_alone(values, hello) == landed
+    assert start(store) == landed
     assert len(store.get_messages(run_id)) == 1
 
     # and a write of another start with the same run_id is still the conflict it is (Client.start
     # tells a retry of the same start from another run's id by it)
-    drop_the_pooled_connection()
-    with pytest.raises(IntegrityError):
-        store._backend.create_alone({**values, "created_at": 1_700_000_001.0}, hello)
+    later = Store(engine, clock=lambda: 1_700_000_001.0)
+    try:
+        with pytest.raises(IntegrityError):
+            start(later)
+    finally:
+        store.quick_engine.dispose()
+        later.quick_engine.dispose()
