@@ -138,8 +138,8 @@ class Client:
 
         `run_id` is the producer's own key (default: a new uuid4; 1-64 characters of A-Z, a-z,
         0-9, `.`, `_`, `:` and `-`): starting again with a run_id that exists, for the same agent
-        (and the same session, if one is given), returns that run and publishes nothing; for
-        another agent or session it raises RunConflictError. Invalid arguments raise
+        and user (and the same session, if one is given), returns that run and publishes nothing;
+        for another agent, session or user it raises RunConflictError. Invalid arguments raise
         InvalidInputError before anything is written.
 
         If the broker is down the run is still saved, and BrokerUnavailableError names it; the
@@ -149,8 +149,11 @@ class Client:
         merges with its durable events; any run can be followed, streamed or not.
 
         `user_id`: who the run is for, stored with it (and with its session, if this is the
-        session's first run); with RATCHET_MAX_RUNS_PER_KEY, also its concurrency key (or what
-        its agent's `concurrency_key` makes of the run: `orchestrator.flow`). `session_state`: a
+        session's first run). A session is its first run's user's, no user included: a run for
+        another user in it raises SessionOwnedError and writes nothing, and a run's history and
+        session state are only ever its own user's. With RATCHET_MAX_RUNS_PER_KEY, also its
+        concurrency key (or what its agent's `concurrency_key` makes of the run:
+        `orchestrator.flow`). `session_state`: a
         dict merged over the session's stored state, key by key, as the run is written (Agno's
         `run(session_state=...)`); its tools read and change the result (`ToolContext.session_state`).
 

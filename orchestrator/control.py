@@ -94,15 +94,17 @@ class RunControl:
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
-        `user_id`: who the run is for (the session's user too, if this is its first run).
-        `session_state`: merged over the session's stored state, key by key, when the run is
-        written (`orchestrator.state`). `priority`: 0-9, higher first (None: none, as 0); every
-        step of the run is published with it.
+        `user_id`: who the run is for. A session is its first run's user's (None included): a run
+        for another user in it is SessionOwnedError, and nothing is written, checked in the
+        statement or transaction that writes the run, so of two first runs racing for one
+        session one user's is written. `session_state`: merged over the session's stored state,
+        key by key, when the run is written (`orchestrator.state`). `priority`: 0-9, higher first
+        (None: none, as 0); every step of the run is published with it.
 
-        A run_id that exists, for the same agent (and the same session and user, if given), is
+        A run_id that exists, for the same agent and user (and the same session, if given), is
         the same start again (a retry, a redelivery): its id is returned, nothing is published
         and the state is not merged again. For another agent, session or user it is
-        RunConflictError."""
+        RunConflictError, which names the existing run's agent and session only to its own user."""
         agent = validation.agent_name(agent)
         input = validation.input_text(input)
         given_session = None if session_id is None else validation.session_id(session_id)
@@ -125,16 +127,15 @@ class RunControl:
                 )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
+            if existing.user_id != user_id:  # another user's run: nothing of it is said
+                raise RunConflictError(
+                    f"run_id {run_id!r} is taken by another run; this run needs a run_id of its own"
+                ) from None
             if existing.agent_name != agent or given_session not in (None, existing.session_id):
                 raise RunConflictError(
                     f"run_id {run_id!r} is already a run of agent {existing.agent_name!r} in session "
                     f"{existing.session_id!r}; a run of agent {agent!r}"
                     f"{'' if given_session is None else f' in session {given_session!r}'} needs a run_id of its own"
-                ) from None
-            if user_id not in (None, existing.user_id):
-                raise RunConflictError(
-                    f"run_id {run_id!r} is already a run for user {existing.user_id!r}; a run for user "
-                    f"{user_id!r} needs a run_id of its own"
                 ) from None
             return run_id
         self.publish(record)

@@ -5,7 +5,8 @@
     │   └── InvalidInputError     a producer's argument cannot be taken (an id, a name, the input)
     ├── AgentNotFoundError        no agent or team is registered under that name
     ├── RunNotFoundError          no run has that run_id
-    ├── RunConflictError          that run_id is taken by a run of another agent or session
+    ├── RunConflictError          that run_id is taken by a run of another agent, session or user
+    │   └── SessionOwnedError     that session belongs to another user: a run for this one is refused
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is RUNNING and its lease is live
     ├── RunLiveError              the run is live (going, or waiting on a human): not deleted
@@ -61,10 +62,19 @@ class RunNotFoundError(RatchetError):
 
 
 class RunConflictError(RatchetError):
-    """A run with this run_id already exists, for another agent or in another session.
+    """A run with this run_id already exists, for another agent, session or user.
 
-    Starting twice with the same run_id, agent and session returns the existing run; anything
-    else is a different run and needs an id of its own."""
+    Starting twice with the same run_id, agent, session and user returns the existing run;
+    anything else is a different run and needs an id of its own."""
+
+
+class SessionOwnedError(RunConflictError):
+    """A run was started (or forked) in a session that belongs to another user. A session is its
+    first run's user's (no `user_id` is a user too), and only runs for that user join it, so that
+    a session id that leaks never lets anyone read its history or state, or write into them.
+
+    Nothing was written. Start the run with a new session_id, or none (a new session is made).
+    The message names the session, never its user."""
 
 
 class RunNotContinuableError(RatchetError):

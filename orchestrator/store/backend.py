@@ -60,7 +60,8 @@ class Backend(ABC):
     @abstractmethod
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         """Insert the run row `values`, its session if new, and its input messages (stamped with
-        the new run's seq and epoch)."""
+        the new run's seq and epoch); SessionOwnedError, and nothing written, if the session
+        belongs to another user than the run's (`sessions.refused`)."""
 
     def create_alone(self, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         """`create` in a transaction of its own, committed durably."""

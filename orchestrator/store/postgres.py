@@ -23,7 +23,7 @@ from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
-from orchestrator.store import claims, direct, reads, statements
+from orchestrator.store import claims, direct, reads, sessions, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import PG_ISOLATION, autocommit_is_read_committed
@@ -127,7 +127,8 @@ class PostgresBackend(Backend):
         params.update(b_session_id=values["session_id"], b_now=values["created_at"], b_user_id=values["user_id"])
         params.update(statements.message_arrays(input_messages))
         row = direct.first(conn, statements.CREATE_PG, params)
-        assert row is not None  # an INSERT ... RETURNING that did not raise
+        if row is None:  # the session is another user's: nothing was written
+            raise sessions.refused(values["session_id"])
         return RunRecord.from_row(row)
 
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:

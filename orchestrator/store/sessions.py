@@ -14,9 +14,20 @@ from typing import Any
 from sqlalchemy import Connection, Row, select, update
 
 from orchestrator import state
+from orchestrator.errors import SessionOwnedError
 from orchestrator.state import StateChange
 from orchestrator.store import direct, statements
 from orchestrator.store.schema import sessions
+
+
+def refused(session_id: str) -> SessionOwnedError:
+    """The refusal of a run for another user than the session's: it names the session, which its
+    producer gave, and neither user."""
+    return SessionOwnedError(
+        f"session {session_id!r} belongs to another user: a session takes runs only for the user_id its "
+        "first run had (none is a user_id too), so this run was not written. Start it with a new session_id, "
+        "or none (a new session is made)"
+    )
 
 
 def row(conn: Connection, session_id: str) -> Row[Any, Any] | None:

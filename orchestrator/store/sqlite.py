@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store import claims, direct, statements, writes
+from orchestrator.store import claims, direct, sessions, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
@@ -54,6 +54,11 @@ class SqliteBackend(Backend):
         # Prebuilt: building an insert of 24 values costs more than running it (bench/FINDINGS.md).
         session = {"session_id": values["session_id"], "created_at": now, "user_id": values["user_id"]}
         direct.rows(conn, statements.CREATE_SESSION, session)
+        # Compared in the transaction that writes the run, which holds the database lock from BEGIN
+        # IMMEDIATE: a first run of the session for another user cannot commit in between.
+        owner = direct.first(conn, statements.SESSION_OWNER, {"b_session_id": values["session_id"]})
+        if owner.user_id != values["user_id"]:
+            raise sessions.refused(values["session_id"])
         row = direct.first(conn, statements.CREATE_RUN, values)
         assert row is not None  # an INSERT ... RETURNING that did not raise
         record = RunRecord.from_row(row)

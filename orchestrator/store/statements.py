@@ -129,6 +129,8 @@ CREATE_SESSION = (
     .values({c: bindparam(c, type_=sessions.c[c].type) for c in ("session_id", "created_at", "user_id")})
     .on_conflict_do_nothing()
 )
+#: SQLite: the user of the session `b_session_id` (no row if there is no such session).
+SESSION_OWNER = select(sessions.c.user_id).where(sessions.c.session_id == bindparam("b_session_id", type_=String))
 
 
 #: A message's own columns (what a step writes), before its usage.
@@ -179,27 +181,33 @@ COMMIT_PG_FINAL = _commit_pg(notify=True)
 
 
 def _create_pg() -> Select[Any]:
+    new = postgresql.insert(sessions).values(
+        session_id=bindparam("b_session_id", type_=String),
+        created_at=bindparam("b_now", type_=Float),
+        user_id=bindparam("b_user_id", type_=String),
+    )
+    # The session, new or its run's user's: an existing one is locked and compared as it is now
+    # (ON CONFLICT DO UPDATE reads the latest committed row, waiting for one being written), so of
+    # two first runs of a session racing, the second sees the first's user. The update writes the
+    # value the row has (user_id is no key: it takes no lock a foreign key check waits for).
     session = (
-        postgresql.insert(sessions)
-        .values(
-            session_id=bindparam("b_session_id", type_=String),
-            created_at=bindparam("b_now", type_=Float),
-            user_id=bindparam("b_user_id", type_=String),
+        new.on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={"user_id": new.excluded.user_id},
+            where=sessions.c.user_id.is_not_distinct_from(new.excluded.user_id),
         )
-        .on_conflict_do_nothing()
-        .cte("new_session")
+        .returning(sessions.c.session_id)
+        .cte("joined_session")
     )
-    run = (
-        insert(runs)
-        .values({c.name: bindparam(f"b_r_{c.name}", type_=c.type) for c in runs.c})
-        .returning(*runs.c)
-        .cte("new_run")
-    )
+    columns = [c.name for c in runs.c]
+    values = select(*(bindparam(f"b_r_{c.name}", type_=c.type) for c in runs.c)).select_from(session)
+    run = insert(runs).from_select(columns, values).returning(*runs.c).cte("new_run")
     return select(run).add_cte(session, _append_messages(run, 0, seq=run.c.seq, epoch=run.c.epoch))
 
 
 #: PostgreSQL: a new run, its session if new, and its input messages in one statement; bind
-#: `b_session_id`, `b_now`, every run column as `b_r_<column>`, and `message_arrays(input)`.
+#: `b_session_id`, `b_now`, `b_user_id`, every run column as `b_r_<column>`, and
+#: `message_arrays(input)`. No row, and nothing written, when the session belongs to another user.
 CREATE_PG = _create_pg()
 
 

@@ -143,14 +143,16 @@ def test_a_runs_state_is_merged_when_it_is_written_and_not_again_by_a_repeated_s
     client.start("nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1})
     with store.engine.begin() as conn:  # a tool of the run changes it meanwhile
         sessions.apply(conn, "s-start", [StateChange(set={"a": 2})])
-    again = client.start("nobody", input="hi", session_id="s-start", run_id=run_id, session_state={"a": 1, "b": 1})
+    again = client.start(
+        "nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1, "b": 1}
+    )
 
     assert again.run_id == run_id
     run = client.get_run(run_id)
     assert run.user_id == "ada" and run.session_state == {"a": 2}
-    with pytest.raises(RunConflictError, match="is already a run for user 'ada'; a run for user 'bob'"):
+    with pytest.raises(RunConflictError, match="is taken by another run"):
         client.start("nobody", input="hi", run_id=run_id, user_id="bob")
-    other = client.start("nobody", input="hi", session_id="s-start", user_id="bob", session_state={"b": 3})
+    other = client.start("nobody", input="hi", session_id="s-start", user_id="ada", session_state={"b": 3})
     assert client.get_run(other.run_id).session_state == {"a": 2, "b": 3}
     session = client.get_session("s-start")
     assert session is not None and session.user_id == "ada" and session.session_state == {"a": 2, "b": 3}

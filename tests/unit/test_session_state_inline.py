@@ -10,7 +10,9 @@ import threading
 import uuid
 from typing import Any
 
-from orchestrator import Agent, RunStatus, Team, ToolContext
+import pytest
+
+from orchestrator import Agent, RunStatus, SessionOwnedError, Team, ToolContext
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import ScriptConfig
@@ -151,20 +153,17 @@ def test_a_user_id_reaches_the_run_its_tools_its_session_its_members_and_its_for
     assert session is not None and session.user_id == "ada"
 
 
-def test_a_sessions_runs_can_be_filtered_by_user(inline: InMemoryDispatcher) -> None:
+def test_a_session_is_its_first_runs_users_and_takes_runs_only_for_that_user(inline: InMemoryDispatcher) -> None:
     agent = shopper()
-    ada = agent.run("one", session_id="s-shared", user_id="ada")
-    agent.run("two", session_id="s-shared", user_id="bob")
-    agent.run("three", session_id="s-shared")
+    first = agent.run("one", session_id="s-ada", user_id="ada")
+    for other in ("bob", None):
+        with pytest.raises(SessionOwnedError, match="session 's-ada' belongs to another user"):
+            agent.start("two", session_id="s-ada", user_id=other)
+    second = agent.run("three", session_id="s-ada", user_id="ada")
 
-    everyone = inline.client.get_session("s-shared")
-    only_ada = inline.client.get_session("s-shared", user_id="ada")
-
-    assert everyone is not None and [r.user_id for r in everyone.runs] == ["ada", "bob", None]
-    assert everyone.user_id == "ada"  # the user of its first run
-    assert only_ada is not None and [r.run_id for r in only_ada.runs] == [ada.run_id]
-    nobody = inline.client.get_session("s-shared", user_id="carol")
-    assert nobody is not None and nobody.runs == []
+    session = inline.client.get_session("s-ada")
+    assert session is not None and session.user_id == "ada"  # the user of its first run
+    assert [r.run_id for r in session.runs] == [first.run_id, second.run_id]
 
 
 def test_async_calls_of_one_batch_never_wait_on_the_tool_loop_and_each_change_lands(

@@ -1,0 +1,162 @@
+"""A session belongs to the user of its first run, on SQLite and PostgreSQL, stepped inline by the
+in-memory dispatcher on a real store: a run for another user in it is refused and writes nothing
+(two first runs racing included), and its history and state never cross users, also for runs
+that were written into one session for several users before the rule (rows moved by hand)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text, update
+
+from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team
+from orchestrator.messages import Message
+from orchestrator.store import Store
+from orchestrator.store.schema import messages, runs
+from orchestrator.team import TO_MEMBER, member_id
+from orchestrator.testing import InMemoryDispatcher, in_memory
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
+
+S = RunStatus
+#: The scripted model's answer lists every user text it was shown, history first.
+SEEN = ScriptConfig(tool_batches=0, final_text="seen: {users}", chat=True)
+#: What alice's runs carry that nobody else may read.
+SECRET = "alice's card is 4242"
+
+
+def chat(**options: Any) -> Agent:
+    return Agent(name=f"chat-{uuid.uuid4().hex[:8]}", model=ScriptedModel(script=SEEN), **options)
+
+
+def seen(content: object) -> list[str]:
+    assert isinstance(content, str) and content.startswith("seen: "), content
+    return content.removeprefix("seen: ").split(" | ")
+
+
+@pytest.fixture
+def inline(db_url: str) -> Iterator[InMemoryDispatcher]:
+    with in_memory(db_url) as dispatcher:
+        yield dispatcher
+
+
+@pytest.fixture
+def manual(db_url: str) -> Iterator[InMemoryDispatcher]:
+    with in_memory(db_url, autorun=False) as dispatcher:
+        yield dispatcher
+
+
+def stored(store: Store) -> tuple[int, int]:
+    """How many runs and messages the store holds."""
+    with store.engine.connect() as conn:
+        return (
+            conn.execute(select(func.count()).select_from(runs)).scalar_one(),
+            conn.execute(select(func.count()).select_from(messages)).scalar_one(),
+        )
+
+
+def move_into(store: Store, run_id: str, session_id: str, **values: Any) -> None:
+    """Put a run into another session, as a store written before the rule could hold it: one
+    session with runs of several users."""
+    with store.engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(session_id=session_id, **values))
+
+
+def test_a_run_for_another_user_in_a_session_is_refused_and_writes_nothing(inline: InMemoryDispatcher) -> None:
+    agent = chat(add_history_to_context=True)
+    client = inline.client
+    alice = agent.run(SECRET, session_id="s-owned", user_id="alice", session_state={"card": "4242"})
+    assert alice.status == S.COMPLETED
+    before = stored(inline.store)
+
+    for other in ("bob", None):  # no user is a user too: refused both ways
+        with pytest.raises(SessionOwnedError) as refused:
+            client.start(agent.name, input="bob's note", session_id="s-owned", user_id=other, session_state={"x": 1})
+        said = str(refused.value)
+        assert "session 's-owned' belongs to another user" in said and "a new session_id" in said
+        assert not any(leak in said for leak in ("alice", "bob", "4242", "card"))
+
+    assert stored(inline.store) == before  # no run row, no message
+    assert client.get_session_state("s-owned") == {"card": "4242"}  # not merged
+    assert [r.run_id for r in client.list_runs(session_id="s-owned").runs] == [alice.run_id]
+    # Alice goes on in her session; a session whose first run had no user takes only runs without one.
+    assert agent.run("again", session_id="s-owned", user_id="alice").status == S.COMPLETED
+    assert agent.run("anonymous", session_id="s-none").status == S.COMPLETED
+    with pytest.raises(SessionOwnedError):
+        client.start(agent.name, input="carol", session_id="s-none", user_id="carol")
+    assert seen(agent.run("anonymous again", session_id="s-none").content) == ["anonymous", "anonymous again"]
+
+
+def test_of_two_first_runs_racing_for_a_new_session_only_one_users_is_written(
+    inline: InMemoryDispatcher, db_url: str
+) -> None:
+    store, client = inline.store, inline.client
+    outcome: list[BaseException | str] = []
+    # Alice's first run is written in a transaction held open while bob's start comes in.
+    with store.engine.begin() as conn:
+        store.create_run(
+            run_id=str(uuid.uuid4()), session_id="s-race", agent_name="nobody", kind="agent",
+            input_messages=[Message(role="user", content=SECRET)], publish_grace=60, user_id="alice", conn=conn,
+        )  # fmt: skip
+
+        def bob() -> None:
+            try:
+                outcome.append(client.start("nobody", input="bob's note", session_id="s-race", user_id="bob"))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        racer = threading.Thread(target=bob)
+        racer.start()
+        if db_url.startswith("postgresql"):  # bob's statement waits on alice's uncommitted session
+            wait_until(lambda: waiting_on_a_lock(store), timeout=10, what="bob's start to wait on alice's")
+    racer.join(10)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], SessionOwnedError), outcome
+    assert [r.user_id for r in client.list_runs(session_id="s-race").runs] == ["alice"]
+
+
+def waiting_on_a_lock(store: Store) -> bool:
+    with store.quick_engine.connect() as conn:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        return bool(conn.execute(text(query)).scalar_one())
+
+
+def test_a_teams_members_join_its_session_for_its_user(inline: InMemoryDispatcher) -> None:
+    member = Agent(
+        name=f"member-{uuid.uuid4().hex[:8]}", role="answers", model=ScriptedModel(script=SEEN),
+        add_history_to_context=True,
+    )  # fmt: skip
+    leader = ScriptConfig(
+        batches=[[{"tool": TO_MEMBER, "arguments": {"member_id": member_id(member), "task": "answer it"}}]],
+        final_text="team saw: {users}",
+        chat=True,
+    )
+    team = Team(name=f"team-{uuid.uuid4().hex[:8]}", model=ScriptedModel(script=leader), members=[member])
+
+    for user in ("alice", None):
+        session = f"s-{uuid.uuid4().hex[:6]}"
+        for _ in range(2):
+            out = team.run("question", session_id=session, user_id=user)
+            assert out.status == S.COMPLETED, out.error
+            assert [m.user_id for m in out.member_runs] == [user]
+        fork = inline.client.continue_run(out.run_id, input="more").wait(5)
+        assert fork.status == S.COMPLETED and fork.user_id == user
+
+
+def test_a_run_id_taken_by_another_users_run_is_refused_without_naming_that_run(inline: InMemoryDispatcher) -> None:
+    agent = chat()
+    alice = inline.client.start(agent.name, input=SECRET, session_id="s-taken", user_id="alice", run_id="r-taken")
+    assert alice.wait(timeout=5).status == S.COMPLETED
+
+    for other in ("bob", None):
+        with pytest.raises(RunConflictError) as refused:
+            inline.client.start(agent.name, input=SECRET, run_id="r-taken", user_id=other)
+        said = str(refused.value)
+        assert "run_id 'r-taken' is taken by another run" in said
+        assert not any(leak in said for leak in ("alice", "s-taken", agent.name))
+    assert inline.client.start(agent.name, input=SECRET, run_id="r-taken", user_id="alice").run_id == "r-taken"
