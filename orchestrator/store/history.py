@@ -1,18 +1,24 @@
 """Session history: which earlier runs of its session a run's context includes, and their messages.
 
 A run of an agent with `add_history_to_context=True` has its history fixed at its first model
-step, right after the claim: the last `num_history_runs` runs of the same session and agent, at
-the same level (top-level runs for a top-level run, member runs for a member), created before it
-and COMPLETED at that moment, each with its message count then. Runs in ERROR or CANCELLED are
-skipped, as Agno skips them, and so are runs still going (QUEUED, RUNNING, WAITING, PAUSED): Agno
-reads a crashed RUNNING run's half-written transcript; Ratchet never does, so two runs of one
-session started together never see each other's partial messages.
+step, right after the claim: the last `num_history_runs` runs of the same session, agent and user
+(None included), at the same level (top-level runs for a top-level run, member runs for a
+member), created before it and COMPLETED at that moment, each with its message count then. Runs
+in ERROR or CANCELLED are skipped, as Agno skips them, and so are runs still going (QUEUED,
+RUNNING, WAITING, PAUSED): Agno reads a crashed RUNNING run's half-written transcript; Ratchet
+never does, so two runs of one session started together never see each other's partial messages.
 
 The choice is stored on the run (`ratchet_runs.history`, JSON `[[run_id, n_messages], ...]`,
 oldest first) with a write fenced by the claim, so every later attempt of the run (a retry, a
 recovery after a crash, a continue) reads the same list and the same prefixes of those runs'
 messages, even if the session moved on in between. The history runs' messages are immutable
 rows, so a worker keeps them in memory by that JSON: only a run's first step reads them.
+
+History never crosses users. A session takes runs only for its first run's user
+(`Backend.create`), and the choice filters by the run's user besides. A store written before that
+rule can hold one session with runs of several users, and histories chosen across them: a stored
+history's runs of another user than the run's are left out of its prompt (each run's messages are
+kept with its user), so such a run neither reads nor is read by another user's runs.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -64,6 +70,7 @@ def _chosen_statement(top_level: bool) -> Any:
         .where(
             runs.c.session_id == bindparam("b_session_id", type_=String),
             runs.c.agent_name == bindparam("b_agent", type_=String),
+            runs.c.user_id.is_not_distinct_from(bindparam("b_user_id", type_=String)),
             runs.c.status == RunStatus.COMPLETED.value,
             runs.c.run_id != bindparam("b_run_id", type_=String),
             runs.c.created_at <= bindparam("b_created", type_=Float),
@@ -102,28 +109,36 @@ def _fix_pg_statement(top_level: bool) -> Any:
 #: PostgreSQL: choose and store a claimed run's history (`fix`), by level as `CHOSEN`.
 FIX_PG = {True: _fix_pg_statement(True), False: _fix_pg_statement(False)}
 
-#: The messages of some runs, without system messages; bind `b_run_ids` (a list).
-MESSAGES_OF = (
-    select(messages)
-    .where(messages.c.run_id.in_(bindparam("b_run_ids", expanding=True)), messages.c.role != "system")
-    .order_by(messages.c.run_id, messages.c.idx)
-)
+
+def _messages_of(runs_given: Any) -> Any:
+    # Each message with its run's user (`run_user_id`): what keeps a history within one user.
+    return (
+        select(messages, runs.c.user_id.label("run_user_id"))
+        .join(runs, runs.c.run_id == messages.c.run_id)
+        .where(runs_given, messages.c.role != "system")
+        .order_by(messages.c.run_id, messages.c.idx)
+    )
 
 
+#: The messages of some runs, without system messages, with their run's user; bind `b_run_ids` (a list).
+MESSAGES_OF = _messages_of(messages.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
 #: PostgreSQL: the same, the runs bound as one array (`b_run_ids`), so the statement is compiled
 #: once and runs on the driver (`direct`) whatever the number of runs.
-MESSAGES_OF_PG = (
-    select(messages)
-    .where(messages.c.run_id == any_(bindparam("b_run_ids", type_=ARRAY(String))), messages.c.role != "system")
-    .order_by(messages.c.run_id, messages.c.idx)
-)
+MESSAGES_OF_PG = _messages_of(messages.c.run_id == any_(bindparam("b_run_ids", type_=ARRAY(String))))
+
+
+class Part(NamedTuple):
+    """One history run's messages (up to its count then), and whose run it is."""
+
+    user_id: str | None
+    messages: list[Message]
 
 
 def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
     """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above)."""
     params = dict(
-        b_session_id=record.session_id, b_agent=record.agent_name, b_run_id=record.run_id,
-        b_created=record.created_at, b_limit=num_runs,
+        b_session_id=record.session_id, b_agent=record.agent_name, b_user_id=record.user_id,
+        b_run_id=record.run_id, b_created=record.created_at, b_limit=num_runs,
     )  # fmt: skip
     rows = conn.execute(CHOSEN[record.parent_run_id is None], params).all()
     return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
@@ -135,9 +150,9 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
     if conn.dialect.name == "postgresql":
         record = claim.record
         params = dict(
-            b_session_id=record.session_id, b_agent=record.agent_name, b_run_id=record.run_id,
-            b_created=record.created_at, b_limit=num_runs, b_epoch=record.epoch, b_now=now,
-            b_owner=record.lease_owner,
+            b_session_id=record.session_id, b_agent=record.agent_name, b_user_id=record.user_id,
+            b_run_id=record.run_id, b_created=record.created_at, b_limit=num_runs, b_epoch=record.epoch,
+            b_now=now, b_owner=record.lease_owner,
         )  # fmt: skip
         row = direct.first(conn, FIX_PG[record.parent_run_id is None], params)
         if row is None:
@@ -167,36 +182,40 @@ def parse(history: str) -> list[tuple[str, int]]:
     return [(str(run_id), int(count)) for run_id, count in json.loads(history)]
 
 
-def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[Message]]:
+def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Part]:
     """The messages of each chosen run, up to its count then, without system messages."""
     if not chosen:
         return {}
     limits = dict(chosen)
     found: dict[tuple[str, int], list[Message]] = {key: [] for key in chosen}
+    users: dict[tuple[str, int], str | None] = {}
     if conn.dialect.name == "postgresql":
         rows = direct.rows(conn, MESSAGES_OF_PG, {"b_run_ids": list(limits)})
     else:
         rows = list(conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}))
     for row in rows:
         if row.idx < limits[row.run_id]:
-            found[(row.run_id, limits[row.run_id])].append(Message.from_row(row))
-    return found
+            key = (row.run_id, limits[row.run_id])
+            found[key].append(Message.from_row(row))
+            users[key] = row.run_user_id
+    # A run without messages is nobody's: it adds nothing to any prompt.
+    return {key: Part(users.get(key), items) for key, items in found.items()}
 
 
 class HistoryCache:
-    """A worker's memory of history runs' messages, by (run_id, count): committed rows never
-    change, so an entry stays true; least recently used runs go first."""
+    """A worker's memory of history runs' messages and users, by (run_id, count): committed rows
+    never change, so an entry stays true; least recently used runs go first."""
 
     def __init__(self, size: int = CACHED_RUNS) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[str, int], list[Message]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, int], Part] = OrderedDict()
         self._lock = threading.Lock()
 
     def missing(self, chosen: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
         with self._lock:
             return [key for key in chosen if key not in self._items]
 
-    def put(self, found: dict[tuple[str, int], list[Message]]) -> None:
+    def put(self, found: dict[tuple[str, int], Part]) -> None:
         with self._lock:
             for key, items in found.items():
                 self._items[key] = items
@@ -205,10 +224,10 @@ class HistoryCache:
                 self._items.popitem(last=False)
 
     def messages(
-        self, chosen: Sequence[tuple[str, int]], read: dict[tuple[str, int], list[Message]] | None = None
+        self, chosen: Sequence[tuple[str, int]], user_id: str | None, read: dict[tuple[str, int], Part] | None = None
     ) -> list[Message] | None:
-        """The chosen runs' messages in order (from `read` where it has them, else kept), or
-        None if one of them is in neither."""
+        """The messages of the chosen runs of `user_id` in order (from `read` where it has
+        them, else kept), or None if one of the chosen runs is in neither."""
         read = read or {}
         with self._lock:
             parts = [read.get(key, self._items.get(key)) for key in chosen]
@@ -217,14 +236,14 @@ class HistoryCache:
                     self._items.move_to_end(key)
         if any(p is None for p in parts):
             return None
-        return [m for part in parts for m in part or ()]
+        return [m for part in parts if part is not None and part.user_id == user_id for m in part.messages]
 
 
 def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int, now: float) -> list[Message]:
     """`Store.history`: fix the claimed run's history if it has none yet (reading the chosen runs'
     messages in the same lazy transaction), else read what is stored; messages a worker read
-    before come from `cache`."""
-    read: dict[tuple[str, int], list[Message]] = {}
+    before come from `cache`. Only the chosen runs of the claimed run's user count."""
+    read: dict[tuple[str, int], Part] = {}
     if claim.record.history is None:
 
         def fix_and_read(c: Connection) -> list[tuple[str, int]]:
@@ -235,11 +254,12 @@ def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int
         chosen = backend.lazy(fix_and_read)
     else:
         chosen = parse(claim.record.history)
-    found = cache.messages(chosen, read)
+    user = claim.record.user_id
+    found = cache.messages(chosen, user, read)
     if found is None:
         missing = cache.missing(chosen)
         read = backend.quick(lambda c: _read(c, missing))
-        found = cache.messages(chosen, read)
+        found = cache.messages(chosen, user, read)
     cache.put(read)
     assert found is not None  # every chosen run is kept or was just read
     return found

@@ -5,6 +5,7 @@ that were written into one session for several users before the rule (rows moved
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -124,6 +125,34 @@ def waiting_on_a_lock(store: Store) -> bool:
     with store.quick_engine.connect() as conn:
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
         return bool(conn.execute(text(query)).scalar_one())
+
+
+def test_history_never_crosses_users_even_in_a_session_written_for_several_before_the_rule(
+    manual: InMemoryDispatcher,
+) -> None:
+    agent = chat(add_history_to_context=True, num_history_runs=5)
+    first = agent.start(SECRET, session_id="s-mixed", user_id="alice")
+    manual.run_until_idle()
+    # Bob's run, written into alice's session as an older store allowed.
+    bob = agent.start("bob's words", session_id=f"s-{uuid.uuid4().hex[:6]}", user_id="bob")
+    move_into(manual.store, bob.run_id, "s-mixed")
+    manual.run_until_idle()
+
+    assert seen(bob.wait(timeout=5).content) == ["bob's words"]  # not alice's secret
+    second = agent.start("alice two", session_id="s-mixed", user_id="alice")
+    manual.run_until_idle()
+    assert seen(second.wait(timeout=5).content) == [SECRET, "alice two"]  # not bob's words
+    assert second.wait(timeout=5).history_run_ids == [first.run_id]
+
+    # A history stored before the rule that names bob's run: its messages are left out of the
+    # prompt, read from the database (the first fork) and from the worker's memory (the second).
+    chosen = [[r, manual.store.get_record(r).n_messages] for r in (first.run_id, bob.run_id)]
+    move_into(manual.store, second.run_id, "s-mixed", history=json.dumps(chosen))
+    manual.store.histories = type(manual.store.histories)()  # as a worker that read nothing yet
+    for key in ("one", "two"):
+        fork = agent.client.continue_run(second.run_id, input=f"more {key}", fork_key=key)
+        manual.run_until_idle()
+        assert seen(fork.wait(timeout=5).content) == [SECRET, "alice two", f"more {key}"]
 
 
 def test_a_teams_members_join_its_session_for_its_user(inline: InMemoryDispatcher) -> None:
