@@ -190,8 +190,9 @@ class Client:
         return self.store.get_output(validation.known_run_id(run_id))
 
     def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
-        """The session (its user and state) and its runs, oldest first: only those of `user_id`
-        if given. None if no run was ever started in it."""
+        """The session (its user and state) and its runs, oldest first. None if no run was ever
+        started in it, or, with `user_id`, if it is not that user's (a session is its first run's
+        user's); then its runs are that user's only."""
         user = None if user_id is None else validation.user_id(user_id)
         return self.store.get_session(validation.session_id(session_id), user)
 

@@ -106,7 +106,7 @@ class ModelStep:
         twice adds nothing)."""
         store = self.runner.store
         retry_transient(
-            lambda: store.add_state_defaults(claim.record.session_id, agent.session_state),
+            lambda: store.add_state_defaults(claim.record, agent.session_state),
             landed=lambda: None,
             within=self.runner.settings.lease_seconds,
             what=f"run {claim.run_id} default session state",

@@ -243,13 +243,13 @@ class Batch:
 
     def __init__(self, store: Store, claim: Claim, turn: Turn | None = None) -> None:
         self._store = store
-        self._session_id = claim.record.session_id
+        self._run = claim.record
         self._turn = turn
         self._states: dict[str, CallState] = {}
 
     def state_for(self, call_id: str) -> CallState:
         """The view of the call `call_id`, read from the store when the call first uses it."""
-        view = self._states[call_id] = CallState(lambda: self._store.session_state(self._session_id), self._turn)
+        view = self._states[call_id] = CallState(lambda: self._store.run_state(self._run), self._turn)
         return view
 
     def release(self, call_id: str) -> None:

@@ -47,13 +47,18 @@ class StoreReads:
         return self._backend.quick(lambda c: reads.final_output(c, run_id))
 
     def get_session(self, session_id: str, user_id: str | None = None) -> Session | None:
-        """The session, its state and its top-level runs (only `user_id`'s, if given), oldest
-        first; None if the session does not exist."""
+        """The session, its state and its top-level runs, oldest first; None if the session does
+        not exist, or is not `user_id`'s when one is given (then only that user's runs)."""
         return self._backend.quick(lambda c: reads.get_session(c, session_id, user_id))
 
     def session_state(self, session_id: str) -> dict[str, Any]:
         """The session's state as stored now ({} when none was set)."""
         return self._backend.quick(lambda c: sessions.read_state(c, session_id))
+
+    def run_state(self, run: RunRecord) -> dict[str, Any]:
+        """The session state `run`'s tools see: its session's as stored now, or {} when the
+        session is another user's (a run written before sessions took one user: `sessions`)."""
+        return self._backend.quick(lambda c: sessions.run_state(c, run))
 
     def retry_detail(self, run_id: str, seq: int) -> dict[str, Any]:
         """What the retry parked at step `seq` recorded ({} if none): one indexed row."""

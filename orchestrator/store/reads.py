@@ -66,7 +66,7 @@ def output_of(
     """The output of the run `record`; `transcript`: its messages, and `state`: its session's
     state, if the caller read them already."""
     if state is None:
-        state = sessions.read_state(conn, record.session_id)
+        state = sessions.run_state(conn, record)
     members: list[RunOutput] = []
     if record.kind == "team":  # only a team's runs have member runs
         members = [output_of(conn, child, state=state) for child in children(conn, record.run_id)]
@@ -103,18 +103,20 @@ def _retry_row(conn: Connection, run_id: str, seq: int) -> Row[Any, Any] | None:
 
 
 def get_session(conn: Connection, session_id: str, user_id: str | None = None) -> Session | None:
-    """The session, its state and its top-level runs (only those of `user_id`, if given), oldest
-    first; None if the session does not exist."""
+    """The session, its state and its top-level runs, oldest first; None if the session does not
+    exist. With `user_id`: only if it is that user's (a session is its first run's user's), with
+    that user's runs only. Each run shows the state it sees (`sessions.run_state`): {} for a run
+    of another user, which only a store written before sessions took one user holds."""
     found = sessions.row(conn, session_id)
-    if found is None:
+    if found is None or (user_id is not None and found.user_id != user_id):
         return None
     query = select(runs).where(runs.c.session_id == session_id, runs.c.parent_run_id.is_(None))
     if user_id is not None:
         query = query.where(runs.c.user_id == user_id)
     state = from_json(found.session_state)
     outputs = [
-        output_of(conn, RunRecord.from_row(r), state=state)
-        for r in conn.execute(query.order_by(runs.c.created_at, runs.c.run_id))
+        output_of(conn, record, state=state if record.user_id == found.user_id else {})
+        for record in map(RunRecord.from_row, conn.execute(query.order_by(runs.c.created_at, runs.c.run_id)))
     ]
     return Session(session_id=session_id, runs=outputs, user_id=found.user_id, session_state=state)
 

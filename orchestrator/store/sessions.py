@@ -1,5 +1,11 @@
 """The store's session rows: their state and user, functions of a connection.
 
+A session is its first run's user's (None included): the write of a run for another user is
+refused (`refused`, raised by `Backend.create`). Its state is that user's too: a run reads it and
+changes it only if its user is the session's. A store written before that rule can hold runs of
+other users in a session; such a run sees an empty state, and what its tools change is not kept
+(logged), so that no run ever reads or writes another user's state.
+
 A change of a session's state is applied to the row as it is when the change commits, under the
 row's lock (PostgreSQL: FOR UPDATE; SQLite: every write transaction holds the database lock from
 BEGIN IMMEDIATE), key by key (`orchestrator.state`): two calls that change different keys at once
@@ -8,6 +14,7 @@ both land, whatever order they commit in.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,9 +22,12 @@ from sqlalchemy import Connection, Row, select, update
 
 from orchestrator import state
 from orchestrator.errors import SessionOwnedError
+from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.store import direct, statements
 from orchestrator.store.schema import sessions
+
+log = logging.getLogger("ratchet.store")
 
 
 def refused(session_id: str) -> SessionOwnedError:
@@ -42,23 +52,36 @@ def read_state(conn: Connection, session_id: str) -> dict[str, Any]:
     return state.from_json(row[0] if row is not None else None)
 
 
-def apply(conn: Connection, session_id: str, changes: Sequence[StateChange]) -> None:
-    """Apply `changes` to the session's state, in the caller's transaction."""
+def run_state(conn: Connection, run: RunRecord) -> dict[str, Any]:
+    """The state `run` sees: its session's, or {} when the session is another user's (above)."""
+    params = {"b_session_id": run.session_id, "b_user_id": run.user_id}
+    row = direct.first(conn, statements.RUN_STATE, params)
+    return state.from_json(row[0] if row is not None else None)
+
+
+def apply(conn: Connection, run: RunRecord, changes: Sequence[StateChange]) -> None:
+    """Apply `changes`, made by `run`'s tools, to its session's state, in the caller's transaction."""
     if changes:
-        _rewrite(conn, session_id, lambda current: state.apply(current, changes))
+        _rewrite(conn, run, lambda current: state.apply(current, changes))
 
 
-def add_defaults(conn: Connection, session_id: str, defaults: Mapping[str, Any]) -> None:
-    """Add the keys of `defaults` the session's state lacks (an agent's `session_state=`)."""
+def add_defaults(conn: Connection, run: RunRecord, defaults: Mapping[str, Any]) -> None:
+    """Add the keys of `defaults` (`run`'s agent's `session_state=`) its session's state lacks."""
     if defaults:
-        _rewrite(conn, session_id, lambda current: state.with_defaults(current, defaults))
+        _rewrite(conn, run, lambda current: state.with_defaults(current, defaults))
 
 
-def _rewrite(conn: Connection, session_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def _rewrite(conn: Connection, run: RunRecord, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    session_id = run.session_id
     locked = conn.execute(
-        select(sessions.c.session_state).where(sessions.c.session_id == session_id).with_for_update()
+        select(sessions.c.user_id, sessions.c.session_state)
+        .where(sessions.c.session_id == session_id)
+        .with_for_update()
     ).first()
     if locked is None:
+        return
+    if locked.user_id != run.user_id:  # a run written before sessions took one user: not its state
+        log.warning("run %s: its session is another user's; its change to the session state is not kept", run.run_id)
         return
     current = state.from_json(locked.session_state)
     new = change(current)

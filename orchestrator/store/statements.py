@@ -119,6 +119,8 @@ MESSAGES = (
 EVENTS = select(events).where(events.c.run_id == bindparam("b_run_id", type_=String)).order_by(events.c.id)
 #: The state of the session `b_session_id` (its JSON text; no row if there is no such session).
 SESSION_STATE = select(sessions.c.session_state).where(sessions.c.session_id == bindparam("b_session_id", type_=String))
+#: The same, only if the session is `b_user_id`'s (None included): the state a run of that user sees.
+RUN_STATE = SESSION_STATE.where(sessions.c.user_id.is_not_distinct_from(bindparam("b_user_id", type_=String)))
 #: Messages appended (`writes.insert_messages`); bind every column of `ratchet_messages` by name.
 INSERT_MESSAGES = insert(messages)
 #: SQLite: a new run; bind every column of `ratchet_runs` by name.
@@ -252,12 +254,13 @@ def _claim_pg() -> Select[Any]:
 #: on; the claim does not wait for its WAL flush (see `PostgresBackend.lazy`).
 CLAIM_PG = _claim_pg()
 #: PostgreSQL: the run `b_run_id` with its messages from `b_since` on, and its session's state
-#: (`session_state_json`): a producer's read of a run in one round trip.
+#: (`session_state_json`; NULL if the session is another user's: `sessions.run_state`): a
+#: producer's read of a run in one round trip.
 RUN_PG = (
     with_messages(runs)
     .add_columns(
         select(sessions.c.session_state)
-        .where(sessions.c.session_id == runs.c.session_id)
+        .where(sessions.c.session_id == runs.c.session_id, sessions.c.user_id.is_not_distinct_from(runs.c.user_id))
         .scalar_subquery()
         .label("session_state_json")
     )

@@ -144,7 +144,7 @@ class Store(StoreReads):
             return self._backend.create_alone(values, input_messages)
         with nullcontext(conn) if conn is not None else self.engine.begin() as c:
             record = self._backend.create(c, values, input_messages)
-            sessions.apply(c, session_id, changes)
+            sessions.apply(c, record, changes)
             return record
 
     def log_event(self, conn: Connection, run_id: str, kind: str, seq: int | None, **detail: Any) -> None:
@@ -264,7 +264,7 @@ class Store(StoreReads):
             raise FencedError(
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
-        sessions.apply(conn, record.session_id, state_changes)
+        sessions.apply(conn, record, state_changes)
         return record
 
     def append_tool_result(self, claim: Claim, message: Message, change: StateChange | None = None) -> None:
@@ -278,13 +278,13 @@ class Store(StoreReads):
             writes.insert_messages(
                 conn, claim.run_id, count - 1, [message], now, seq=claim.record.seq, epoch=claim.epoch
             )
-            sessions.apply(conn, claim.record.session_id, [change] if change is not None else [])
+            sessions.apply(conn, claim.record, [change] if change is not None else [])
         self.transcripts.extend(claim.run_id, count - 1, [message])
 
-    def add_state_defaults(self, session_id: str, defaults: Mapping[str, Any]) -> None:
-        """Add the keys of an agent's default `session_state` that the session's state lacks."""
+    def add_state_defaults(self, run: RunRecord, defaults: Mapping[str, Any]) -> None:
+        """Add the keys of `run`'s agent's default `session_state` that its session's state lacks."""
         with self.engine.begin() as conn:
-            sessions.add_defaults(conn, session_id, defaults)
+            sessions.add_defaults(conn, run, defaults)
 
     def step_landed(self, claim: Claim) -> RunRecord | None:
         """After a write of the claimed step failed on a transient error: the run if that write
@@ -384,7 +384,7 @@ class Store(StoreReads):
                     conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"],
                     **writes.position(record),
                 )  # fmt: skip
-                sessions.apply(conn, record.session_id, state_changes)
+                sessions.apply(conn, record, state_changes)
             return record
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text, update
 
-from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team
+from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team, ToolContext
 from orchestrator.messages import Message
 from orchestrator.store import Store
 from orchestrator.store.schema import messages, runs
@@ -38,6 +38,13 @@ def chat(**options: Any) -> Agent:
 def seen(content: object) -> list[str]:
     assert isinstance(content, str) and content.startswith("seen: "), content
     return content.removeprefix("seen: ").split(" | ")
+
+
+def peek(note: str, ctx: ToolContext) -> str:
+    """Read the session state, then set a key in it."""
+    shown = json.dumps(ctx.session_state, sort_keys=True)
+    ctx.session_state[note] = True
+    return shown
 
 
 @pytest.fixture
@@ -153,6 +160,41 @@ def test_history_never_crosses_users_even_in_a_session_written_for_several_befor
         fork = agent.client.continue_run(second.run_id, input=f"more {key}", fork_key=key)
         manual.run_until_idle()
         assert seen(fork.wait(timeout=5).content) == [SECRET, "alice two", f"more {key}"]
+
+
+def test_a_runs_tools_never_read_or_change_another_users_session_state(
+    manual: InMemoryDispatcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = ScriptConfig(batches=[[{"tool": "peek", "arguments": {"note": "touched"}}]], final_text="{tool_results}")
+    agent = Agent(name=f"peek-{uuid.uuid4().hex[:8]}", model=ScriptedModel(script=script), tools=[peek])
+    client = manual.client
+    alice = agent.start("hi", session_id="s-state", user_id="alice", session_state={"card": "4242"})
+    manual.run_until_idle()
+    assert alice.wait(timeout=5).tools[0].result == '{"card": "4242"}'
+    # Bob's run, written into alice's session as an older store allowed.
+    assert isinstance(agent.model, ScriptedModel)
+    agent.model.script = script.model_copy(update={"batches": [[{"tool": "peek", "arguments": {"note": "bob"}}]]})
+    bob = agent.start("hi", session_id=f"s-{uuid.uuid4().hex[:6]}", user_id="bob")
+    move_into(manual.store, bob.run_id, "s-state")
+    manual.run_until_idle()
+
+    out = bob.wait(timeout=5)
+    assert out.status == S.COMPLETED and out.tools[0].result == "{}"  # it saw none of alice's state
+    assert f"run {bob.run_id}: its session is another user's; its change to the session state is not kept" in (
+        caplog.text
+    )
+    assert out.session_state == {}
+    assert client.get_session_state("s-state") == {"card": "4242", "touched": True}  # alice's own change only
+    assert client.get_run(alice.run_id).session_state == {"card": "4242", "touched": True}
+    # The session is alice's: bob has none by that id; alice's view holds only her runs.
+    assert client.get_session("s-state", user_id="bob") is None
+    mine = client.get_session("s-state", user_id="alice")
+    assert mine is not None and [r.run_id for r in mine.runs] == [alice.run_id]
+    everyone = client.get_session("s-state")
+    assert everyone is not None and {r.run_id: r.session_state for r in everyone.runs} == {
+        alice.run_id: {"card": "4242", "touched": True},
+        bob.run_id: {},
+    }
 
 
 def test_a_teams_members_join_its_session_for_its_user(inline: InMemoryDispatcher) -> None:

@@ -85,18 +85,18 @@ def test_a_step_commit_carries_the_changes_of_its_results(store: Store) -> None:
 
 
 def test_two_changes_of_one_session_committed_at_once_both_land(store: Store, db_url: str) -> None:
-    tool_step(store, "s-race", "c1")
+    run = tool_step(store, "s-race", "c1").record
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:
         with store.engine.begin() as conn:
-            sessions.apply(conn, "s-race", [StateChange(set={"first": 1})])
+            sessions.apply(conn, run, [StateChange(set={"first": 1})])
             holding.set()
             release.wait(10)
 
     def second() -> None:
         with store.engine.begin() as conn:
-            sessions.apply(conn, "s-race", [StateChange(set={"second": 2})])
+            sessions.apply(conn, run, [StateChange(set={"second": 2})])
 
     a = threading.Thread(target=first)
     a.start()
@@ -142,7 +142,7 @@ def test_a_runs_state_is_merged_when_it_is_written_and_not_again_by_a_repeated_s
 
     client.start("nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1})
     with store.engine.begin() as conn:  # a tool of the run changes it meanwhile
-        sessions.apply(conn, "s-start", [StateChange(set={"a": 2})])
+        sessions.apply(conn, store.get_record(run_id), [StateChange(set={"a": 2})])
     again = client.start(
         "nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1, "b": 1}
     )
