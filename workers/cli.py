@@ -176,7 +176,7 @@ def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("run", help="start a run of an agent or team by name")
     p.add_argument("agent")
     p.add_argument("input")
-    p.add_argument("--session", help="session id (default: a new one)")
+    p.add_argument("--session", help="session id (default: a new one); it takes runs only for its first run's user")
     p.add_argument(
         "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
     )

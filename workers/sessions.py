@@ -17,7 +17,7 @@ def add_session_command(sub: Any) -> None:
     """Add `ratchet session` to the command line's subcommands."""
     p = sub.add_parser("session", help="show a session: its user, its state and its runs")
     p.add_argument("session_id")
-    p.add_argument("--user-id", help="only the runs of this user")
+    p.add_argument("--user-id", help="the session only if it is this user's (its first run's), with this user's runs")
     p.add_argument("--json", action="store_true", help="print JSON (each run whole)")
     p.set_defaults(func=cmd_session)
 
@@ -33,6 +33,8 @@ def state_argument(text: str) -> Any:
 def cmd_session(args: argparse.Namespace) -> int:
     session = Client().get_session(args.session_id, user_id=args.user_id)
     if session is None:
+        if args.user_id is not None:  # whether the session is somebody else's is not said
+            raise RatchetError(f"no session {args.session_id!r} of user_id {args.user_id!r}")
         raise RatchetError(f"no run was ever started in session {args.session_id!r}")
     if args.json:
         print(json.dumps(session_json(session), indent=2, default=str))

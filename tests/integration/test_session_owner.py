@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text, update
+from starlette.testclient import TestClient
 
 from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team, ToolContext
 from orchestrator.messages import Message
@@ -23,6 +24,9 @@ from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
+from tests.conftest import settings_env
+from workers.api.app import create_app
+from workers.cli import main as ratchet
 
 S = RunStatus
 #: The scripted model's answer lists every user text it was shown, history first.
@@ -231,3 +235,43 @@ def test_a_run_id_taken_by_another_users_run_is_refused_without_naming_that_run(
         assert "run_id 'r-taken' is taken by another run" in said
         assert not any(leak in said for leak in ("alice", "s-taken", agent.name))
     assert inline.client.start(agent.name, input=SECRET, run_id="r-taken", user_id="alice").run_id == "r-taken"
+
+
+def test_the_http_api_answers_409_naming_neither_user_and_a_session_of_another_user_is_404(
+    inline: InMemoryDispatcher,
+) -> None:
+    agent = chat()
+    agent.run(SECRET, session_id="s-http", user_id="alice", session_state={"card": "4242"})
+    http = TestClient(create_app(inline.settings, client=inline.client))
+    before = stored(inline.store)
+
+    refused = http.post("/runs", json={"agent": agent.name, "input": "hi", "session_id": "s-http", "user_id": "bob"})
+
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "SessionOwnedError" and "a new session_id" in error["message"]
+    assert not any(leak in refused.text for leak in ("alice", "bob", "4242"))
+    assert stored(inline.store) == before
+    other = http.get("/sessions/s-http", params={"user_id": "bob"})
+    assert other.status_code == 404 and "4242" not in other.text and "alice" not in other.text
+    assert http.get("/sessions/s-http", params={"user_id": "alice"}).json()["session_state"] == {"card": "4242"}
+
+
+def test_the_command_line_prints_the_refusal_and_exits_2(
+    inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = chat()
+    agent.run(SECRET, session_id="s-cli", user_id="alice")
+    for key, value in settings_env(inline.settings).items():
+        monkeypatch.setenv(key, value)
+    before = stored(inline.store)
+
+    assert ratchet(["run", agent.name, "hi", "--session", "s-cli", "--user-id", "bob"]) == 2
+    assert ratchet(["session", "s-cli", "--user-id", "bob"]) == 2
+
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "ratchet: error: session 's-cli' belongs to another user" in out.err and "a new session_id" in out.err
+    assert "ratchet: error: no session 's-cli' of user_id 'bob'" in out.err
+    assert "alice" not in out.err and "4242" not in out.err
+    assert stored(inline.store) == before

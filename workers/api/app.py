@@ -10,7 +10,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
                                     (204 once the run has stopped and nothing is left to send)
-    GET  /sessions/{id}             a session: its user, its state and its runs (?user_id= filters them)
+    GET  /sessions/{id}             a session: its user, its state and its runs (?user_id=: only if it is theirs)
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
@@ -60,7 +60,11 @@ class StartRequest(BaseModel):
 
     agent: str = Field(description="the name of an agent or team defined in the server's --app modules")
     input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
-    session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
+    session_id: str | None = Field(
+        default=None,
+        description="the session to run in (default: a new one); a session is its first run's user_id's, and a run "
+        "for another user_id in it is refused (409 SessionOwnedError, nothing written)",
+    )
     stream: bool = Field(
         default=False,
         strict=True,
@@ -324,12 +328,17 @@ async def run_events(
 def session_runs(
     session_id: str,
     client: ClientDep,
-    user_id: Annotated[str | None, Query(description="only the runs of this user")] = None,
+    user_id: Annotated[
+        str | None, Query(description="the session only if it is this user's, with this user's runs")
+    ] = None,
 ) -> Session:
-    """The session: its user, its state, and its runs (those of `user_id`, if given), oldest
-    first, each with its messages and member runs."""
+    """The session: its user, its state, and its runs, oldest first, each with its messages and
+    member runs. With `user_id`: 404 unless the session is that user's (its first run's), and
+    only that user's runs."""
     session = client.get_session(session_id, user_id=user_id)
     if session is None:
+        if user_id is not None:  # whether the session is somebody else's is not said
+            raise ApiError(404, "SessionNotFound", f"no session {session_id!r} of user_id {user_id!r}")
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
     return session
 

@@ -6,6 +6,7 @@ mistake is always a 4xx; a 500 means a fault of the server, logged with its trac
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
     RunConflictError, RunBusyError, RunNotContinuableError  409
+    SessionOwnedError (a start in another user's session)   409  (names the session, neither user)
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
@@ -32,6 +33,7 @@ from orchestrator.errors import (
     RunLiveError,
     RunNotContinuableError,
     RunNotFoundError,
+    SessionOwnedError,
 )
 
 log = logging.getLogger("ratchet.api")
@@ -41,6 +43,8 @@ STATUS: dict[type[RatchetError], int] = {
     AgentNotFoundError: 404,
     RunNotFoundError: 404,
     RunConflictError: 409,
+    # The session id is taken, as a run_id can be (not 403: the caller may start runs, only not there).
+    SessionOwnedError: 409,
     RunBusyError: 409,
     RunNotContinuableError: 409,
     RunLiveError: 409,
