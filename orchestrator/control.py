@@ -33,6 +33,7 @@ from orchestrator.errors import (
     RunConflictError,
     RunNotContinuableError,
     RunNotFoundError,
+    SessionOwnedError,
 )
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import Dispatcher, get_dispatcher, get_limiter
@@ -215,7 +216,7 @@ class RunControl:
         return run_id
 
     def _fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
-        """A new run with the COMPLETED run's transcript (and `input`), in its session."""
+        """A new run with the COMPLETED run's transcript (and `input`), in its session, for its user."""
         # The fork's id is a function of the request, so a double-clicked or redelivered continue
         # finds the fork the first one made instead of making another.
         request = ("key", key) if key is not None else ("input", input or "")
@@ -241,6 +242,11 @@ class RunControl:
                 )  # fmt: skip
         except IntegrityError as exc:  # a concurrent continue made it first
             return self._same_fork(record, self._existing(fork_id, exc))
+        except SessionOwnedError:  # only a run written before a session took one user's runs
+            raise SessionOwnedError(
+                f"run {record.run_id} is in a session that belongs to another user, so it cannot be forked there; "
+                "start a new run (in a new session) with what it needs instead"
+            ) from None
         self.publish(created)
         return fork_id
 

@@ -150,6 +150,10 @@ def test_history_never_crosses_users_even_in_a_session_written_for_several_befor
     manual.run_until_idle()
 
     assert seen(bob.wait(timeout=5).content) == ["bob's words"]  # not alice's secret
+    before = stored(manual.store)
+    with pytest.raises(SessionOwnedError, match=f"run {bob.run_id} is in a session that belongs to another user"):
+        agent.client.continue_run(bob.run_id, input="fork it")  # a fork of it would join alice's session
+    assert stored(manual.store) == before
     second = agent.start("alice two", session_id="s-mixed", user_id="alice")
     manual.run_until_idle()
     assert seen(second.wait(timeout=5).content) == [SECRET, "alice two"]  # not bob's words
