@@ -145,7 +145,8 @@ class RunOutput:
     #: Who the run is for, as its producer said (Agno's `RunOutput.user_id`).
     user_id: str | None = None
     #: The session's state as read with the run: once the run has ended, its state after the run
-    #: unless a later run of the session changed it since (`orchestrator.state`).
+    #: unless a later run of the session changed it since (`orchestrator.state`); {} for a run in
+    #: another user's session, which only a store written before sessions took one user holds.
     session_state: dict[str, Any] = field(default_factory=dict)
     #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
     priority: int | None = None
