@@ -259,6 +259,14 @@ def test_the_http_api_answers_409_naming_neither_user_and_a_session_of_another_u
     other = http.get("/sessions/s-http", params={"user_id": "bob"})
     assert other.status_code == 404 and "4242" not in other.text and "alice" not in other.text
     assert http.get("/sessions/s-http", params={"user_id": "alice"}).json()["session_state"] == {"card": "4242"}
+    # An Idempotency-Key alice used, sent for another user: the run it started is not handed over.
+    key = {"Idempotency-Key": "order-42"}
+    mine = http.post("/runs", json={"agent": agent.name, "input": SECRET, "user_id": "alice"}, headers=key)
+    assert mine.status_code == 202, mine.text
+    for other in ({"user_id": "bob"}, {}):
+        taken = http.post("/runs", json={"agent": agent.name, "input": SECRET, **other}, headers=key)
+        assert taken.status_code == 409 and taken.json()["error"]["type"] == "RunConflictError", taken.text
+        assert not any(leak in taken.text for leak in ("alice", "4242", mine.json()["session_id"]))
 
 
 def test_the_command_line_prints_the_refusal_and_exits_2(
