@@ -50,6 +50,9 @@ CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR)
 #: The namespace of the run ids Ratchet derives. Fixed for good: a new one would make a request
 #: repeated across an upgrade start a second run.
 _DERIVED_IDS = uuid.UUID("9b3c1e52-6f0a-4d8e-a5b7-2c4e8f1d3a60")
+#: Tries of one continue whose guarded move keeps matching nothing: each lost try means another
+#: writer moved the run in between, so this bounds a continue that keeps losing, not a wait.
+_TRIES = 5
 
 
 def derived_run_id(*parts: str) -> str:
@@ -171,19 +174,50 @@ class RunControl:
         """Resume a run and return the id of the run that goes on: ERROR/PAUSED and expired
         RUNNING resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op);
         CANCELLED is refused. The move out of the run's status is guarded by its epoch, so two
-        concurrent continues publish one step."""
+        concurrent continues publish one step.
+
+        A continue answers only for a move it made or found made. When its guarded move matches
+        nothing, the run moved since it was read (another continue, a cancel, its worker, a
+        prune), and it decides again on the run as it is then (`_resume`): a run deleted
+        meanwhile is RunNotFoundError, a cancelled one RunNotContinuableError, and a run that
+        another request resumed gets that request's answer (its run_id) unless this continue
+        carries input, which would be dropped: RunBusyError, nothing added."""
         run_id = validation.known_run_id(run_id)
         if input is not None:
             input = validation.input_text(input)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
-        record = self.store.get_record(run_id)
-        now = self.store.clock()
-        status = record.status
+        raced = False
+        for _ in range(_TRIES):
+            answer = self._resume(self.store.get_record(run_id), input, fork_key, raced=raced)
+            if answer is not None:
+                return answer
+            raced = True
+        raise RunBusyError(
+            f"run {run_id} changed {_TRIES} times while this continue tried to resume it; nothing was added: "
+            "continue it again"
+        )
+
+    def _resume(self, record: RunRecord, input: str | None, fork_key: str | None, *, raced: bool) -> str | None:
+        """One try of `continue_run` on the run as read: its answer, or None when the guarded move
+        matched nothing. `raced`: an earlier try lost its move, so whatever the run is doing now
+        another request, its worker or the sweeper started since this continue was sent."""
+        run_id, status, now = record.run_id, record.status, self.store.clock()
         if status == S.CANCELLED:
-            raise RunNotContinuableError(f"run {run_id} was cancelled; a cancelled run is final. Start a new run.")
+            was = "was cancelled while this continue was on its way" if raced else "was cancelled"
+            raise RunNotContinuableError(f"run {run_id} {was}; a cancelled run is final. Start a new run.")
         if status == S.COMPLETED:
-            return self._fork(record, input, fork_key)
+            # Resumed by someone else and finished since: without input there is nothing left to
+            # do (a fork would ask the model again for nothing); the input goes to a fork, as any.
+            return run_id if raced and input is None else self._fork(record, input, fork_key)
+        going = status in (S.QUEUED, S.WAITING) or (status == S.RUNNING and record.lease_live(now))
+        if going and raced:
+            if input is not None:
+                raise RunBusyError(
+                    f"run {run_id} was resumed while this continue was on its way (it is {status} now); "
+                    "its input was not added: send it again once the run stops"
+                )
+            return run_id
         if status in (S.QUEUED, S.WAITING):
             if input is not None:
                 raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
@@ -202,8 +236,9 @@ class RunControl:
                 "continue it without input first"
             )
         # A team that failed because a member did: continue the member in place, then the leader.
-        if owed and status == S.ERROR and self._continue_team(record, owed):
-            return run_id
+        members = self._owed_members(record, owed) if owed and status == S.ERROR else []
+        if members:
+            return run_id if self._continue_team(record, members) else None
         new = [Message(role="user", content=input)] if input is not None else []
         moved = self.store.move(
             run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
@@ -211,8 +246,9 @@ class RunControl:
             lease_owner=None, lease_expires_at=None, error_type=None, error_message=None,
             publish_grace=self.settings.publish_grace_seconds,
         )  # fmt: skip
-        if moved is not None:
-            self.publish(moved)
+        if moved is None:
+            return None
+        self.publish(moved)
         return run_id
 
     def _fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
@@ -226,6 +262,8 @@ class RunControl:
         except RunNotFoundError:
             pass
         messages = self.store.get_messages(record.run_id)
+        if len(messages) < record.n_messages:  # read in one statement: all of them, or none once deleted
+            raise RunNotFoundError(f"run {record.run_id} was deleted while this continue was forking it")
         if input is not None:
             messages.append(Message(role="user", content=input))
         try:
@@ -256,15 +294,17 @@ class RunControl:
             raise RunConflictError(f"run_id {fork.run_id!r}, the id of this fork, is taken by another run")
         return fork.run_id
 
-    def _continue_team(self, team: RunRecord, owed: Sequence[ToolCall]) -> bool:
+    def _owed_members(self, team: RunRecord, owed: Sequence[ToolCall]) -> list[RunRecord]:
+        """The member runs the team's unanswered calls started (none: the tool step failed
+        before delegating, and the team's tool step is continued as usual)."""
+        owed_ids = {c.id for c in owed}
+        return [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
+
+    def _continue_team(self, team: RunRecord, members: Sequence[RunRecord]) -> bool:
         """Continue a team in ERROR that still waits on delegated members: continue the failed
         members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
-        every member has ended already. False when the owed calls started no member (the tool step
-        failed before delegating): the caller continues the team's tool step as usual."""
-        owed_ids = {c.id for c in owed}
-        members = [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
-        if not members:
-            return False
+        every member has ended already. False when the team's move matched nothing (it moved
+        since it was read): the caller decides again."""
         broker_down: BrokerUnavailableError | None = None
         # Members first: were the team WAITING with a member still in ERROR, a fan-in in between
         # (the sweeper's) would put the team straight back in ERROR.
@@ -274,6 +314,8 @@ class RunControl:
                     self.continue_run(member.run_id)
                 except BrokerUnavailableError as exc:  # saved as QUEUED; the sweeper publishes it
                     broker_down = exc
+                except RunNotFoundError:  # deleted with its team (a prune): the team's move finds it gone
+                    pass
         moved = self.store.move(
             team.run_id, src=(S.ERROR,), dst=S.WAITING, epoch=team.epoch, bump_epoch=True, event="continue",
             next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None,
@@ -288,7 +330,7 @@ class RunControl:
                     broker_down = exc
         if broker_down is not None:
             raise broker_down
-        return True
+        return moved is not None
 
     # ---------------------------------------------------------------- cancel
 

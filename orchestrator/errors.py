@@ -8,7 +8,7 @@
     ├── RunConflictError          that run_id is taken by a run of another agent, session or user
     │   └── SessionOwnedError     that session belongs to another user: a run for this one is refused
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
-    ├── RunBusyError              the run is RUNNING and its lease is live
+    ├── RunBusyError              the run is going (RUNNING, its lease live) and cannot take this
     ├── RunLiveError              the run is live (going, or waiting on a human): not deleted
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
@@ -82,9 +82,12 @@ class RunNotContinuableError(RatchetError):
 
 
 class RunBusyError(RatchetError):
-    """The run is RUNNING on a worker whose lease is still live.
+    """The run is going and cannot take this continue: it is RUNNING on a worker whose lease is
+    still live, or the continue carries input for a run that is going already (QUEUED, WAITING,
+    RUNNING, or resumed by another request while this continue was on its way). Nothing was added.
 
-    Wait for it to finish, or continue it after the lease expires (RATCHET_LEASE_SECONDS)."""
+    Wait for it to stop and send the continue again (a RUNNING run: or continue it after its
+    lease expires, RATCHET_LEASE_SECONDS)."""
 
 
 class RunLiveError(RatchetError):

@@ -1,7 +1,8 @@
 """Token usage and its cost, with Agno's names: `Metrics` of one model call, of a run, of a session.
 
 Each assistant message stores the usage the provider reported for the call that produced it.
-A count the provider did not report (or a row written before migration 0005) is None, unknown:
+A count the provider did not report as a whole number (`count`), or a row written before
+migration 0005, is None, unknown (never 0):
 a total of counts one of which is unknown is unknown too, never a smaller number that looks
 exact. Input tokens include the cached ones and output tokens the reasoning ones, as OpenAI
 counts them.
@@ -27,11 +28,24 @@ MAX_TOKENS = 2**31 - 1
 
 
 def reported_usage(input: object, output: object, cached: object = None, reasoning: object = None) -> dict[str, int]:
-    """`ModelReply.usage` from the counts a provider sent: only whole numbers from 0 to
-    MAX_TOKENS are kept (a provider's reply is not validated by its SDK: a string, a negative or
-    an overflowing count reads as unknown instead of failing the step or the commit)."""
-    counts = dict(input_tokens=input or 0, output_tokens=output or 0, cached_tokens=cached, reasoning_tokens=reasoning)
-    return {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS}
+    """`ModelReply.usage` from the counts a provider sent; a count it did not send as a whole
+    number is left out, unknown, never 0 (`count`). A provider's reply is not validated by its
+    SDK (or only leniently), so this is where a bad count stops: as unknown, instead of failing
+    the step or the commit, or reading as an exact 0."""
+    counts = dict(input_tokens=input, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning)
+    return {name: n for name, value in counts.items() if (n := count(value)) is not None}
+
+
+def count(value: object) -> int | None:
+    """A token count as a provider sent it: a whole number from 0 to MAX_TOKENS, a JSON integer
+    or a float without a fraction (12.0: JSON has one number type, and some servers write
+    counts that way); None for anything else: null, a string, a list, a bool, 3.5, a negative
+    or an overflowing count."""
+    if isinstance(value, bool):  # an int to Python, not a count
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value <= MAX_TOKENS else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -108,7 +108,7 @@ def step_line(step: Step) -> str:
     took = f"{step.duration:.3f}s" if step.duration is not None else "-"
     parts = [f"step {step.seq}", step.task, step.status, f"attempt {step.attempt}", took]
     if step.metrics is not None:
-        parts.append(f"tokens {step.metrics.input_tokens}+{step.metrics.output_tokens}")
+        parts.append(f"tokens {_shown(step.metrics.input_tokens)}+{_shown(step.metrics.output_tokens)}")
     if step.tool_errors:
         parts.append(f"{step.tool_errors} tool error(s)")
     if step.worker is not None:
@@ -142,14 +142,15 @@ def _when(at: float) -> str:
 def usage_line(metrics: Metrics) -> str:
     """Tokens and cost on one line, "unknown" where a count is (a call before usage was stored)."""
 
-    def shown(value: float | None, spec: str = "d") -> str:
-        return "unknown" if value is None else format(value, spec)
-
     return (
-        f"input={shown(metrics.input_tokens)} (cached {shown(metrics.cache_read_tokens)})  "
-        f"output={shown(metrics.output_tokens)} (reasoning {shown(metrics.reasoning_tokens)})  "
-        f"total={shown(metrics.total_tokens)}  cost={shown(metrics.cost, '.6f')}"
+        f"input={_shown(metrics.input_tokens)} (cached {_shown(metrics.cache_read_tokens)})  "
+        f"output={_shown(metrics.output_tokens)} (reasoning {_shown(metrics.reasoning_tokens)})  "
+        f"total={_shown(metrics.total_tokens)}  cost={_shown(metrics.cost, '.6f')}"
     )
+
+
+def _shown(value: float | None, spec: str = "d") -> str:
+    return "unknown" if value is None else format(value, spec)
 
 
 def print_events(

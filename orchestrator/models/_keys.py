@@ -5,30 +5,63 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, quote_plus
 
-# sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz").
-_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-]+")
-# "sk-" or "sk-proj-" (any one word): the key without it is still the secret part.
-_KEY_PREFIX = re.compile(r"^sk-(?:[^\W\d_]+-)?")
+# sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz"), URL-encoded or not.
+_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-/+=%]+")
+# A key's prefix: one or two words of letters, each ending in "-" or "_" ("sk-", "sk-proj-",
+# a gateway's "gw-", "gsk_"): the key without it is still the secret part.
+_KEY_PREFIX = re.compile(r"^[^\W\d_]+[-_](?:[^\W\d_]+[-_])?")
 #: A part of the key shorter than this is not masked on its own: it would match ordinary text.
 _MIN_SECRET_PART = 8
+#: The key's last characters a provider may quote alone ("the key ending ..."), masked on their own.
+_TAIL = 10
+#: The asterisks of a masked echo: a key's head and tail around them ("gw-abc***wxyz").
+_STARS = re.compile(r"\*{3,}")
+#: The key's characters a masked echo must show for it to be masked whole: fewer could be chance.
+_MIN_MASKED_ENDS = 4
 
 
 def redact(text: str, secret: str | None = None) -> str:
     """`text` without API keys: anything like `sk-...` becomes `sk-***`, and `secret` `***`.
 
-    `secret` is also found without its `sk-` (or `sk-proj-`) prefix, in any letter case, and
-    URL-encoded (as `quote` and `quote_plus` write it), the forms a provider or a proxy may echo."""
+    `secret`, of any form (an OpenAI key, a gateway's token without `sk-`), is also found
+    without its prefix (`sk-`, `sk-proj-`, a gateway's `gw-`: one or two words of letters, each
+    ending in "-" or "_"), by its last ten characters alone, in any letter
+    case, URL-encoded (as `quote` and `quote_plus` write it), and masked but for its ends (its
+    head and tail around asterisks, as a provider echoes a refused key): the forms a provider or
+    a proxy may echo."""
     if secret and len(secret) >= 4:
-        text = _secret_pattern(secret).sub("***", text)
+        text = _masked_echoes(_secret_pattern(secret).sub("***", text), secret)
     return _KEY_PATTERN.sub("sk-***", text)
 
 
 def _secret_pattern(secret: str) -> re.Pattern[str]:
     bare = _KEY_PREFIX.sub("", secret)
-    parts = {secret} | {p for p in (secret[3:] if secret.startswith("sk-") else "", bare) if len(p) >= _MIN_SECRET_PART}
+    parts = {secret[3:] if secret.startswith("sk-") else "", bare, secret[-_TAIL:]}
+    parts = {secret} | {p for p in parts if len(p) >= _MIN_SECRET_PART}
     forms = {form for p in parts for form in (p, quote(p), quote(p, safe=""), quote_plus(p))}
     # Longest first, so a form that contains another is masked whole.
     return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
+
+
+def _masked_echoes(text: str, secret: str) -> str:
+    """`text` with each masked echo of `secret` as `***` ("(gw-abc***wxyz)." -> "(***)."), any
+    other run of asterisks as it is. The characters before the asterisks end in a start of the
+    key (or of its part without its prefix), those after start with an end of it, in any case,
+    and they are at least _MIN_MASKED_ENDS together. Only as many characters around the asterisks
+    as the key has are read, so a long text costs no more than its asterisks."""
+    key = secret.lower()
+    starts = (key, _KEY_PREFIX.sub("", key))
+    kept: list[str] = []
+    done = 0
+    for stars in _STARS.finditer(text):
+        before = text[max(done, stars.start() - len(key)) : stars.start()].lower()
+        after = text[stars.end() : stars.end() + len(key)].lower()
+        head = next((n for n in range(len(before), 0, -1) if any(s.startswith(before[-n:]) for s in starts)), 0)
+        tail = next((n for n in range(len(after), 0, -1) if key.endswith(after[:n])), 0)
+        if head + tail >= _MIN_MASKED_ENDS:
+            kept += [text[done : stars.start() - head], "***"]
+            done = stars.end() + tail
+    return "".join([*kept, text[done:]])
 
 
 def key_problem(api_key: str) -> str | None:

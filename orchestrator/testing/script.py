@@ -114,6 +114,11 @@ class ScriptConfig(BaseModel):
     faults: list[Fault] = Field(default_factory=list)
     #: On this turn the tool calls' arguments are not valid JSON.
     malformed_arguments_on_turn: int | None = None
+    #: Fields of each reply's `usage` object sent as given over the counts the script makes, in
+    #: the API's own names (`prompt_tokens`, ... for Chat Completions; `input_tokens`, ... for
+    #: Responses): a provider whose usage is not what its API says. The HTTP server's replies: one
+    #: not streamed, and a streamed chat's usage chunk.
+    usage_fields: dict[str, Any] = Field(default_factory=dict)
     #: Per model id, a whole config used instead of this one (a team leader and its members).
     by_model: dict[str, ScriptConfig] = Field(default_factory=dict)
 

@@ -274,12 +274,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_stream(api, model, decision, body)
             return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
+        if fields := owner.config.for_model(model).usage_fields:
+            payload["usage"] = {**payload["usage"], **fields}
         self._send_json(200, payload, trickle_s=trickle)
 
     def _send_stream(self, api: str, model: str, reply: ScriptedReply, body: dict[str, Any]) -> None:
         if api == "chat":
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = chat_chunks(model, reply, include_usage=include_usage)
+            fields = self.server.owner.config.for_model(model).usage_fields
+            events = chat_chunks(model, reply, include_usage=include_usage, usage_fields=fields)
         else:
             events = response_events(model, reply, body)
         if reply.break_after is not None and reply.break_error is not None:

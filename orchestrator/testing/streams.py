@@ -57,8 +57,11 @@ ARGUMENTS_FRAGMENT = 8
 _WORD = re.compile(r"\s*\S+\s*$|\s*\S+")
 
 
-def chat_chunks(model: str, reply: ScriptedReply, *, include_usage: bool) -> list[bytes]:
-    """A reply as a Chat Completions stream: its events, `[DONE]` last."""
+def chat_chunks(
+    model: str, reply: ScriptedReply, *, include_usage: bool, usage_fields: Mapping[str, Any] | None = None
+) -> list[bytes]:
+    """A reply as a Chat Completions stream: its events, `[DONE]` last. `usage_fields`: sent as
+    given in the usage chunk (`ScriptConfig.usage_fields`)."""
     ident, created = "chatcmpl-" + uuid.uuid4().hex[:24], int(time.time())
     # With include_usage, `usage` is null in every chunk but the last, as OpenAI sends it.
     nulls: dict[str, Any] = {"usage": None} if include_usage else {}
@@ -94,7 +97,8 @@ def chat_chunks(model: str, reply: ScriptedReply, *, include_usage: bool) -> lis
             id=ident, object="chat.completion.chunk", created=created, model=model, choices=[],
             usage=chat_usage(reply.usage),
         )  # fmt: skip
-        events.append(_data(last))
+        body = last.model_dump(mode="json", exclude_unset=True)
+        events.append(_data_of({**body, "usage": {**body["usage"], **(usage_fields or {})}}))
     return [*events, CHAT_DONE]
 
 

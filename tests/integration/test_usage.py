@@ -23,6 +23,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store, forget_stores
 from orchestrator.store.database import open_engine
 from orchestrator.team import TO_MEMBERS
+from orchestrator.testing import in_memory
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import settings_env
@@ -133,6 +134,51 @@ def test_ratchet_show_prints_the_runs_tokens_and_cost(
         f" (reasoning {m.reasoning_tokens})  total={m.total_tokens}  cost={m.cost:.6f}"
     )
     assert line in capsys.readouterr().out
+
+
+# Counts the provider sent as no whole number, in each API's names; the other counts stay the script's.
+BAD_COUNTS = [
+    pytest.param(OpenAIChat, False, {"prompt_tokens": None, "completion_tokens": [1]}, id="chat-null-list"),
+    pytest.param(OpenAIChat, True, {"prompt_tokens": "12", "completion_tokens": ""}, id="chat-streamed-strings"),
+    pytest.param(OpenAIResponses, False, {"input_tokens": None, "output_tokens": ""}, id="responses-null-empty"),
+]
+
+
+@pytest.mark.parametrize(("model", "stream", "fields"), BAD_COUNTS)
+def test_counts_the_provider_did_not_send_as_whole_numbers_are_stored_unknown_never_zero(
+    db_url: str, scripted: ScriptedServer, model: Any, stream: bool, fields: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # Given a provider whose replies say their input and output tokens as null, a string, a list
+    scripted.configure(ScriptConfig(usage_fields=fields))
+    with in_memory(db_url) as inline:
+        priced = agent(inline.settings, model(id="gpt-test", prices=PRICES))
+
+        # When a run takes its two calls through the openai client (streamed: the chunks as sent)
+        if stream:
+            run_id = list(priced.run("find celery", stream=True, timeout=30))[-1].run_id
+        else:
+            run_id = priced.run("find celery", timeout=30).run_id
+        out = inline.client.get_run(run_id)
+        snapshot = inline.client.metrics()
+        for key, value in settings_env(inline.settings).items():
+            monkeypatch.setenv(key, value)
+        assert ratchet(["show", run_id, "--steps"]) == 0
+
+    # Then each call stored those counts as unknown, the counts it sent as numbers as they were
+    assert out.status == S.COMPLETED, out.error
+    calls = [m.metrics for m in out.messages if m.role == "assistant"]
+    assert len(calls) == 2
+    for call in calls:
+        assert call is not None and (call.input_tokens, call.output_tokens, call.cost) == (None, None, None)
+        assert call.cache_read_tokens is not None and call.reasoning_tokens is not None
+    # and the run's total is unknown, not a sum that looks exact, as `ratchet show` and the metrics say
+    assert (out.metrics.input_tokens, out.metrics.output_tokens, out.metrics.total_tokens) == (None, None, None)
+    assert out.metrics.cost is None and out.metrics.cache_read_tokens
+    printed = capsys.readouterr().out
+    assert "usage: input=unknown" in printed and "output=unknown" in printed and "total=unknown" in printed
+    assert "tokens unknown+unknown" in printed and "None" not in printed
+    assert (priced.name, "input") not in snapshot.tokens and (priced.name, "output") not in snapshot.tokens
 
 
 # ---------------------------------------------------------------- rows from before migration 0005

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -35,6 +36,57 @@ def test_every_form_a_key_is_echoed_in_is_masked(form: str) -> None:
     text = f"Incorrect API key provided: {form}. Check it."
     out = redact(text, KEY)
     assert out == "Incorrect API key provided: ***. Check it."
+
+
+GATEWAY = "gw-Q7rT2vX9zB4nM6kP/8dF=wY3hJ5c"
+
+
+@pytest.mark.parametrize("key", [KEY, GATEWAY], ids=["openai-key", "gateway-token"])
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda k: k[-10:],
+        lambda k: k[-10:].upper(),
+        lambda k: quote(k[-10:], safe=""),
+        lambda k: f"{k[:6]}{'*' * 30}{k[-4:]}",
+        lambda k: f"{k[:3]}***{k[-4:]}".lower(),
+        lambda k: f"{k[:8]}****",
+        lambda k: f"****{k[-6:]}",
+        lambda k: f"{k[:3]}...{k[-10:]}",
+    ],
+    ids=["last-ten", "last-ten-upper", "last-ten-quoted", "masked", "masked-lower", "head-masked", "tail-masked",
+         "elided"],
+)  # fmt: skip
+def test_the_forms_a_provider_quotes_a_refused_key_in_are_masked_with_or_without_sk(
+    key: str, form: Callable[[str], str]
+) -> None:
+    text = f"Incorrect API key provided: ({form(key)}). Check it."
+    out = redact(text, key)
+    assert out.startswith("Incorrect API key provided: (") and out.endswith("). Check it.")
+    assert key[-4:].lower() not in out.lower() and key[3:8].lower() not in out.lower(), out
+
+
+def test_a_gateway_token_is_masked_without_its_prefix_as_an_openai_key_is() -> None:
+    assert redact("got Q7rT2vX9zB4nM6kP/8dF=wY3hJ5c", GATEWAY) == "got ***"
+    assert redact("got gsk_0123456789abcdef", "gsk_0123456789abcdef") == "got ***"
+    assert redact("got 0123456789abcdef", "gsk_0123456789abcdef") == "got ***"
+
+
+def test_asterisks_that_mask_no_part_of_the_key_are_left_as_they_are() -> None:
+    text = "a ***bold*** word, a rating of ***, p***s, and 3*** 4"
+    assert redact(text, GATEWAY) == text
+    assert redact(text, KEY) == text
+
+
+def test_an_openai_style_echo_is_masked_even_without_the_secret_and_with_url_characters() -> None:
+    assert redact("provided: sk-abc***Op5q/r+s=t here") == "provided: sk-*** here"
+    assert redact("provided: sk-proj-Ab%2Fc***xyz") == "provided: sk-***"
+
+
+def test_a_long_text_with_asterisks_costs_no_more_than_its_asterisks() -> None:
+    # Read only as far from each run of asterisks as the key is long: no quadratic scan.
+    text = ("x" * 50_000 + "***") * 20 + f" {GATEWAY[:6]}***{GATEWAY[-4:]}"
+    assert redact(text, GATEWAY).endswith(" ***")
 
 
 def test_a_key_that_is_not_ascii_is_masked_in_its_url_encoded_forms_too() -> None:

@@ -1,5 +1,6 @@
 """Values from outside that reach the store: a producer's `stream` flag, a listing cursor a client
-sends back, and the token counts a provider reports (its SDK does not validate its replies)."""
+sends back, and the token counts a provider reports (its SDK does not validate its replies): a
+count not sent as a whole number is unknown, never 0."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from orchestrator import Agent, InvalidInputError
 from orchestrator.models.openai_chat import chat_usage
 from orchestrator.models.openai_responses import responses_usage
 from orchestrator.testing import InMemoryDispatcher
+from orchestrator.usage import Metrics, Prices, count, reported_usage
 from tests.support import CountingModel
 
 
@@ -52,10 +54,26 @@ def test_token_counts_a_provider_sends_that_no_column_holds_read_as_unknown() ->
         input_tokens=12, output_tokens=True, input_tokens_details=None, output_tokens_details=None
     )
     assert responses_usage(responses) == {"input_tokens": 12}
-    assert chat_usage(SimpleNamespace(prompt_tokens=None, completion_tokens=5)) == {
-        "input_tokens": 0,
-        "output_tokens": 5,
-    }
+    # A count not sent is unknown, not 0: a total over it must not look exact
+    assert chat_usage(SimpleNamespace(prompt_tokens=None, completion_tokens=5)) == {"output_tokens": 5}
+    assert chat_usage({"prompt_tokens": "12", "completion_tokens": [1]}) == {}
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [
+        (0, 0), (12, 12), (2**31 - 1, 2**31 - 1), (12.0, 12), (0.0, 0),
+        (None, None), ("12", None), ("", None), ([1], None), ({"n": 1}, None), (True, None), (False, None),
+        (3.5, None), (-1, None), (-1.0, None), (2**31, None), (float("inf"), None), (float("nan"), None),
+    ],
+)  # fmt: skip
+def test_a_token_count_is_kept_only_as_a_whole_number_a_column_holds(sent: object, stored: int | None) -> None:
+    assert count(sent) == stored
+    usage = reported_usage(sent, 5)
+    assert usage == ({"output_tokens": 5} if stored is None else {"input_tokens": stored, "output_tokens": 5})
+    assert Metrics.reported(usage, Prices(input=1, output=1)) == Metrics(
+        input_tokens=stored, output_tokens=5, cost=None if stored is None else (stored + 5) / 1e6
+    )
 
 
 def test_what_a_provider_says_of_its_reply_reaches_a_span_escaped_and_bounded() -> None:
