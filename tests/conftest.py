@@ -181,3 +181,15 @@ def worker(settings: Settings) -> Iterator[object]:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The RATCHET_* variables that reproduce these settings in another process or CLI call."""
     return {f"RATCHET_{k.upper()}": str(v) for k, v in settings.model_dump().items() if v is not None}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Lists the modules past the size budget's first mark (tests/unit/test_sizes.py): a signal
+    to look at, not a failure."""
+    from tests.unit.test_sizes import MODULE_REPORT, over
+
+    long = over(MODULE_REPORT)
+    if long:
+        terminalreporter.write_sep("-", f"modules over {MODULE_REPORT} lines (do they hold two concepts?)")
+        for name, n in sorted(long.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{name}: {n}")

@@ -1,6 +1,7 @@
-"""The house rule that keeps each room small enough to change: no module of the package, the
-workers, the benchmarks or the examples over 400 lines, no function over 60 (ARCHITECTURE.md).
-Migrations are history, not rooms, and are left out."""
+"""The house rule that keeps each room small enough to change, as a budget: a module of the
+package, the workers, the benchmarks or the examples past 400 lines is listed at the end of every
+test run (it asks whether it holds two concepts), one past 600 fails; no function over 60 lines
+(ARCHITECTURE.md). Migrations are history, not rooms, and are left out."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_MAX, FUNCTION_MAX = 400, 60
+#: Past MODULE_REPORT a module is listed (`pytest_terminal_summary` in tests/conftest.py); past
+#: MODULE_MAX it fails.
+MODULE_REPORT, MODULE_MAX, FUNCTION_MAX = 400, 600, 60
 
 
-def _sources() -> list[Path]:
+def sources() -> list[Path]:
+    """The modules the budget covers."""
     return sorted(
         p
         for d in ("orchestrator", "workers", "bench", "examples")
@@ -20,14 +24,19 @@ def _sources() -> list[Path]:
     )
 
 
-def test_no_module_is_over_400_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MODULE_MAX}
-    assert long == {}, f"split these modules by concern (at most {MODULE_MAX} lines): {long}"
+def over(limit: int) -> dict[str, int]:
+    """The modules longer than `limit` lines, with their lengths."""
+    return {str(p.relative_to(ROOT)): n for p in sources() if (n := len(p.read_text().splitlines())) > limit}
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = over(MODULE_MAX)
+    assert long == {}, f"split these modules by concept (at most {MODULE_MAX} lines): {long}"
 
 
 def test_no_function_is_over_60_lines() -> None:
     long: dict[str, int] = {}
-    for path in _sources():
+    for path in sources():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 if (n := (node.end_lineno or node.lineno) - node.lineno + 1) > FUNCTION_MAX:
