@@ -7,6 +7,7 @@
 - `model`: `ScriptedModel`, that script in-process, with no HTTP;
 - `server`: `ScriptedServer`, that script as an OpenAI-compatible HTTP server, whose bodies
   `replies` builds from the openai package's own types;
+- `holding`: the server's calls held in flight until a test releases them (`server.holding`);
 - `waiting`: `wait_until`, a deadline instead of a sleep.
 
     from orchestrator.testing import in_memory

@@ -8,7 +8,8 @@ and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says, wi
 from the openai package's types (`orchestrator.testing.replies`); a request with `stream: true`
 gets server-sent events in its API's format (`orchestrator.testing.streams`). Test hooks:
 `GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
-lists the requests served, `POST /_reset` clears that log and the fault budgets.
+lists the requests served, `POST /_reset` clears that log and the fault budgets; in Python,
+`holding` keeps calls in flight until the test releases them (`orchestrator.testing.holding`).
 
 Run it as a process with `python -m orchestrator.testing.server [--host H] [--port N]
 [--config JSON-or-@file]`; it prints `scripted model listening on <url>` once it accepts calls.
@@ -30,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import ValidationError
 
 from orchestrator.testing.conversation import last_user_text, output_format_name, request_conversation
+from orchestrator.testing.holding import Holding
 from orchestrator.testing.replies import chat_completion, error_reply, model_list, response_object
 from orchestrator.testing.script import (
     ScriptConfig,
@@ -53,6 +55,8 @@ class ScriptedServer:
         self.host = host
         self.port = port
         self.state = ScriptState()
+        #: Calls held in flight until the test releases them.
+        self.holding = Holding()
         self._config = config or ScriptConfig()
         self._log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -87,10 +91,11 @@ class ScriptedServer:
         return [r for r in self.requests if r["run_id"] == run_id]
 
     def reset(self) -> None:
-        """Clear the request log and the fault budgets."""
+        """Clear the request log and the fault budgets, and let held calls go."""
         with self._lock:
             self._log.clear()
         self.state.reset()
+        self.holding.release()
 
     def start(self) -> Self:
         """Bind and serve on a daemon thread; returns self."""
@@ -123,6 +128,7 @@ class ScriptedServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self.holding.release()
         httpd.shutdown()
         httpd.server_close()
         if self._thread is not None:
@@ -232,8 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
             owner.config, owner.state, model=model, api_key=api_key, conversation=conversation, tools=tools,
             conversation_key=key, stream=stream,
         )  # fmt: skip
-        # Logged on arrival, before the scripted delay: a test can then see a call in flight, and
-        # a call whose client was killed while it waited still counts.
+        # Logged on arrival, before any hold and the scripted delay: a test can then see a call in
+        # flight, and a call whose client was killed while it waited still counts.
         owner._record(
             {
                 "api": api,
@@ -259,6 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "at": time.time(),
             }
         )
+        owner.holding.wait(model)
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
         trickle = owner.config.for_model(model).trickle_s

@@ -14,7 +14,6 @@ from tests.chaos.harness import Cluster, pid_alive
 pytestmark = pytest.mark.chaos
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_a_step_in_flight_survives_a_redis_blip_and_its_tool_runs_once(cluster: Cluster) -> None:
     # Given a worker in the middle of a tool call
     cluster.script(batches=[calls("a")])

@@ -20,17 +20,19 @@ pytestmark = pytest.mark.chaos
 
 
 def test_a_worker_frozen_past_its_lease_is_fenced_when_it_wakes(cluster: Cluster) -> None:
-    # Given a worker in the middle of the first model call (the model answers after 1.5 s).
+    # Given a worker in the middle of the first model call (held at the model until it froze).
     # One pool process: with a free slot its main process would also be waiting for messages.
-    cluster.script(batches=[calls("a")], delay_s=1.5)
+    cluster.script(batches=[calls("a")])
+    cluster.model.holding.hold()
     frozen = cluster.start_worker(concurrency=1)
     cluster.start_sweeper()
     run_id = cluster.start_run()
     pid = cluster.wait_model_call(run_id, seq=0)
 
-    # When the whole worker freezes, and another one finishes the run after the lease expired
+    # When the whole worker freezes (the model's answer then waits in its socket), and another
+    # one finishes the run after the lease expired
     frozen.signal_all(signal.SIGSTOP)
-    cluster.script(batches=[calls("a")])
+    cluster.model.holding.release()
     cluster.start_worker()
     done = cluster.wait_final([run_id])[run_id]
     assert done.status == RunStatus.COMPLETED

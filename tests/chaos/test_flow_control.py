@@ -36,7 +36,6 @@ def throttled(cluster: Cluster, run_id: str) -> list[str]:
     return [str((e.detail or {}).get("reason")) for e in cluster.store.get_log(run_id) if e.kind == "throttled"]
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_three_workers_keep_a_tenant_to_n_runs_at_once_and_every_run_completes_once(
     make_cluster: Callable[..., Cluster],
 ) -> None:
@@ -70,7 +69,6 @@ def test_three_workers_keep_a_tenant_to_n_runs_at_once_and_every_run_completes_o
     assert not throttled(cluster, other)
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_a_rate_limited_models_steps_wait_parked_while_a_one_slot_worker_serves_other_runs(
     make_cluster: Callable[..., Cluster],
 ) -> None:

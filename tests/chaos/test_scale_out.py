@@ -4,7 +4,9 @@ way a deploy stops it (warm shutdown, SIGTERM) and the other is killed (SIGKILL)
 model worker takes over. Every run completes exactly once and no tool call takes effect twice.
 
 On PostgreSQL only: workers on several hosts share a server database; SQLite is the one-host
-embedded default (and its one writer at a time is what many processes contend for).
+embedded default, and its one writer at a time is what many processes contend for (on one SQLite
+file, a lease scaled to the test was lost to a heartbeat starved by the write lock, and a tool ran
+again).
 The lease and heartbeat keep the defaults' proportions (15 s and 3 s) at a test's scale: a lease
 a heartbeat cannot renew in time is lost while its worker lives, and its tool calls may run
 again (README, "When a tool can run again", case 3)."""

@@ -64,7 +64,6 @@ def test_a_tool_batch_past_the_soft_limit_waits_for_its_running_tools_and_keeps_
     assert sorted(cluster.effects(run_id).values()) == ["a", "b"]
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(
     make_cluster: Callable[..., Cluster],
 ) -> None:
@@ -82,7 +81,6 @@ def test_a_single_tool_past_the_soft_limit_is_not_mistaken_for_a_tool_error(
     cluster.assert_invariants([run_id])
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_an_async_tool_past_the_soft_limit_is_cancelled_and_runs_again_on_continue(
     make_cluster: Callable[..., Cluster],
 ) -> None:

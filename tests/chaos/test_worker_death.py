@@ -84,7 +84,6 @@ def test_a_step_that_kills_its_worker_every_time_errors_after_the_attempt_cap(
     assert [m.role for m in out.messages] == ["system", "user", "assistant"]
 
 
-@pytest.mark.parametrize("chaos_db", ["postgres"], indirect=True)
 def test_an_at_most_once_tool_cut_off_by_a_dead_worker_is_not_run_again_and_the_run_errors(cluster: Cluster) -> None:
     # Given a batch where an at-most-once call holds while an ordinary one finishes
     cluster.script(batches=[calls("a") + calls("b", name="effect_once")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
+from orchestrator.testing.waiting import wait_until
 
 GOOD_KEY = "sk-test-good-0123456789abcdef"
 BAD_KEY = "sk-test-bad-0123456789abcdef"
@@ -252,6 +254,26 @@ def test_the_script_can_be_replaced_over_http(server: ScriptedServer) -> None:
     with urllib.request.urlopen(urllib.request.Request(base + "/_reset", data=b"", method="POST")):
         pass
     assert server.requests == []
+
+
+def test_a_held_model_call_stays_in_flight_until_released_and_other_models_answer_meanwhile(
+    server: ScriptedServer,
+) -> None:
+    server.configure(ScriptConfig(tool_batches=0, final_text="hi {user}"))
+    server.holding.hold("slow")
+    held: list[Any] = []
+    caller = threading.Thread(target=lambda: held.append(ask(OpenAIChat("slow", base_url=server.url), "later")))
+    caller.start()
+    wait_until(lambda: any(r["model"] == "slow" for r in server.requests), timeout=10, what="the held call to arrive")
+
+    # Another model answers while the held call waits
+    assert ask(OpenAIChat("quick", base_url=server.url), "now").content == "hi now"
+    assert caller.is_alive() and held == []
+
+    server.holding.release()
+    caller.join(10)
+    assert [reply.content for reply in held] == ["hi later"]
+    assert ask(OpenAIChat("slow", base_url=server.url), "again").content == "hi again"  # released: no longer held
 
 
 @pytest.mark.parametrize(

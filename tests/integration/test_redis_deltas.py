@@ -1,6 +1,7 @@
 """The Redis delta sink on a real Redis: deltas sent in the background, in order, all stored when
 their run's `flush` returns; a reader's `wait` woken by a delta; a Redis that is gone never
-fails the writer."""
+fails the writer; a run's stream bounded by RATCHET_STREAM_MAXLEN and expiring
+RATCHET_STREAM_TTL after its last write."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ import pytest
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
+from orchestrator import Agent, RunStatus
 from orchestrator.events import RunEvent, event_id, live_key
 from orchestrator.settings import Settings
+from orchestrator.testing import in_memory
+from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
 from workers.deltas import KEY, RedisDeltaSink
 
 
@@ -167,3 +173,63 @@ def test_a_step_interrupted_while_its_flush_sends_other_runs_deltas_leaves_their
     sink.write(delta(y, 4))
     sink.flush(y)
     assert sink.read(y, None)[0][-1].content == "w4 "
+
+
+# ---------------------------------------------------------------- bounded and expiring
+
+
+def test_a_runs_stream_keeps_about_stream_maxlen_entries_the_newest_however_many_are_written(
+    run_ids: list[str], redis_url: str
+) -> None:
+    maxlen, written = 50, 1000
+    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_maxlen=maxlen))
+    run_id = run_ids[0]
+    for k in range(1, written + 1):
+        sink.write(delta(run_id, k))
+        sink.flush(run_id)  # one entry each: nothing else is queued when it is sent
+
+    # Trimmed approximately (XADD MAXLEN ~): Redis drops whole nodes of the stream, oldest
+    # first, so it keeps at least RATCHET_STREAM_MAXLEN entries and at most a node's more.
+    r = redis.Redis.from_url(redis_url)
+    node = int(r.config_get("stream-node-max-entries")["stream-node-max-entries"])
+    kept = r.xlen(KEY.format(run_id=run_id))
+    assert maxlen <= kept <= maxlen + node < written
+    assert [e.content for e in sink.read(run_id, None)[0]] == [f"w{k} " for k in range(written - kept + 1, written + 1)]
+
+
+def test_a_runs_stream_expires_stream_ttl_after_its_last_write(run_ids: list[str], redis_url: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    key = KEY.format(run_id=run_ids[0])
+    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=120))
+    sink.write(delta(run_ids[0], 1))
+    sink.flush(run_ids[0])
+    assert 110 < r.ttl(key) <= 120
+    # Each write renews it: the stream outlives its last write, not its first, by the TTL
+    r.expire(key, 5)
+    sink.write(delta(run_ids[0], 2))
+    sink.flush(run_ids[0])
+    assert 110 < r.ttl(key) <= 120
+
+    # And once nothing writes (the run ended, or its worker died), the stream goes by itself
+    short = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=1))
+    short.write(delta(run_ids[1], 1))
+    short.flush(run_ids[1])
+    assert 0 < r.ttl(KEY.format(run_id=run_ids[1])) <= 1
+    wait_until(lambda: not r.exists(KEY.format(run_id=run_ids[1])), timeout=10, what="the stream to expire")
+
+
+def test_a_streamed_run_leaves_its_stream_to_expire_stream_ttl_after_its_final_delta(
+    settings: Settings, redis_url: str
+) -> None:
+    config = ScriptConfig(final_text="Otters hold hands while they sleep")
+    agent = Agent(name=f"ttl-{uuid.uuid4().hex[:8]}", model=ScriptedModel(script=config))
+    with in_memory(settings.model_copy(update={"stream_ttl": 120})) as inline:
+        out = inline.client.start(agent.name, input="otters?", stream=True).wait(10)
+    key = KEY.format(run_id=out.run_id)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        assert out.status == RunStatus.COMPLETED
+        assert r.xlen(key) > 0  # its deltas went to the run's stream
+        assert 0 < r.ttl(key) <= 120  # RATCHET_STREAM_TTL from the final delta on, not the default hour
+    finally:
+        r.delete(key)

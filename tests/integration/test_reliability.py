@@ -126,6 +126,37 @@ def test_a_worker_whose_lease_was_taken_over_is_fenced_and_its_writes_roll_back(
     assert [m.content for m in store.get_messages(run_id)] == ["hello", "fresh"]
 
 
+def test_a_step_claimed_again_by_the_same_owner_fences_the_first_claim_by_its_epoch_alone(
+    store: Store, clock: Clock
+) -> None:
+    # Given a claim whose lease ran out, and the same message delivered again to the same worker
+    # process: the same host, pid and task id, so the same owner, and a lease live again
+    run_id = new_run(store)
+    first = claim(store, run_id, owner="host:1:task-a")
+    assert first is not None
+    clock.advance(31)
+    second = claim(store, run_id, owner="host:1:task-a")
+    assert second is not None and second.record.lease_owner == first.record.lease_owner
+    assert second.epoch == first.epoch + 1
+
+    # Then every write of the first claim is fenced: the owner and the lease match, only the epoch moved
+    with pytest.raises(FencedError, match="taken over"):
+        store.commit_step(first, [assistant("stale")], status=S.COMPLETED, next_step=None, publish_grace=60)
+    with pytest.raises(FencedError):
+        store.append_tool_result(first, Message(role="tool", tool_call_id="c1", content="stale"))
+    with pytest.raises(FencedError):
+        store.record_tool_start(first, "c1", "charge")
+    with pytest.raises(FencedError):
+        store.park_for_retry(first, delay=1, published=True, error={"type": "X", "message": "x"}, publish_grace=60)
+    record = store.get_record(run_id)
+    assert (record.status, record.epoch, record.n_messages) == (S.RUNNING, second.epoch, 1)
+    assert store.started_tool_calls(run_id) == set()
+    # And the second claim commits
+    done = store.commit_step(second, [assistant("fresh")], status=S.COMPLETED, next_step=None, publish_grace=60)
+    assert done.status == S.COMPLETED
+    assert [m.content for m in store.get_messages(run_id)] == ["hello", "fresh"]
+
+
 def test_a_worker_whose_lease_expired_cannot_write_even_before_anyone_took_over(
     store: Store, clock: Clock, sweeper: Sweeper
 ) -> None:

@@ -125,8 +125,8 @@ def test_the_chat_completions_model_runs_the_same_story(settings: Settings, scri
 def test_continue_on_a_cancelled_run_is_refused_with_a_clear_error(
     settings: Settings, scripted: ScriptedServer
 ) -> None:
-    # Given a run cancelled while its first model call is in flight
-    scripted.configure(scripted.config.model_copy(update={"delay_s": 1.0}))
+    # Given a run cancelled while its first model call is in flight (held at the model until then)
+    scripted.holding.hold()
     agent = define("agent", settings)
     client = Client(settings)
     handle = agent.start("hello")
@@ -135,6 +135,7 @@ def test_continue_on_a_cancelled_run_is_refused_with_a_clear_error(
     assert cancelled.status == RunStatus.CANCELLED
 
     # When the call returns and its step tries to commit
+    scripted.holding.release()
     events = wait_for_late_commit(client.store, client.store.get_record(handle.run_id))
 
     # Then that commit was fenced: the run is as the cancel left it, with the user's message kept

@@ -115,15 +115,27 @@ def test_delegating_to_all_members_runs_them_in_parallel_and_returns_one_combine
     settings: Settings, scripted: ScriptedServer, ledger: Ledger
 ) -> None:
     team, researcher, writer = research_team(settings, ledger)
-    slow = 1.0
     script(
         scripted,
         [{"tool": TO_MEMBERS, "arguments": {"task": "otters"}}],
-        researcher=ScriptConfig(delay_s=slow, final_text="Research on {user}"),
-        writer=ScriptConfig(delay_s=slow, final_text="Draft on {user}"),
+        researcher=ScriptConfig(final_text="Research on {user}"),
+        writer=ScriptConfig(final_text="Draft on {user}"),
     )
+    scripted.holding.hold("researcher", "writer")
+    handle = team.start("otters")
 
-    out = team.run("otters", timeout=30)
+    # In parallel: both members' model calls are in flight at once, held at the model until both
+    # have arrived. One after the other, the second call would only start once the first member's
+    # step ended, which its held call never lets it do (a call the client gave up on and retries
+    # would leave its run parked, not RUNNING on its first call).
+    def both_calling() -> bool:
+        children = Client(settings).store.children(handle.run_id)
+        in_call = [c for c in children if c.status == S.RUNNING and c.retries == 0 and scripted.requests_for(c.run_id)]
+        return len(children) == len(in_call) == 2
+
+    wait_until(both_calling, timeout=30, what="both members' model calls to be in flight at once")
+    scripted.holding.release()
+    out = handle.wait(30)
 
     assert out.status == S.COMPLETED, out.error
     tool_results = [m for m in out.messages if m.role == "tool"]
@@ -134,9 +146,7 @@ def test_delegating_to_all_members_runs_them_in_parallel_and_returns_one_combine
     members = member_runs(out)
     assert {m.status for m in members.values()} == {S.COMPLETED}
     assert {m.messages[0].content for m in members.values()} == {"otters"}
-    # In parallel: each member's model call (`slow` seconds) started before the other member's
-    # answer was committed. One after the other, the second call would start only after the
-    # first member's answer was stored.
+    # Each member's model call started before the other member's answer was committed.
     started = [scripted.requests_for(m.run_id)[0]["at"] for m in members.values()]
     answered = [next(x for x in m.messages if x.role == "assistant").created_at or 0.0 for m in members.values()]
     assert max(started) < min(answered), f"members ran one after the other: {started=} {answered=}"
@@ -167,8 +177,9 @@ def test_member_runs_are_stored_and_visible_while_they_run(
     script(
         scripted,
         [to_member(researcher, "facts"), to_member(writer, "draft")],
-        writer=ScriptConfig(delay_s=1.5, final_text="Draft"),
+        writer=ScriptConfig(final_text="Draft"),
     )
+    scripted.holding.hold("writer")  # its call stays in flight until the test has looked
     client = Client(settings)
     session_id = f"s-{tag()}"
 
@@ -179,7 +190,9 @@ def test_member_runs_are_stored_and_visible_while_they_run(
         run = client.get_run(handle.run_id)
         members = member_runs(run)
         if run.status == S.WAITING and len(members) == 2 and members["researcher"].status == S.COMPLETED:
-            return run if members["writer"].status == S.RUNNING else None
+            writer_run = members["writer"]
+            calling = writer_run.status == S.RUNNING and scripted.requests_for(writer_run.run_id)
+            return run if calling else None
         return None
 
     mid = wait_until(researcher_done_writer_running, what="the researcher done and the writer running")
@@ -197,6 +210,7 @@ def test_member_runs_are_stored_and_visible_while_they_run(
     for member in mid.member_runs:
         assert f"run {member.run_id}" in shown and f"member of {handle.run_id}" in shown
 
+    scripted.holding.release()
     assert handle.wait(30).status == S.COMPLETED
 
 
@@ -212,9 +226,9 @@ def test_cancelling_a_team_cancels_its_members_and_fences_their_steps_in_flight(
     script(
         scripted,
         [to_member(researcher, "facts"), to_member(writer, "draft")],
-        researcher=ScriptConfig(batches=[[{"tool": "search", "arguments": {"query": "otters"}}]], delay_s=1.0),
-        writer=ScriptConfig(delay_s=1.0),
+        researcher=ScriptConfig(batches=[[{"tool": "search", "arguments": {"query": "otters"}}]]),
     )
+    scripted.holding.hold("researcher", "writer")  # until the cancel is done
     client = Client(settings)
     handle = team.start("otters")
 
@@ -225,9 +239,10 @@ def test_cancelling_a_team_cancels_its_members_and_fences_their_steps_in_flight(
 
     members = wait_until(members_calling, what="both members' model calls to be in flight")
 
-    # When the team is cancelled
+    # When the team is cancelled, and then the members' calls return
     out = client.cancel(handle.run_id)
     assert out.status == S.CANCELLED
+    scripted.holding.release()
 
     # Then each member is cancelled, and once its call returns, its commit is fenced: nothing lands
     for member in members:
@@ -338,23 +353,33 @@ def test_the_sweeper_finishes_a_fan_in_that_a_crash_left_undone(
 ) -> None:
     # Given a member whose failure handler wrote its ERROR row and died before the fan-in
     team, _, writer = research_team(settings, ledger)
-    script(scripted, [to_member(writer, "draft")], writer=ScriptConfig(delay_s=1.0))
+    script(scripted, [to_member(writer, "draft")])
+    scripted.holding.hold("writer")  # its step stays in flight until the team is in ERROR
     client = Client(settings)
     handle = team.start("otters")
     member = wait_until(
-        lambda: next((c for c in client.store.children(handle.run_id) if c.status == S.RUNNING), None),
-        what="the writer to be running",
+        lambda: next(
+            (
+                c
+                for c in client.store.children(handle.run_id)
+                if c.status == S.RUNNING and scripted.requests_for(c.run_id)
+            ),
+            None,
+        ),
+        what="the writer's model call to be in flight",
     )
     client.store.fail(member.run_id, epoch=None, error={"type": "Crash", "message": "killed mid-step"})
 
     failed = client.store.get_record(member.run_id)
 
-    # Then the sweeper (every 0.5 s in the embedded worker) puts the team in ERROR naming the member
+    # Then the sweeper (every 0.5 s in the embedded worker) puts the team in ERROR naming the
+    # member, while the member's step is still in flight: no fan-in of that step did it
     out = handle.wait(30)
     assert out.status == S.ERROR and out.error is not None
     assert out.error.type == "MemberRunError" and member.run_id in out.error.message
     assert "Crash: killed mid-step" in out.error.message
     # And the member's own step, once its model call returns, is fenced: the ERROR row stands
+    scripted.holding.release()
     events = wait_for_late_commit(client.store, failed)
     assert "fenced" in kinds(events), f"the failed member's step committed: {events}"
     after = client.get_run(member.run_id)

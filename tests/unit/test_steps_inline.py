@@ -1,7 +1,8 @@
 """Steps run by the in-memory dispatcher on a real SQLite store: retries and their countdowns,
-tool errors, at-most-once tools, stale deliveries and continues. Lease expiry is shown by moving
-the store's clock. A real worker runs retries in tests/integration/test_reliability.py (a
-Retry-After honoured by the broker's countdown) and the sweeper in `ratchet sweep`'s test."""
+tool errors, at-most-once tools, a batch delivered again with some results stored, stale
+deliveries and continues. Lease expiry is shown by moving the store's clock. A real worker runs
+retries in tests/integration/test_reliability.py (a Retry-After honoured by the broker's
+countdown) and the sweeper in `ratchet sweep`'s test."""
 
 from __future__ import annotations
 
@@ -175,6 +176,48 @@ def test_an_interrupted_at_most_once_tool_is_not_run_again_and_the_run_errors_sa
     assert resumed.status == S.COMPLETED and resumed.run_id == run_id
     assert charged == []
     assert [m.role for m in resumed.messages][-3:] == ["assistant", "tool", "assistant"]
+
+
+def test_a_tool_batch_delivered_again_with_two_of_its_three_results_stored_runs_only_the_third(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    ran: list[str] = []
+
+    def work(key: str) -> str:
+        """Do the work named `key`."""
+        ran.append(key)
+        return f"{key}: done"
+
+    script = ScriptConfig(
+        batches=[[{"tool": "work", "arguments": {"key": k}} for k in "abc"]], final_text="{tool_results}"
+    )
+    agent = Agent(name=name(), model=CountingModel(script=script), tools=[work])
+    inline.autorun = False
+    run_id = agent.start("go").run_id
+    inline.run_next()  # the model asks for a, b and c in one batch
+    # Given a worker that took the batch, committed a's and b's results as they finished (the
+    # tool step's own write), and died before c's
+    store = inline.store
+    doomed = store.claim(run_id, 1, "tools", owner="doomed", lease_seconds=30, max_attempts=5)
+    assert doomed is not None
+    calls = doomed.messages[-1].calls
+    for call, key in zip(calls[:2], "ab", strict=True):
+        result = Message(role="tool", tool_call_id=call.id, tool_name="work", content=f"{key}: done (first worker)")
+        store.append_tool_result(doomed, result)
+
+    # When its lease expires and the batch's message, never acknowledged, is delivered again
+    clock.advance(31)
+    inline.run_until_idle()
+
+    # Then only c ran, and the transcript holds each call's result once, a's and b's as first stored
+    assert ran == ["c"]
+    out = inline.client.get_run(run_id)
+    assert out.status == S.COMPLETED, out.error
+    results = [(m.tool_call_id, m.content) for m in out.messages if m.role == "tool"]
+    assert results == [
+        (calls[0].id, "a: done (first worker)"), (calls[1].id, "b: done (first worker)"), (calls[2].id, "c: done"),
+    ]  # fmt: skip
+    assert out.content == "a: done (first worker); b: done (first worker); c: done"
 
 
 # ---------------------------------------------------------------- continue

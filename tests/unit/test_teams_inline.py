@@ -7,7 +7,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from orchestrator import Agent, RunOutput, RunStatus, Team
+import pytest
+
+from orchestrator import Agent, RunBusyError, RunOutput, RunStatus, Team
 from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -202,6 +204,41 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert resumed.error is None
     session = inline.client.get_session(resumed.session_id)
     assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
+
+
+def test_continuing_a_team_waiting_on_its_members_returns_its_run_id_and_changes_nothing(
+    inline: InMemoryDispatcher,
+) -> None:
+    # Given a team that delegated, WAITING while its members' first steps are queued
+    crew = ResearchTeam()
+    crew.leader_calls(crew.to(crew.researcher, "facts"), crew.to(crew.writer, "draft"))
+    inline.autorun = False
+    team_id = crew.team.start("otters").run_id
+    inline.run_next()  # the leader's model call
+    inline.run_next()  # its tool step: the members start
+    store = inline.store
+    team = store.get_record(team_id)
+    members = store.children(team_id)
+    assert team.status == S.WAITING and len(members) == 2
+    published = list(inline.published)
+
+    # When it is continued (a double click, a retrying producer)
+    handle = inline.client.continue_run(team_id)
+
+    # Then it is a no-op: the same run id, the team and its members as they were, nothing enqueued
+    assert handle.run_id == team_id
+    assert store.get_record(team_id) == team
+    assert store.children(team_id) == members
+    assert inline.published == published
+    with pytest.raises(RunBusyError, match="WAITING; it cannot take new input"):
+        inline.client.continue_run(team_id, input="more")
+    # And the members run once each, then the leader finishes
+    assert inline.run_until_idle() == 5  # researcher: model, tools, model; writer: model; leader: model
+    out = inline.client.get_run(team_id)
+    assert out.status == S.COMPLETED, out.error
+    assert {m.run_id for m in out.member_runs} == {m.run_id for m in members}
+    assert crew.searched == ["otters"] and len(crew.writer_model.calls) == 1
+    assert len(crew.leader_model.calls) == 2
 
 
 # ---------------------------------------------------------------- cancel
