@@ -18,7 +18,7 @@ import redis
 from orchestrator import Agent, RunStatus
 from orchestrator.flow import LocalLimiter
 from orchestrator.models.base import RateLimit
-from orchestrator.ports import Ask, Limiter, StepRef, set_limiter
+from orchestrator.ports import Ask, Limiter, Place, StepRef, set_limiter
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
@@ -115,6 +115,29 @@ def test_a_place_not_renewed_frees_itself(make_limiter: object) -> None:
     wait_until(lambda: limiter.admit(run("b", limit=1)).admitted, timeout=5, what="a's place to expire")
 
 
+def test_a_listed_place_is_freed_for_the_run_waiting_unless_its_run_renewed_it_since(limiter: Limiter) -> None:
+    assert limiter.admit(run("a", limit=1)).admitted
+    assert limiter.admit(run("x", key="tenant-b", limit=1)).admitted
+    assert not limiter.admit(run("b", limit=1)).admitted
+    assert limiter.wait_for_room("tenant-a", 1, step("b")) is False
+    listed = {p.run_id: p for p in limiter.held()}
+    assert {(p.key, r) for r, p in listed.items()} == {("tenant-a", "a"), ("tenant-b", "x")}
+
+    # a goes on (a continued run): its next step renews the place, which the listing no longer frees
+    def renewed() -> bool:
+        assert limiter.admit(run("a", limit=1)).admitted
+        return {p.run_id: p for p in limiter.held()}["a"].until != listed["a"].until
+
+    wait_until(renewed, timeout=5, what="a renewal stamped later than the listing")
+    assert limiter.free(listed["a"], 1) == (False, None)
+    (now,) = [p for p in limiter.held() if p.run_id == "a"]
+    assert limiter.free(now, 1) == (True, step("b"))  # freed as listed: b, waiting, takes it
+    assert limiter.free(now, 1) == (False, None)  # once
+    assert {p.run_id for p in limiter.held()} == {"b", "x"}
+    assert limiter.release("a", 1) is None  # a's own release, late, frees nothing of b's
+    assert not limiter.admit(run("c", limit=1)).admitted
+
+
 def test_concurrent_admissions_never_exceed_the_limit(limiter: Limiter) -> None:
     admitted: list[str] = []
     barrier = threading.Barrier(12)
@@ -185,6 +208,20 @@ def test_a_429_blocks_its_model_for_everyone_and_a_shorter_one_does_not_shorten_
     wait_until(lambda: limiter.admit(ask).admitted, timeout=5, what="the block to end")
 
 
+def test_a_key_whose_places_are_all_gone_leaves_redis_s_index_of_keys(redis_url: str) -> None:
+    prefix = f"ratchet:flow:test-{uuid.uuid4().hex[:8]}:"
+    limiter = RedisLimiter(Settings(), redis_url, prefix=prefix)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert limiter.admit(run("a", key="k1")).admitted and limiter.admit(run("b", key="k2")).admitted
+        assert client.smembers(limiter.index) == {b"k1", b"k2"}
+        assert limiter.release("a", 2) is None
+        assert [(p.key, p.run_id) for p in limiter.held()] == [("k2", "b")]
+        assert client.smembers(limiter.index) == {b"k2"}  # k1 had no place left at that read
+    finally:
+        client.delete(*client.keys(f"{prefix}*") or ["-"])
+
+
 def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RedisLimiter(Settings(), "redis://127.0.0.1:1/0")
     rate = RateLimit(requests=1)
@@ -192,6 +229,7 @@ def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixtur
     assert limiter.admit(Ask(run_id="b", key="k", limit=1, model="m", rate=rate)).admitted
     assert limiter.wait_for_room("k", 1, step("c")) is True
     assert limiter.release("a", 1) is None
+    assert limiter.held() == [] and limiter.free(Place(key="k", run_id="a", until=1.0), 1) == (False, None)
     limiter.block("m", 1.0)
     assert "fails open" in caplog.text
 
