@@ -1,7 +1,8 @@
 """A run's place among its key's runs when the limiter's Redis was unreachable at the run's end:
 the release is lost, and the sweeper frees the place (the store says the run ended) within a
 sweep of Redis answering again, instead of RATCHET_RUN_SLOT_SECONDS (900 s) later. On a private
-redis-server that the test freezes (SIGSTOP) for the run's last step and thaws (SIGCONT)."""
+redis-server that the test freezes (SIGSTOP) for the run's last step and thaws (SIGCONT), and on
+both databases (the sweeper reads the places' runs from the store)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ S = RunStatus
 
 
 def test_the_sweeper_frees_the_place_of_a_run_that_ended_while_redis_was_unreachable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A limiter that failed is not asked again for LOG_EVERY seconds (10): shortened, so that the
     # test waits for the sweep, not for that window
@@ -35,7 +36,7 @@ def test_the_sweeper_frees_the_place_of_a_run_that_ended_while_redis_was_unreach
     assert server.proc is not None
     agent = Agent(name=name("places"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
     try:
-        with limited(tmp_path, max_runs_per_key=1) as inline:
+        with limited(tmp_path, database_url=db_url, max_runs_per_key=1) as inline:
             assert inline.settings.run_slot_seconds == 900
             set_limiter(inline.settings, RedisLimiter(inline.settings, server.url))
             watcher = RedisLimiter(inline.settings, server.url)  # another process's view of the places
@@ -71,5 +72,8 @@ def test_the_sweeper_frees_the_place_of_a_run_that_ended_while_redis_was_unreach
             inline.run_until_idle()
             assert inline.client.get_run(waiting).status == S.COMPLETED
             assert {p.run_id for p in watcher.held()} == {"elsewhere"}  # its own release went through
+            # The store's read of the places' runs, past its batch of 500
+            asked = [holder, "elsewhere", *(f"x-{i}" for i in range(600)), waiting]
+            assert inline.store.statuses(asked) == {holder: S.COMPLETED, waiting: S.COMPLETED}
     finally:
         server.stop()
