@@ -19,9 +19,11 @@ Keys, under `ratchet:flow:`, each expiring once it has nothing left to say:
 
 Times are Redis's own (`TIME`), so workers' clocks need not agree. A call's token correction
 (`settle`) waits in this process and goes with its next `admit` of that model, in the same round
-trip. A Redis that fails or does not answer within LIMITER_TIMEOUT lets the step go unthrottled
-(fails open), logged at most every LOG_EVERY seconds; for LOG_EVERY seconds after a failure it is
-not asked at all, so a Redis that hangs costs one timeout, not one a step.
+trip, and counts whatever that admit's verdict (kept for the next one when the call fails; one
+that timed out after Redis had run it counts it twice). A Redis that fails or does not answer
+within LIMITER_TIMEOUT lets the step go unthrottled (fails open), logged at most every LOG_EVERY
+seconds; for LOG_EVERY seconds after a failure it is not asked at all, so a Redis that hangs
+costs one timeout, not one a step.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ if limit > 0 then
   if holds then
     take(KEYS[1], KEYS[2], run, key, slot_ms, KEYS[6], KEYS[7], false)
   elseif redis.call('ZCARD', KEYS[1]) >= limit then
+    -- The call's correction counts whatever the verdict: the process that sent it forgets it
+    if tok_cap > 0 and tok_adjust ~= 0 then save(KEYS[4], level(KEYS[4], tok_cap) - tok_adjust, tok_cap) end
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     return {0, math.max(0, tonumber(first[2]) - now), 'concurrency'}
   end
@@ -243,8 +247,8 @@ class RedisLimiter:
         key = ask.key if ask.key is not None and ask.limit else ""
         model = ask.model or ""
         rate = ask.rate or RateLimit()
-        with self._lock:
-            adjust = self._pending.pop(model, 0) if model else 0
+        with self._lock:  # sent with this call; kept again below if it does not reach Redis
+            adjust = self._pending.pop(model, 0) if model and rate.tokens else 0
         keys = [
             self._key("slots", key), self._key("run", ask.run_id), self._key("requests", model),
             self._key("tokens", model), self._key("blocked", model), self._key("waiting", key), self._key("steps", key),
@@ -255,10 +259,12 @@ class RedisLimiter:
             max(1, round(rate.per * 1000)), ask.tokens, adjust,
         ]  # fmt: skip
         if self._down():
+            self._keep(model, adjust)
             return Verdict()
         try:
             admitted, wait_ms, reason = self._admit(keys=keys, args=args)
         except (redis.RedisError, OSError) as exc:
+            self._keep(model, adjust)
             self._failed(f"run {ask.run_id} goes on unthrottled", exc)
             return Verdict()
         if admitted:
@@ -347,6 +353,11 @@ class RedisLimiter:
 
     def settle(self, model: str, rate: RateLimit, tokens: int) -> None:
         if rate.tokens is not None and tokens:
+            self._keep(model, tokens)
+
+    def _keep(self, model: str, tokens: int) -> None:
+        """Add `tokens` to the model's correction, sent with its next `admit` that reaches Redis."""
+        if tokens:
             with self._lock:
                 self._pending[model] = self._pending.get(model, 0) + tokens
 

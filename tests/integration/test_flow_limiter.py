@@ -25,6 +25,7 @@ from orchestrator.testing.waiting import wait_until
 from tests.flow_support import limited, lookup, name
 from tests.servers import RedisServer
 from tests.support import CountingModel
+from workers import flow as redis_flow
 from workers.flow import RedisLimiter
 
 SLOT = 30.0
@@ -178,6 +179,35 @@ def test_a_model_counts_tokens_and_a_call_corrects_its_estimate(limiter: Limiter
     limiter.settle(model, rate, 60)  # the second used 140: the bucket owes 40
     refused = limiter.admit(Ask(run_id="c", model=model, rate=rate, tokens=1))
     assert refused.reason == "tokens" and refused.wait > 24  # 41 tokens to refill
+
+
+def test_a_correction_counts_when_the_next_admit_of_its_model_is_refused_for_concurrency(limiter: Limiter) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    rate = RateLimit(tokens=100, per=60)
+    assert limiter.admit(Ask(run_id="a", key="k", limit=1, model=model, rate=rate, tokens=50)).admitted
+    limiter.settle(model, rate, 40)  # a used 90
+    assert limiter.admit(Ask(run_id="b", key="k", limit=1, model=model, rate=rate, tokens=1)).reason == "concurrency"
+    # 10 tokens left, not 50: the correction went with b's admit though b was refused
+    assert limiter.admit(Ask(run_id="c", model=model, rate=rate, tokens=20)).reason == "tokens"
+
+
+def test_a_correction_is_kept_while_redis_cannot_be_reached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_flow, "LOG_EVERY", 0.3)  # not asked again for this long after a failure
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        limiter = RedisLimiter(Settings(), server.url)
+        model, rate = "m", RateLimit(tokens=100, per=60)
+        limiter.settle(model, rate, 40)  # a call used 40 tokens more than its estimate
+        server.stop()
+        # The admit that carries the correction finds no Redis, and the next is not sent at all
+        assert limiter.admit(Ask(run_id="b", model=model, rate=rate, tokens=1)).admitted
+        assert limiter.admit(Ask(run_id="b", model=model, rate=rate, tokens=1)).admitted
+        server.start()  # a new Redis on the same port, empty: the model's bucket is full again
+        wait_until(lambda: limiter.admit(Ask(run_id="y", key="k", limit=1)).admitted and limiter.held(), timeout=5)
+        # The correction reaches it with the model's next admit: 60 tokens left, not 100
+        assert limiter.admit(Ask(run_id="c", model=model, rate=rate, tokens=70)).reason == "tokens"
+    finally:
+        server.stop()
 
 
 def test_a_call_larger_than_the_token_limit_goes_when_the_bucket_is_full(limiter: Limiter) -> None:
