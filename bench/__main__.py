@@ -138,7 +138,7 @@ def _scale(env: BenchEnv, quick: bool) -> list[Section]:
         spread = scaling.measure(env, per_process=2, runs_per_slot=4, passes=1)
         return [spread, ceiling.measure(env, n_runs=100, rounds=1, configs=[("threads", 50)])]
     spread = scaling.measure(env, per_process=scaling.PER_PROCESS, runs_per_slot=10, passes=2)
-    return [spread, ceiling.measure(env, n_runs=1000, rounds=1)]
+    return [spread, ceiling.measure(env, n_runs=1000, rounds=ceiling.ROUNDS)]
 
 
 def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:

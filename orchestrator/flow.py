@@ -8,8 +8,12 @@ call of the limiter (`ports.Limiter`; on Redis, one round trip):
   `concurrency_key` makes of its record (a tenant, say); a run without one is not counted, nor
   is a team's member (it runs within its team's place). A run takes its place at its first
   model step and keeps it through its steps until it ends or pauses (released by the final
-  commit, the failure handler, the sweeper's poison verdict, a cancel), or until no model step
-  of it began for RATCHET_RUN_SLOT_SECONDS (a run whose worker died at its end). A run that
+  commit, the failure handler, the sweeper's poison verdict, a cancel). A release lost (the
+  limiter's Redis unreachable at that moment, a worker that died between the final commit and
+  the release) is made good by the sweeper: it frees the places of runs the store says ended,
+  within a sweep (RATCHET_SWEEP_SECONDS) once Redis answers again (a process whose limiter saw
+  it fail asks it again after LOG_EVERY, 10 s, in `workers.flow`). A place nothing renews for
+  RATCHET_RUN_SLOT_SECONDS frees itself (a run this database does not hold). A run that
   finds no place is parked QUEUED and waits, in priority order then first parked, for a run of
   its key to end: that run's release gives it the place and publishes its step. The sweeper
   publishes it anyway after RATCHET_PUBLISH_GRACE_SECONDS, should that message be lost.
@@ -44,7 +48,7 @@ from orchestrator.agent import Agent, find_agent
 from orchestrator.errors import ConfigurationError
 from orchestrator.messages import Message
 from orchestrator.models.base import RateLimit, ToolSpec
-from orchestrator.ports import Ask, Limiter, StepRef, Verdict
+from orchestrator.ports import Ask, Limiter, Place, StepRef, Verdict
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 
@@ -198,19 +202,34 @@ class LocalLimiter:
     def release(self, run_id: str, limit: int) -> StepRef | None:
         with self._lock:
             key = self._keys.pop(run_id, None)
-            if key is None:
-                return None
-            now = self.clock()
-            slots = self._live(key, now)
-            slots.pop(run_id, None)
-            waiting = self._waiting.get(key, {})
-            waiting.pop(run_id, None)
-            if len(slots) >= limit or not waiting:
-                return None
-            first = min(waiting, key=lambda r: waiting[r][0])
-            _, step = waiting.pop(first)
-            self._take(key, first, now)
-            return step
+            return None if key is None else self._give_up(key, run_id, limit)
+
+    def held(self) -> list[Place]:
+        with self._lock:
+            return [Place(key=k, run_id=r, until=u) for k, slots in self._slots.items() for r, u in slots.items()]
+
+    def free(self, place: Place, limit: int) -> tuple[bool, StepRef | None]:
+        with self._lock:
+            if self._live(place.key, self.clock()).get(place.run_id) != place.until:
+                return False, None
+            if self._keys.get(place.run_id) == place.key:
+                del self._keys[place.run_id]
+            return True, self._give_up(place.key, place.run_id, limit)
+
+    def _give_up(self, key: str, run_id: str, limit: int) -> StepRef | None:
+        """The run leaves its key's places and queue; the step of the run waiting that takes
+        the place come free (the caller holds the lock)."""
+        now = self.clock()
+        slots = self._live(key, now)
+        slots.pop(run_id, None)
+        waiting = self._waiting.get(key, {})
+        waiting.pop(run_id, None)
+        if len(slots) >= limit or not waiting:
+            return None
+        first = min(waiting, key=lambda r: waiting[r][0])
+        _, step = waiting.pop(first)
+        self._take(key, first, now)
+        return step
 
     def settle(self, model: str, rate: RateLimit, tokens: int) -> None:
         if rate.tokens is None or not tokens:

@@ -232,6 +232,17 @@ class Verdict:
         return self.reason is None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Place:
+    """A place a run holds among its key's runs, as the limiter lists it (`Limiter.held`)."""
+
+    key: str
+    run_id: str
+    #: When it expires unless renewed, on the limiter's own clock: `Limiter.free` frees it only
+    #: while it still has this stamp, so a run whose next step renewed it meanwhile keeps it.
+    until: float
+
+
 class Limiter(Protocol):
     """Keeps the limits every worker shares: runs in progress per key, and each model's rates.
     An implementation that cannot reach its server logs it and lets the step go (fails open)."""
@@ -251,6 +262,16 @@ class Limiter(Protocol):
     def release(self, run_id: str, limit: int) -> StepRef | None:
         """The run ended or paused: free its place (or forget it among the waiting), and give
         that place to the next run waiting for one; returns that run's step, to publish."""
+        ...
+
+    def held(self) -> list[Place]:
+        """Every place held now, of every key: what the sweeper checks against the store, to free
+        those of runs that ended while a release could not reach the limiter (empty then too)."""
+        ...
+
+    def free(self, place: Place, limit: int) -> tuple[bool, StepRef | None]:
+        """Free `place` as `release` would, if it is still held as `held` listed it (a place
+        renewed since is kept); whether it was freed, and the step of the run that takes it."""
         ...
 
     def settle(self, model: str, rate: RateLimit, tokens: int) -> None:

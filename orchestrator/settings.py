@@ -84,7 +84,7 @@ class Settings(BaseModel):
     #: None: no limit.
     max_runs_per_key: int | None = None
     #: How long a run keeps its place among those after its last model step began without ending
-    #: or pausing: a run whose worker died at its end frees its place after this long.
+    #: or pausing. A run that ended and kept it (its release lost) has it freed by the sweeper sooner.
     run_slot_seconds: float = 900.0
     #: The Redis that keeps the limits every worker shares (a run's place, a model's rates). Default:
     #: the broker's, when it is Redis; without either, each process keeps its own.

@@ -9,7 +9,13 @@ One pass (`Sweeper.sweep_once`, run by the beat task `ratchet.sweep` and by `rat
   and publish, a message the broker lost, a retry parked longer than a countdown may wait, a
   broker that was down at enqueue) is published again;
 - a WAITING team whose members have all ended (or one failed) but whose fan-in never ran (a
-  worker killed between a member's ERROR row and the fan-in) is fanned in now.
+  worker killed between a member's ERROR row and the fan-in) is fanned in now;
+- with RATCHET_MAX_RUNS_PER_KEY set, a place among a key's runs still held by a run that ended
+  (its release could not reach the limiter's Redis, or its worker died between the final commit
+  and the release) is freed, and given to the run waiting for it: within a sweep of Redis
+  answering again, not RATCHET_RUN_SLOT_SECONDS later. The limiter lists the places, the store
+  says which runs ended; a place renewed since it was listed is kept (a run continued meanwhile),
+  and one whose run this database does not hold is left to expire (a Redis may serve several).
 
 Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
 """
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from orchestrator.agent import get_agent
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import PoisonStepError
+from orchestrator.ports import Limiter, Place
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
@@ -43,11 +50,13 @@ class SweepReport:
     poisoned: list[str] = field(default_factory=list)
     #: Teams left WAITING by a crash after their members ended, moved on (QUEUED or ERROR).
     fanned_in: list[str] = field(default_factory=list)
+    #: Runs that had ended and still held a place among their key's runs, now freed.
+    freed: list[str] = field(default_factory=list)
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in or self.failed)
+        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in or self.freed or self.failed)
 
 
 class Sweeper:
@@ -76,10 +85,11 @@ class Sweeper:
             waiting = teams_to_fan_in(conn)
         for team_id in waiting:
             self._each(report, team_id, self._fan_in, team_id)
+        self._free_places(report)
         if report:
             log.info(
-                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, failed %s",
-                report.requeued, report.republished, report.poisoned, report.fanned_in, report.failed,
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, failed %s",
+                report.requeued, report.republished, report.poisoned, report.fanned_in, report.freed, report.failed,
             )  # fmt: skip
         return report
 
@@ -129,6 +139,32 @@ class Sweeper:
         log.warning("run %s: finished a fan-in a crash left undone (now %s)", team.run_id, team.status)
         report.fanned_in.append(team.run_id)
         if (step := wake_step(team)) is not None:
+            self.runner.publish(step)
+
+    def _free_places(self, report: SweepReport) -> None:
+        """The places among their key's runs that runs which ended still hold: freed."""
+        if self.settings.max_runs_per_key is None:
+            return
+        limiter = self.runner.throttle.limiter
+        try:
+            places = limiter.held()
+            statuses = self.store.statuses(sorted({p.run_id for p in places})) if places else {}
+        except Exception:
+            log.exception("sweep: could not check the places held among keys' runs; the next pass tries again")
+            return
+        for place in places:
+            status = statuses.get(place.run_id)
+            if status is not None and status.is_final:
+                self._each(report, place.run_id, self._free, limiter, place)
+
+    def _free(self, report: SweepReport, limiter: Limiter, place: Place) -> None:
+        assert self.settings.max_runs_per_key is not None
+        freed, step = limiter.free(place, self.settings.max_runs_per_key)
+        if not freed:
+            return
+        log.warning("run %s: had ended and still held a place among the runs of its key; freed", place.run_id)
+        report.freed.append(place.run_id)
+        if step is not None:
             self.runner.publish(step)
 
     @staticmethod

@@ -19,12 +19,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A private redis-server on a free port, without persistence (a restart loses everything)."""
+    """A private redis-server on a free port, without persistence (a restart loses everything),
+    or `persistent`: every write in its append-only file before it answers, so a restart after
+    a kill finds what it held."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, persistent: bool = False) -> None:
         self.folder = folder
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.persistence = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else ["--appendonly", "no"]
 
     @property
     def url(self) -> str:
@@ -36,7 +39,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *self.persistence,
              "--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")],
         )  # fmt: skip
         wait_until(self._pong, timeout=10, what=f"redis-server on port {self.port}")

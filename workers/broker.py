@@ -30,13 +30,18 @@ worker started together, as the quick start does) reads the empty file and fails
 stops the worker. `FilesystemChannel` creates, reads and rewrites the table under one lock and
 reads an empty file as an empty table. And it writes a message whole before the message has its
 name (kombu's creates the named file, then writes it, and a consumer in another process can take
-it empty in between). `_queue_bind`, `get_table`, `_put` and `_get` are private to kombu: the same
-version bound and tests hold them.
+it empty in between): under a `.part-*` name no queue reads, removed if the write or rename fails
+or is interrupted; one a killed writer left behind is removed by a consuming channel, which looks
+every PART_SWEEP_SECONDS (first at its first poll) for those older than PART_STALE_SECONDS.
+`_queue_bind`, `get_table`, `_put` and `_get` are private to kombu: the same version bound and
+tests hold them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import time
 import uuid
@@ -55,6 +60,14 @@ FILESYSTEM_TRANSPORT = "workers.broker:FilesystemTransport"
 #: kombu's file locks (fcntl's flock on POSIX, its own on Windows), typed.
 _lock = cast(Callable[[Any, int], None], kombu_fs.lock)
 _unlock = cast(Callable[[Any], None], kombu_fs.unlock)
+#: What a message's file is called until it is whole (`FilesystemChannel._put`).
+PART = ".part-"
+#: A part file this old is one whose writer died between its write and its rename: a write
+#: takes milliseconds. (A writer frozen longer finds its part gone, and its publish fails.)
+PART_STALE_SECONDS = 60.0
+#: How often a consuming channel looks for them.
+PART_SWEEP_SECONDS = 60.0
+log = logging.getLogger("ratchet.worker")
 
 
 class Channel(kombu_redis.Channel):
@@ -88,6 +101,8 @@ class Transport(kombu_redis.Transport):
 class FilesystemChannel(kombu_fs.Channel):
     """A filesystem channel whose exchange tables two processes can bind at once, and whose
     messages no consumer can read half-written."""
+
+    _parts_swept = -math.inf  # when this channel last looked for part files left behind
 
     def get_table(self, exchange: str) -> list[Any]:
         file: Path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
@@ -130,15 +145,46 @@ class FilesystemChannel(kombu_fs.Channel):
         takes the file in between reads it empty and its worker stops on the JSON error."""
         folder = self.data_folder_out
         name = f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"  # kombu's, so its order
-        part = os.path.join(folder, f".part-{uuid.uuid4().hex}")  # `_get` reads only "<x>.<queue>.msg"
+        body = kombu_json.dumps(payload).encode()  # type: ignore[no-untyped-call]  # before any file exists
+        part = os.path.join(folder, f"{PART}{uuid.uuid4().hex}")  # `_get` reads only "<x>.<queue>.msg"
         try:
             with open(part, "wb") as f:
-                f.write(kombu_json.dumps(payload).encode())  # type: ignore[no-untyped-call]
+                f.write(body)
             os.replace(part, os.path.join(folder, name))  # atomic: the message appears whole
-        except OSError as exc:
+        except BaseException as exc:  # a disk error, or a signal (a soft time limit) in between
             with suppress(OSError):
                 os.unlink(part)
-            raise ChannelError(f"Cannot add file {name!r} to directory") from exc
+            if isinstance(exc, OSError):
+                raise ChannelError(f"Cannot add file {name!r} to directory") from exc
+            raise
+
+    def _get(self, queue: str, timeout: float | None = None) -> Any:  # the base class's signature
+        now = time.monotonic()
+        if now - self._parts_swept >= PART_SWEEP_SECONDS:
+            self._parts_swept = now
+            remove_stale_parts(Path(self.data_folder_in))
+        return super()._get(queue)  # type: ignore[no-untyped-call]
+
+
+def remove_stale_parts(folder: Path, *, older_than: float = PART_STALE_SECONDS) -> list[str]:
+    """Remove the part files in `folder` older than `older_than` seconds (never a message: a
+    message has its queue's name); the names removed."""
+    removed: list[str] = []
+    cutoff = time.time() - older_than
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(PART):
+            continue
+        with suppress(FileNotFoundError):  # renamed by its writer, or removed by another consumer
+            if entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    if removed:
+        log.warning("broker: removed %d message file(s) a writer left unfinished in %s", len(removed), folder)
+    return removed
 
 
 def _table(raw: bytes) -> list[Any]:

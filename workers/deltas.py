@@ -15,8 +15,9 @@ first token does not wait for a thread switch. The flusher yields once when woke
 takes what is queued, so a burst of deltas goes out as one batch, not one round trip each.
 `flush(run_id)` sends what the flusher has not taken yet on the caller's thread, then waits
 until the run's queued events are sent; a step calls it before its commit. A batch that fails
-(or whose send was interrupted) is logged and dropped, and its runs' later events are dropped
-until their step flushes: a reader sees a prefix of a step's text, never one with a hole in it.
+(or whose send was interrupted, by a step's soft time limit from the moment the batch was taken)
+is logged and dropped, and its runs' later events are dropped until their step flushes: a reader
+sees a prefix of a step's text, never one with a hole in it, and the sink is never left busy.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class RedisDeltaSink:
         self._cond = threading.Condition()
         self._queue: list[RunEvent] = []
         self._busy = False  # a batch is on its way to Redis
+        #: The thread sending that batch and the batch's runs: what `_abandon` gives up when a
+        #: signal lands after the take and before the send's own `finally` could.
+        self._sender: tuple[int, frozenset[str]] | None = None
         self._taken = 0  # how many queued events that batch stood for (broken runs' are dropped)
         self._queued = self._sent = 0  # events queued, and of those sent or given up, in order
         self._last: dict[str, int] = {}  # run_id -> the number of its last queued event
@@ -63,32 +67,40 @@ class RedisDeltaSink:
 
     def write(self, event: RunEvent) -> None:
         """Queue the event; send it at once if it starts a step and nothing is ahead of it."""
-        with self._cond:
-            if event.run_id in self._broken:
-                return
-            self._queue.append(event)
-            self._queued += 1
-            self._last[event.run_id] = self._queued
-            if self._busy or len(self._queue) > 1 or event.key[3] > 1:
-                if self._flusher is None or not self._flusher.is_alive():  # not alive: a forked child
-                    self._flusher = threading.Thread(target=self._flush_loop, name="ratchet-deltas", daemon=True)
-                    self._flusher.start()
-                if not self._busy:  # a sending flusher takes the queue when its batch is sent
-                    self._cond.notify_all()
-                return
-            batch = self._take()
-        self._send(batch)
+        try:
+            with self._cond:
+                if event.run_id in self._broken:
+                    return
+                self._queue.append(event)
+                self._queued += 1
+                self._last[event.run_id] = self._queued
+                if self._busy or len(self._queue) > 1 or event.key[3] > 1:
+                    if self._flusher is None or not self._flusher.is_alive():  # not alive: a forked child
+                        self._flusher = threading.Thread(target=self._flush_loop, name="ratchet-deltas", daemon=True)
+                        self._flusher.start()
+                    if not self._busy:  # a sending flusher takes the queue when its batch is sent
+                        self._cond.notify_all()
+                    return
+                batch = self._take()
+            self._send(batch)
+        except BaseException:
+            self._abandon()
+            raise
 
     def flush(self, run_id: str) -> None:
         """Send what of the queue the flusher has not taken (this run's events may be in it), then
         wait until every event of the run queued so far is sent (or given up)."""
         batch = None
-        with self._cond:
-            n = self._last.get(run_id, 0)
-            if self._sent < n and self._queue and not self._busy:
-                batch = self._take()  # sent on this thread rather than waiting for the flusher's turn
-        if batch is not None:
-            self._send(batch)
+        try:
+            with self._cond:
+                n = self._last.get(run_id, 0)
+                if self._sent < n and self._queue and not self._busy:
+                    batch = self._take()  # sent on this thread rather than waiting for the flusher's turn
+            if batch is not None:
+                self._send(batch)
+        except BaseException:
+            self._abandon()
+            raise
         with self._cond:
             if not self._cond.wait_for(lambda: self._sent >= n, FLUSH_TIMEOUT):
                 log.warning("run %s: live events not sent after %ss; the run goes on", run_id, FLUSH_TIMEOUT)
@@ -99,8 +111,32 @@ class RedisDeltaSink:
     def _take(self) -> list[RunEvent]:
         """Everything queued but broken runs' events, as the next batch (the caller holds the lock)."""
         batch = [e for e in self._queue if e.run_id not in self._broken]
-        self._busy, self._taken, self._queue = True, len(self._queue), []
+        sender = (threading.get_ident(), frozenset(e.run_id for e in batch))
+        # One statement: a signal lands before it or after it, so the sender is known whenever busy
+        self._busy, self._taken, self._queue, self._sender = True, len(self._queue), [], sender
         return batch
+
+    def _done(self, failed: set[str] | frozenset[str]) -> None:
+        """The batch in flight is sent or given up; `failed`: its runs given up for their step."""
+        with self._cond:
+            # One statement again: `_abandon` after a signal in here must not count the batch twice
+            self._sent, self._busy, self._broken, self._sender = (
+                self._sent + self._taken,
+                False,
+                self._broken | failed,
+                None,
+            )
+            self._cond.notify_all()
+
+    def _abandon(self) -> None:
+        """This thread was interrupted (a step's soft time limit, raised by a signal) between
+        taking a batch and the end of its send: if that batch is still in flight, give up its
+        runs for their step as an interrupted send does, so the sink is not left busy for good
+        (every flush in the process would then wait FLUSH_TIMEOUT)."""
+        with self._cond:
+            sender = self._sender
+        if sender is not None and sender[0] == threading.get_ident():
+            self._done(sender[1])
 
     def _flush_loop(self) -> None:
         while True:
@@ -114,6 +150,7 @@ class RedisDeltaSink:
             try:
                 self._send(batch)
             except BaseException:  # the process's only sender must outlive any one batch
+                self._abandon()
                 log.exception("live events: a batch failed in the sender thread")
 
     def _send(self, batch: list[RunEvent]) -> None:
@@ -149,11 +186,7 @@ class RedisDeltaSink:
             failed |= {e.run_id for e in batch}
             raise
         finally:
-            with self._cond:
-                self._sent += self._taken  # counted once sent: `flush` relies on the order
-                self._busy = False
-                self._broken |= failed
-                self._cond.notify_all()
+            self._done(failed)  # counted once sent: `flush` relies on the order
 
     def discard(self, run_ids: Sequence[str]) -> None:
         """Delete the runs' streams; if Redis does not answer, they expire after RATCHET_STREAM_TTL."""

@@ -3,7 +3,7 @@ or on the caller's connection when one is given."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
 from orchestrator.run import LogEntry, RunOutput, RunPage, RunRecord, Session
+from orchestrator.status import RunStatus
 from orchestrator.store import listing, reads, sessions
 from orchestrator.store.backend import Backend
 from orchestrator.timeline import Step
@@ -29,6 +30,10 @@ class StoreReads:
     def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
         """The run's row, or RunNotFoundError."""
         return self._read(conn, lambda c: reads.get_record(c, run_id))
+
+    def statuses(self, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+        """The status of each of these runs this database holds (a run it does not is left out)."""
+        return self._backend.quick(lambda c: reads.statuses(c, run_ids))
 
     def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's stored messages in order (the system message lives on the run row)."""

@@ -8,6 +8,7 @@ run with its transcript in one round trip instead (`PostgresBackend.output`), th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, select
@@ -37,6 +38,15 @@ def find_record(conn: Connection, run_id: str) -> RunRecord | None:
     """The run's row, or None."""
     row = direct.first(conn, statements.RUN, {"b_run_id": run_id})
     return RunRecord.from_row(row) if row is not None else None
+
+
+def statuses(conn: Connection, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+    """The status of each of these runs this database holds (a run it does not is left out)."""
+    found: dict[str, RunStatus] = {}
+    for i in range(0, len(run_ids), 500):  # within every database's limit of bound parameters
+        rows = conn.execute(select(runs.c.run_id, runs.c.status).where(runs.c.run_id.in_(run_ids[i : i + 500])))
+        found.update((row.run_id, RunStatus(row.status)) for row in rows)
+    return found
 
 
 def get_messages(conn: Connection, run_id: str) -> list[Message]:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.exceptions import SoftTimeLimitExceeded
 from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 
@@ -147,6 +149,52 @@ def test_a_message_being_written_is_not_read_half_written(tmp_path: Path, monkey
     assert json.loads(written) == {"body": "whole"}  # already whole
     assert ours._get("ratchet.model") == {"body": "whole"}
     assert sorted(p.name for p in queue.iterdir()) == [".part-0123"]  # nothing of its own left behind
+
+
+def test_a_put_that_fails_or_is_interrupted_before_its_rename_leaves_no_part_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = tmp_path / "fs" / "queue"
+    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    with pytest.raises(TypeError):  # a payload JSON cannot hold: refused before any file exists
+        ours._put("ratchet.model", {"body": object()})
+
+    def interrupted(src: str, dst: str) -> None:  # the step's soft time limit lands between write and rename
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(broker.os, "replace", interrupted)
+    with pytest.raises(SoftTimeLimitExceeded):
+        ours._put("ratchet.model", {"body": "whole"})
+    assert list(queue.iterdir()) == []
+
+
+def test_a_part_file_a_killed_writer_left_is_removed_by_a_consumer_and_never_delivered(tmp_path: Path) -> None:
+    # Given the part files of a writer killed between its write and its rename (an hour ago), and
+    # of one writing now, named as `_put` names them
+    queue = tmp_path / "fs" / "queue"
+    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    left = queue / f"{broker.PART}{'a' * 32}"
+    left.write_bytes(b'{"body": "half')
+    hour_ago = time.time() - 3600
+    os.utime(left, (hour_ago, hour_ago))
+    writing = queue / f"{broker.PART}{'b' * 32}"
+    writing.write_bytes(b'{"body": "wh')
+    ours._put("ratchet.model", {"body": "whole"})
+
+    # When a worker's channel polls the queue
+    assert ours._get("ratchet.model") == {"body": "whole"}  # the message, and only it
+    with pytest.raises(Empty):
+        ours._get("ratchet.model")
+
+    # Then the old part file is gone, the one being written is left to its writer
+    assert sorted(p.name for p in queue.iterdir()) == [writing.name]
+    # and a channel looks again only every PART_SWEEP_SECONDS, not at each poll
+    left.write_bytes(b"{")
+    os.utime(left, (hour_ago, hour_ago))
+    with pytest.raises(Empty):
+        ours._get("ratchet.model")
+    assert left.exists()
+    assert broker.remove_stale_parts(queue) == [left.name]
 
 
 def test_processes_binding_one_exchange_at_once_keep_every_binding(tmp_path: Path) -> None:

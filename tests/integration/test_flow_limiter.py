@@ -19,13 +19,14 @@ import redis
 from orchestrator import Agent, RunStatus
 from orchestrator.flow import LocalLimiter
 from orchestrator.models.base import RateLimit
-from orchestrator.ports import Ask, Limiter, StepRef, set_limiter
+from orchestrator.ports import Ask, Limiter, Place, StepRef, set_limiter
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.flow_support import limited, lookup, name
 from tests.servers import RedisServer
 from tests.support import CountingModel
+from workers import flow as redis_flow
 from workers.flow import RedisLimiter
 
 SLOT = 30.0
@@ -116,6 +117,29 @@ def test_a_place_not_renewed_frees_itself(make_limiter: object) -> None:
     wait_until(lambda: limiter.admit(run("b", limit=1)).admitted, timeout=5, what="a's place to expire")
 
 
+def test_a_listed_place_is_freed_for_the_run_waiting_unless_its_run_renewed_it_since(limiter: Limiter) -> None:
+    assert limiter.admit(run("a", limit=1)).admitted
+    assert limiter.admit(run("x", key="tenant-b", limit=1)).admitted
+    assert not limiter.admit(run("b", limit=1)).admitted
+    assert limiter.wait_for_room("tenant-a", 1, step("b")) is False
+    listed = {p.run_id: p for p in limiter.held()}
+    assert {(p.key, r) for r, p in listed.items()} == {("tenant-a", "a"), ("tenant-b", "x")}
+
+    # a goes on (a continued run): its next step renews the place, which the listing no longer frees
+    def renewed() -> bool:
+        assert limiter.admit(run("a", limit=1)).admitted
+        return {p.run_id: p for p in limiter.held()}["a"].until != listed["a"].until
+
+    wait_until(renewed, timeout=5, what="a renewal stamped later than the listing")
+    assert limiter.free(listed["a"], 1) == (False, None)
+    (now,) = [p for p in limiter.held() if p.run_id == "a"]
+    assert limiter.free(now, 1) == (True, step("b"))  # freed as listed: b, waiting, takes it
+    assert limiter.free(now, 1) == (False, None)  # once
+    assert {p.run_id for p in limiter.held()} == {"b", "x"}
+    assert limiter.release("a", 1) is None  # a's own release, late, frees nothing of b's
+    assert not limiter.admit(run("c", limit=1)).admitted
+
+
 def test_concurrent_admissions_never_exceed_the_limit(limiter: Limiter) -> None:
     admitted: list[str] = []
     barrier = threading.Barrier(12)
@@ -158,6 +182,35 @@ def test_a_model_counts_tokens_and_a_call_corrects_its_estimate(limiter: Limiter
     assert refused.reason == "tokens" and refused.wait > 24  # 41 tokens to refill
 
 
+def test_a_correction_counts_when_the_next_admit_of_its_model_is_refused_for_concurrency(limiter: Limiter) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    rate = RateLimit(tokens=100, per=60)
+    assert limiter.admit(Ask(run_id="a", key="k", limit=1, model=model, rate=rate, tokens=50)).admitted
+    limiter.settle(model, rate, 40)  # a used 90
+    assert limiter.admit(Ask(run_id="b", key="k", limit=1, model=model, rate=rate, tokens=1)).reason == "concurrency"
+    # 10 tokens left, not 50: the correction went with b's admit though b was refused
+    assert limiter.admit(Ask(run_id="c", model=model, rate=rate, tokens=20)).reason == "tokens"
+
+
+def test_a_correction_is_kept_while_redis_cannot_be_reached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_flow, "LOG_EVERY", 0.3)  # not asked again for this long after a failure
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        limiter = RedisLimiter(Settings(), server.url)
+        model, rate = "m", RateLimit(tokens=100, per=60)
+        limiter.settle(model, rate, 40)  # a call used 40 tokens more than its estimate
+        server.stop()
+        # The admit that carries the correction finds no Redis, and the next is not sent at all
+        assert limiter.admit(Ask(run_id="b", model=model, rate=rate, tokens=1)).admitted
+        assert limiter.admit(Ask(run_id="b", model=model, rate=rate, tokens=1)).admitted
+        server.start()  # a new Redis on the same port, empty: the model's bucket is full again
+        wait_until(lambda: limiter.admit(Ask(run_id="y", key="k", limit=1)).admitted and limiter.held(), timeout=5)
+        # The correction reaches it with the model's next admit: 60 tokens left, not 100
+        assert limiter.admit(Ask(run_id="c", model=model, rate=rate, tokens=70)).reason == "tokens"
+    finally:
+        server.stop()
+
+
 def test_a_call_larger_than_the_token_limit_goes_when_the_bucket_is_full(limiter: Limiter) -> None:
     model = f"m-{uuid.uuid4().hex[:6]}"
     rate = RateLimit(tokens=100, per=60)
@@ -189,6 +242,20 @@ def test_a_429_blocks_its_model_for_everyone_and_a_shorter_one_does_not_shorten_
     wait_until(lambda: limiter.admit(ask).admitted, timeout=5, what="the block to end")
 
 
+def test_a_key_whose_places_are_all_gone_leaves_redis_s_index_of_keys(redis_url: str) -> None:
+    prefix = f"ratchet:flow:test-{uuid.uuid4().hex[:8]}:"
+    limiter = RedisLimiter(Settings(), redis_url, prefix=prefix)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert limiter.admit(run("a", key="k1")).admitted and limiter.admit(run("b", key="k2")).admitted
+        assert client.smembers(limiter.index) == {b"k1", b"k2"}
+        assert limiter.release("a", 2) is None
+        assert [(p.key, p.run_id) for p in limiter.held()] == [("k2", "b")]
+        assert client.smembers(limiter.index) == {b"k2"}  # k1 had no place left at that read
+    finally:
+        client.delete(*client.keys(f"{prefix}*") or ["-"])
+
+
 def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RedisLimiter(Settings(), "redis://127.0.0.1:1/0")
     rate = RateLimit(requests=1)
@@ -196,6 +263,7 @@ def test_a_redis_that_is_gone_lets_every_step_go(caplog: pytest.LogCaptureFixtur
     assert limiter.admit(Ask(run_id="b", key="k", limit=1, model="m", rate=rate)).admitted
     assert limiter.wait_for_room("k", 1, step("c")) is True
     assert limiter.release("a", 1) is None
+    assert limiter.held() == [] and limiter.free(Place(key="k", run_id="a", until=1.0), 1) == (False, None)
     limiter.block("m", 1.0)
     assert "fails open" in caplog.text
 

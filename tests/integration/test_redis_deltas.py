@@ -21,7 +21,7 @@ from orchestrator.testing import in_memory
 from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
-from workers.deltas import KEY, RedisDeltaSink
+from workers.deltas import FLUSH_TIMEOUT, KEY, RedisDeltaSink
 
 
 def delta(run_id: str, k: int) -> RunEvent:
@@ -173,6 +173,56 @@ def test_a_step_interrupted_while_its_flush_sends_other_runs_deltas_leaves_their
     sink.write(delta(y, 4))
     sink.flush(y)
     assert sink.read(y, None)[0][-1].content == "w4 "
+
+
+@pytest.mark.parametrize("interrupted", ["write", "flush"])
+def test_a_step_interrupted_between_taking_a_batch_and_sending_it_leaves_the_sink_free(
+    redis_url: str, run_ids: list[str], interrupted: str
+) -> None:
+    # Given a step whose soft time limit lands just after its thread took a batch to send (its
+    # first delta, sent on its own thread by `write`; or what its `flush` found queued), before
+    # the send began: the signal's handler raises there
+    a, b = run_ids[:2]
+    sink = RedisDeltaSink(Settings(broker_url=redis_url))  # no database: the sink needs none
+    take = sink._take
+
+    def take_then_the_signal() -> list[RunEvent]:
+        take()  # the batch is taken (the sink busy with it), then the signal lands
+        raise SoftTimeLimitExceeded()
+
+    if interrupted == "flush":
+        hold = threading.Event()  # the sender thread does not take the queue first
+        sink._flusher = threading.Thread(target=hold.wait, daemon=True)
+        sink._flusher.start()
+        sink.write(delta(a, 1))
+        sink.write(delta(a, 2))  # queued: a's first went out on the step's thread
+    sink._take = take_then_the_signal  # type: ignore[method-assign]
+    with pytest.raises(SoftTimeLimitExceeded):
+        sink.flush(a) if interrupted == "flush" else sink.write(delta(a, 1))
+    del sink._take
+    if interrupted == "flush":
+        hold.set()
+        sink._flusher = None
+
+    # When another run's step streams and flushes
+    done = threading.Event()
+
+    def step() -> None:
+        sink.write(delta(b, 1))
+        sink.write(delta(b, 2))
+        sink.flush(b)
+        done.set()
+
+    threading.Thread(target=step, daemon=True).start()
+
+    # Then its flush returns (it would have waited FLUSH_TIMEOUT for a batch never sent) with
+    # its text stored, and the interrupted run's text has no hole once its next step flushes
+    assert done.wait(FLUSH_TIMEOUT / 2), "the flush waited for a batch an interrupted step had taken"
+    assert [e.content for e in sink.read(b, None)[0]] == ["w1 ", "w2 "]
+    sink.write(delta(a, 3))  # a is given up for the interrupted step: dropped
+    sink.flush(a)
+    seen = [e.content for e in sink.read(a, None)[0]]
+    assert seen == ["w1 ", "w2 "][: len(seen)], seen
 
 
 # ---------------------------------------------------------------- bounded and expiring
