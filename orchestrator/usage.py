@@ -29,9 +29,10 @@ MAX_TOKENS = 2**31 - 1
 
 def reported_usage(input: object, output: object, cached: object = None, reasoning: object = None) -> dict[str, int]:
     """`ModelReply.usage` from the counts a provider sent; a count it did not send as a whole
-    number is left out, unknown, never 0 (`count`). A provider's reply is not validated by its
-    SDK (or only leniently), so this is where a bad count stops: as unknown, instead of failing
-    the step or the commit, or reading as an exact 0."""
+    number is left out, unknown, never 0 (`count`). The adapters read the counts from the JSON
+    the provider sent, which nothing validated (`orchestrator.models._json`), so this is where a
+    bad count stops: as unknown, instead of failing the step or the commit, or reading as an
+    exact 0."""
     counts = dict(input_tokens=input, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning)
     return {name: n for name, value in counts.items() if (n := count(value)) is not None}
 

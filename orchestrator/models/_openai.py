@@ -361,11 +361,11 @@ class OpenAIModel(Model):
         not `chat.completions.create(**params)`: `create` first walks the whole request against
         its typed schema, which costs the worker 22 ms of CPU, GIL held, for a 200-message
         transcript (1 ms through `post`). The body is plain JSON built by `build_request`, which
-        that walk would not change; errors, retries, timeouts and the reply's types are the SDK's."""
+        that walk would not change; errors, retries and timeouts are the SDK's."""
 
     @abstractmethod
     def read_reply(self, raw: Any) -> ModelReply:
-        """Turn the API's answer into a `ModelReply`, or raise `MalformedReply`."""
+        """Read the reply's JSON as sent (`orchestrator.models._json`) into a `ModelReply`, or raise MalformedReply."""
 
     @abstractmethod
     def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:

@@ -116,7 +116,7 @@ def _events(
                 raise
         if failure is not None:
             raise failure
-        if getattr(event, "type", None) == "error":
+        if isinstance(event, dict) and event.get("type") == "error":
             # The Responses API's error event (Chat's is the SDK's `APIError` above).
-            raise stream_error(model, event.code, event.message, api_key)
+            raise stream_error(model, event.get("code"), str(event.get("message")), api_key)
         yield event

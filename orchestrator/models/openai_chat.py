@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.messages import Message, ToolCall
+from orchestrator.models._json import json_list, json_object, member, post_json
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
@@ -99,27 +100,24 @@ class OpenAIChat(OpenAIModel):
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /chat/completions (see `OpenAIModel.send` for why not `chat.completions.create`)."""
-        from openai.types.chat import ChatCompletion
-
-        return client.post("/chat/completions", body=params, cast_to=ChatCompletion, options=options)
+        return post_json(client, "/chat/completions", params, options)
 
     def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:
         """POST /chat/completions with `stream: true`, the usage asked for in the last chunk.
 
         Each chunk comes out as the JSON object the server sent (`Stream[object]`), not a
-        `ChatCompletionChunk`: building that model cost the worker about as much as the rest of
-        a delta's way to its readers (a 32-chunk reply from the scripted server read in 17.4 ms
-        typed and 8.9 ms as JSON, bench/FINDINGS.md), and `ChatStreamReader` reads a handful of
-        its fields. The SDK's own error handling (HTTP errors, `{"error": ...}` events) is the same."""
+        `ChatCompletionChunk` (`orchestrator.models._json`): building that model cost the worker
+        about as much as the rest of a delta's way to its readers (a 32-chunk reply from the
+        scripted server read in 17.4 ms typed and 8.9 ms as JSON, bench/FINDINGS.md), and
+        `ChatStreamReader` reads a handful of its fields."""
         import openai
-        from openai.types.chat import ChatCompletion
 
         stream_options = {**(params.get("stream_options") or {}), "include_usage": True}
         body = {**params, "stream": True, "stream_options": stream_options}
         return client.post(
             "/chat/completions",
             body=body,
-            cast_to=ChatCompletion,
+            cast_to=object,
             options=options,
             stream=True,
             stream_cls=openai.Stream[object],
@@ -130,27 +128,33 @@ class OpenAIChat(OpenAIModel):
         return ChatStreamReader()
 
     def read_reply(self, raw: Any) -> ModelReply:
-        """The first choice's text and function calls; arguments are passed through unparsed."""
-        choices = getattr(raw, "choices", None)
-        if not choices or getattr(choices[0], "message", None) is None:
+        """The first choice's text and function calls, read from the reply's JSON; arguments are
+        passed through unparsed."""
+        reply = json_object(raw, "reply")
+        choices = reply.get("choices")
+        choice: Any = choices[0] if isinstance(choices, list) and choices else None
+        if member(choice, "message") is None:
             raise malformed(self, "the reply has no choices")
-        message = choices[0].message
+        message = json_object(choice["message"], "message")
         calls = []
-        for call in message.tool_calls or []:
-            function = getattr(call, "function", None)
-            if function is None:
+        for call in json_list(message.get("tool_calls") or [], "tool_calls"):
+            call = json_object(call, "tool call")
+            if call.get("function") is None:
                 # A custom (non-function) tool call: Ratchet only offers function tools.
                 continue
+            function = json_object(call["function"], "function")
             # Invalid JSON is not an error here: the engine reports it to the model as a tool error.
-            calls.append(ToolCall(id=call.id, name=function.name, arguments=function.arguments or "{}"))
-        usage = getattr(raw, "usage", None)
+            arguments = function.get("arguments") or "{}"
+            calls.append(
+                ToolCall.model_validate({"id": call.get("id"), "name": function.get("name"), "arguments": arguments})
+            )
         return ModelReply(
-            content=message.content,
+            content=message.get("content"),
             tool_calls=calls,
-            usage=chat_usage(usage),
-            response_model=getattr(raw, "model", None),
-            response_id=getattr(raw, "id", None),
-            finish_reason=getattr(choices[0], "finish_reason", None),
+            usage=chat_usage(reply.get("usage")),
+            response_model=reply.get("model"),
+            response_id=reply.get("id"),
+            finish_reason=choice.get("finish_reason"),
         )
 
 
@@ -169,10 +173,10 @@ class ChatStreamReader(StreamReader):
 
     def feed(self, event: Any) -> str | None:
         """Take one chunk; its text delta, if it has one."""
-        chunk = _object(event, "chunk")
+        chunk = json_object(event, "chunk")
         usage = chunk.get("usage")
         if usage is not None:
-            self._usage = chat_usage(_object(usage, "usage"))
+            self._usage = chat_usage(usage)
         self._model = chunk.get("model") or self._model
         self._id = chunk.get("id") or self._id
         choice = next((c for c in map(_choice, chunk.get("choices") or []) if c.get("index") == 0), None)
@@ -180,15 +184,15 @@ class ChatStreamReader(StreamReader):
             return None
         if choice.get("finish_reason") is not None:
             self._finished = str(choice["finish_reason"])
-        delta = _object(choice.get("delta") or {}, "delta")
+        delta = json_object(choice.get("delta") or {}, "delta")
         for fragment in delta.get("tool_calls") or []:
-            fragment = _object(fragment, "tool call fragment")
+            fragment = json_object(fragment, "tool call fragment")
             call = self._calls.setdefault(_index(fragment.get("index")), PartialCall())
             # Some servers repeat the id and the name in every fragment: the last one stands.
             call.id = fragment.get("id") or call.id
             function = fragment.get("function")
             if function is not None:
-                function = _object(function, "function")
+                function = json_object(function, "function")
                 call.name = function.get("name") or call.name
                 if function.get("arguments"):
                     call.arguments.append(function["arguments"])
@@ -214,14 +218,8 @@ class ChatStreamReader(StreamReader):
         )
 
 
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"a {what} that is not a JSON object: {type(value).__name__}")
-    return value
-
-
 def _choice(value: Any) -> dict[str, Any]:
-    return _object(value, "choice")
+    return json_object(value, "choice")
 
 
 def _index(value: Any) -> int:
@@ -233,22 +231,15 @@ def _index(value: Any) -> int:
     return value
 
 
-def _field(value: Any, name: str) -> Any:
-    """`value`'s `name`: a key of a JSON object (a streamed chunk's) or an attribute (the SDK's
-    types); None if it has none."""
-    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-
 def chat_usage(usage: Any) -> dict[str, int]:
-    """`ModelReply.usage` from a Chat Completions `usage`, the SDK's type or a streamed chunk's
-    JSON object (None: the provider reported none)."""
-    if usage is None:
-        return {}
+    """`ModelReply.usage` from a Chat Completions `usage` as the server sent it, in a whole reply
+    or the last chunk of a stream: a count that is no whole number, or a `usage` that is no
+    object (None: the provider reported none), is unknown."""
     return reported_usage(
-        _field(usage, "prompt_tokens"),
-        _field(usage, "completion_tokens"),
-        _field(_field(usage, "prompt_tokens_details"), "cached_tokens"),
-        _field(_field(usage, "completion_tokens_details"), "reasoning_tokens"),
+        member(usage, "prompt_tokens"),
+        member(usage, "completion_tokens"),
+        member(member(usage, "prompt_tokens_details"), "cached_tokens"),
+        member(member(usage, "completion_tokens_details"), "reasoning_tokens"),
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
+from orchestrator.models._json import json_list, json_object, member, post_json
 from orchestrator.models._openai import OpenAIModel, malformed, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
@@ -103,60 +104,62 @@ class OpenAIResponses(OpenAIModel):
 
     def send(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> Any:
         """POST /responses (see `OpenAIModel.send` for why not `responses.create`)."""
-        from openai.types.responses import Response
-
-        return client.post("/responses", body=params, cast_to=Response, options=options)
+        return post_json(client, "/responses", params, options)
 
     def open_stream(self, client: openai.OpenAI, params: dict[str, Any], options: RequestOptions) -> openai.Stream[Any]:
-        """POST /responses with `stream: true`."""
+        """POST /responses with `stream: true`, each event read as the JSON object the server sent
+        (`Stream[object]`, `orchestrator.models._json`), not a typed `ResponseStreamEvent`."""
         import openai
-        from openai.types.responses import Response, ResponseStreamEvent
 
         return client.post(
             "/responses",
             body={**params, "stream": True},
-            cast_to=Response,
+            cast_to=object,
             options=options,
             stream=True,
-            stream_cls=openai.Stream[ResponseStreamEvent],
+            stream_cls=openai.Stream[object],
         )
 
     def stream_reader(self) -> StreamReader:
         """Reads Responses stream events (see `ResponsesStreamReader`)."""
         return ResponsesStreamReader(self)
 
-    def failed(self, raw: Any) -> ModelCallError:
+    def failed(self, response: Any) -> ModelCallError:
         """The error for a response whose status is `failed` (retryable: the next try may be fine)."""
-        detail = getattr(getattr(raw, "error", None), "message", None) or "the response failed"
+        detail = member(member(response, "error"), "message") or "the response failed"
         return ModelCallError(f"{self.describe()}: {detail}", retryable=True, kind="ResponseFailed")
 
     def read_reply(self, raw: Any) -> ModelReply:
-        """The output's text and function calls; arguments are passed through unparsed."""
-        if getattr(raw, "status", None) == "failed":
-            raise self.failed(raw)
-        output = getattr(raw, "output", None)
+        """The output's text and function calls, read from the response's JSON; arguments are
+        passed through unparsed."""
+        response = json_object(raw, "response")
+        if response.get("status") == "failed":
+            raise self.failed(response)
+        output = response.get("output")
         if not output:
             raise malformed(self, "the response has no output")
         texts: list[str] = []
         calls: list[ToolCall] = []
         saw_message = False
-        for item in output:
-            kind = getattr(item, "type", None)
+        for item in map(_item, json_list(output, "output")):
+            kind = item.get("type")
             if kind == "message":
                 saw_message = True
-                texts.extend(p.text for p in item.content if getattr(p, "type", None) == "output_text" and p.text)
+                parts = [json_object(p, "content part") for p in json_list(item.get("content"), "message content")]
+                texts.extend(p["text"] for p in parts if p.get("type") == "output_text" and p.get("text"))
             elif kind == "function_call":
-                # Invalid JSON is not an error here: the engine reports it to the model as a tool error.
-                calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "{}"))
+                calls.append(_call(item).done())
         if not saw_message and not calls:
             raise malformed(self, "the output has neither a message nor a function call")
-        return replied(raw, "".join(texts) if saw_message else None, calls)
+        return replied(response, "".join(texts) if saw_message else None, calls)
 
 
 class ResponsesStreamReader(StreamReader):
     """The text of `response.output_text.delta`, function calls from `response.output_item.added`
     and their `response.function_call_arguments.delta` fragments, and the usage of the final
-    `response.completed` (or `response.incomplete`, which a whole reply is read through too)."""
+    `response.completed` (or `response.incomplete`, which a whole reply is read through too), read
+    from each event's JSON object (a part that is not the object it should be is a malformed
+    reply: `read_guarded`)."""
 
     def __init__(self, model: OpenAIResponses) -> None:
         self._model = model
@@ -167,27 +170,26 @@ class ResponsesStreamReader(StreamReader):
 
     def feed(self, event: Any) -> str | None:
         """Take one event; its text delta, if it is one."""
-        kind = event.type
+        event = json_object(event, "event")
+        kind = event.get("type")
         if kind == "response.output_text.delta":
-            self._text.append(event.delta)
-            return str(event.delta)
+            self._text.append(_text(event, "delta"))
+            return self._text[-1]
         if kind == "response.output_item.added":
-            item = event.item
-            if item.type == "message":
+            item = _item(event.get("item"))
+            if item.get("type") == "message":
                 self._saw_message = True
-            elif item.type == "function_call":
-                self._calls[event.output_index] = PartialCall(
-                    id=item.call_id, name=item.name, arguments=[item.arguments or ""]
-                )
+            elif item.get("type") == "function_call":
+                self._calls[event["output_index"]] = _call(item)
         elif kind == "response.function_call_arguments.delta":
-            self._calls[event.output_index].arguments.append(event.delta)
+            self._calls[event["output_index"]].arguments.append(_text(event, "delta"))
         elif kind == "response.function_call_arguments.done":
             # The whole arguments: they stand whatever the fragments said.
-            self._calls[event.output_index].arguments = [event.arguments]
+            self._calls[event["output_index"]].arguments = [_text(event, "arguments")]
         elif kind in ("response.completed", "response.incomplete"):
-            self._final = event.response
+            self._final = json_object(event.get("response"), "response")
         elif kind == "response.failed":
-            raise self._model.failed(event.response)
+            raise self._model.failed(event.get("response"))
         return None
 
     def reply(self) -> ModelReply:
@@ -200,31 +202,50 @@ class ResponsesStreamReader(StreamReader):
         return replied(self._final, "".join(self._text) if self._saw_message else None, calls)
 
 
-def replied(response: Any, content: str | None, calls: list[ToolCall]) -> ModelReply:
-    """The reply of a `Response`, whole or streamed. The Responses API gives no finish reason:
-    an incomplete response's reason ("max_output_tokens", "content_filter") stands for it, else
-    Chat Completions' words ("tool_calls", "stop"), so traces read alike for both APIs."""
-    incomplete = getattr(getattr(response, "incomplete_details", None), "reason", None)
+def replied(response: dict[str, Any], content: str | None, calls: list[ToolCall]) -> ModelReply:
+    """The reply of a response's JSON, whole or streamed. The Responses API gives no finish
+    reason: an incomplete response's reason ("max_output_tokens", "content_filter") stands for
+    it, else Chat Completions' words ("tool_calls", "stop"), so traces read alike for both APIs."""
+    incomplete = member(response.get("incomplete_details"), "reason")
     return ModelReply(
         content=content,
         tool_calls=calls,
-        usage=responses_usage(getattr(response, "usage", None)),
-        response_model=getattr(response, "model", None),
-        response_id=getattr(response, "id", None),
+        usage=responses_usage(response.get("usage")),
+        response_model=response.get("model"),
+        response_id=response.get("id"),
         finish_reason=incomplete or ("tool_calls" if calls else "stop"),
     )
 
 
 def responses_usage(usage: Any) -> dict[str, int]:
-    """`ModelReply.usage` from a Responses API `usage` (None: the provider reported none)."""
-    if usage is None:
-        return {}
+    """`ModelReply.usage` from a Responses API `usage` as the server sent it: a count that is no
+    whole number, or a `usage` that is no object (None: the provider reported none), is unknown."""
     return reported_usage(
-        getattr(usage, "input_tokens", None),
-        getattr(usage, "output_tokens", None),
-        getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None),
-        getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None),
+        member(usage, "input_tokens"),
+        member(usage, "output_tokens"),
+        member(member(usage, "input_tokens_details"), "cached_tokens"),
+        member(member(usage, "output_tokens_details"), "reasoning_tokens"),
     )
+
+
+def _item(value: Any) -> dict[str, Any]:
+    return json_object(value, "output item")
+
+
+def _call(item: dict[str, Any]) -> PartialCall:
+    """A `function_call` item's call (its arguments may still come in fragments when streamed).
+    Invalid JSON is not an error here: the engine reports it to the model as a tool error."""
+    return PartialCall(id=item.get("call_id"), name=item.get("name"), arguments=[_text(item, "arguments", "")])
+
+
+def _text(value: dict[str, Any], name: str, missing: str | None = None) -> str:
+    """The text `value[name]`, `missing` if it is null or absent and that is allowed."""
+    text = value.get(name)
+    if text is None and missing is not None:
+        return missing
+    if not isinstance(text, str):
+        raise TypeError(f"a {name} that is not text: {type(text).__name__}")
+    return text
 
 
 def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -117,7 +117,7 @@ class ScriptConfig(BaseModel):
     #: Fields of each reply's `usage` object sent as given over the counts the script makes, in
     #: the API's own names (`prompt_tokens`, ... for Chat Completions; `input_tokens`, ... for
     #: Responses): a provider whose usage is not what its API says. The HTTP server's replies: one
-    #: not streamed, and a streamed chat's usage chunk.
+    #: not streamed, a streamed chat's usage chunk, a streamed response's `response.completed`.
     usage_fields: dict[str, Any] = Field(default_factory=dict)
     #: Per model id, a whole config used instead of this one (a team leader and its members).
     by_model: dict[str, ScriptConfig] = Field(default_factory=dict)

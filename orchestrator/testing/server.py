@@ -286,12 +286,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, payload, trickle_s=trickle)
 
     def _send_stream(self, api: str, model: str, reply: ScriptedReply, body: dict[str, Any]) -> None:
+        fields = self.server.owner.config.for_model(model).usage_fields
         if api == "chat":
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            fields = self.server.owner.config.for_model(model).usage_fields
             events = chat_chunks(model, reply, include_usage=include_usage, usage_fields=fields)
         else:
-            events = response_events(model, reply, body)
+            events = response_events(model, reply, body, usage_fields=fields)
         if reply.break_after is not None and reply.break_error is not None:
             events = [*events[: reply.break_after], error_event(api, reply.break_error, reply.break_after)]
         delay_s = self.server.owner.config.for_model(model).chunk_delay_s

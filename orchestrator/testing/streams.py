@@ -102,8 +102,11 @@ def chat_chunks(
     return [*events, CHAT_DONE]
 
 
-def response_events(model: str, reply: ScriptedReply, request: Mapping[str, Any]) -> list[bytes]:
-    """A reply as a Responses stream: `response.created` to `response.completed`."""
+def response_events(
+    model: str, reply: ScriptedReply, request: Mapping[str, Any], *, usage_fields: Mapping[str, Any] | None = None
+) -> list[bytes]:
+    """A reply as a Responses stream: `response.created` to `response.completed`. `usage_fields`:
+    sent as given in the completed response's usage (`ScriptConfig.usage_fields`)."""
     final = response_model(model, reply, request)
     started = final.model_copy(update={"status": "in_progress", "output": [], "usage": None, "completed_at": None})
     numbers = itertools.count()
@@ -116,8 +119,10 @@ def response_events(model: str, reply: ScriptedReply, request: Mapping[str, Any]
             events += _function_call_events(index, item, numbers)
         elif isinstance(item, ResponseOutputMessage):
             events += _message_events(index, item, numbers)
-    events.append(ResponseCompletedEvent(type="response.completed", response=final, sequence_number=next(numbers)))
-    return [_data(event, named=True) for event in events]
+    completed = ResponseCompletedEvent(type="response.completed", response=final, sequence_number=next(numbers))
+    body = completed.model_dump(mode="json", exclude_unset=True)
+    body["response"]["usage"] = {**body["response"]["usage"], **(usage_fields or {})}
+    return [*(_data(event, named=True) for event in events), f"event: {completed.type}\n".encode() + _data_of(body)]
 
 
 def error_event(api: str, body: Mapping[str, Any], sequence_number: int) -> bytes:

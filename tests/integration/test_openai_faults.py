@@ -132,6 +132,75 @@ def test_a_200_whose_body_is_not_json_is_a_retryable_malformed_reply_naming_the_
     assert ask(model).tool_calls, "the fault fires once, so the retry succeeds"
 
 
+# A whole reply is read as the JSON the server sent (`orchestrator.models._json`): each API's
+# body of the wrong shape, and what the error names.
+WRONG_SHAPES = [
+    pytest.param(OpenAIChat, "[1, 2]", "not a JSON object", id="chat-not-an-object"),
+    pytest.param(OpenAIChat, '{"id": "c"}', "no choices", id="chat-no-choices"),
+    pytest.param(OpenAIChat, '{"choices": [{"message": "hi"}]}', "not a JSON object", id="chat-message-text"),
+    pytest.param(
+        OpenAIChat, '{"choices": [{"message": {"tool_calls": [{"function": {"name": "search"}}]}}]}', "ToolCall\nid",
+        id="chat-call-without-id",
+    ),
+    pytest.param(OpenAIResponses, "null", "not a JSON object", id="responses-null"),
+    pytest.param(OpenAIResponses, '{"output": []}', "no output", id="responses-no-output"),
+    pytest.param(
+        OpenAIResponses, '{"output": [{"type": "message", "content": "hi"}]}', "not a JSON array",
+        id="responses-content-text",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model_class", "body", "named"), WRONG_SHAPES)
+def test_a_200_whose_json_is_not_the_apis_reply_is_a_retryable_malformed_reply_saying_what(
+    server: ScriptedServer, model_class: type[OpenAIModel], body: str, named: str
+) -> None:
+    server.configure(ScriptConfig(faults=[Fault(status=200, body=body)]))
+    model = model_class("gpt-test", base_url=server.url)
+
+    error = failure(model)
+
+    assert (error.retryable, error.kind) == (True, "MalformedReply")
+    assert str(error).startswith(model.describe() + ": malformed reply: ") and named in str(error), error
+    assert ask(model).tool_calls, "the fault fires once, so the retry succeeds"
+
+
+def test_a_failed_response_is_a_retryable_error_with_the_providers_message(server: ScriptedServer) -> None:
+    body = '{"status": "failed", "output": [], "error": {"code": "server_error", "message": "the model broke"}}'
+    server.configure(ScriptConfig(faults=[Fault(status=200, body=body)]))
+    model = OpenAIResponses("gpt-test", base_url=server.url)
+
+    error = failure(model)
+
+    assert (error.retryable, error.kind, str(error)) == (True, "ResponseFailed", f"{model.describe()}: the model broke")
+
+
+LABELLED_AS_TEXT = {
+    OpenAIChat: '{"id": "c", "model": "m", "choices": [{"index": 0, "finish_reason": "stop", "message": '
+    '{"role": "assistant", "content": "from a proxy"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}',
+    OpenAIResponses: '{"id": "r", "model": "m", "status": "completed", "output": [{"type": "message", "role": '
+    '"assistant", "content": [{"type": "output_text", "text": "from a proxy"}]}], '
+    '"usage": {"input_tokens": 3, "output_tokens": 2}}',
+}
+
+
+def test_a_reply_labelled_as_text_is_read_as_json_all_the_same(
+    server: ScriptedServer, adapter: type[OpenAIModel]
+) -> None:
+    # Some proxies label a JSON reply text/plain; the client parses such a body for a typed reply,
+    # so Ratchet, which asks it for the JSON instead, parses it too.
+    fault = Fault(status=200, body=LABELLED_AS_TEXT[adapter], content_type="text/plain")
+    server.configure(ScriptConfig(faults=[fault]))
+
+    reply = ask(adapter("gpt-test", base_url=server.url))
+
+    assert (reply.content, reply.usage, reply.response_model) == (
+        "from a proxy",
+        {"input_tokens": 3, "output_tokens": 2},
+        "m",
+    )
+
+
 def test_a_reply_with_a_nul_or_a_lone_surrogate_reaches_the_model_reply_unchanged(
     server: ScriptedServer, adapter: type[OpenAIModel]
 ) -> None:

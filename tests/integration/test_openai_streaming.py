@@ -275,6 +275,21 @@ def test_a_chat_chunk_of_the_wrong_shape_is_a_retryable_malformed_reply(server: 
     assert "not a JSON object" in str(error) or "not a number" in str(error)
 
 
+def test_a_usage_that_is_not_an_object_is_unknown_streamed_as_whole_not_a_failed_reply(server: ScriptedServer) -> None:
+    # A bad count is unknown, never a failed step (`orchestrator.usage`): a whole `usage` that is
+    # no object too, as a whole reply's is.
+    chunks = [
+        {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]},
+        {"id": "c", "model": "m", "choices": [], "usage": "many"},
+    ]
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    server.configure(ScriptConfig(faults=[Fault(status=200, body=body, content_type="text/event-stream")]))
+
+    reply = ask(OpenAIChat("gpt-test", base_url=server.url), question(), on_delta=lambda _: None)
+
+    assert (reply.content, reply.usage, reply.finish_reason) == ("Hi", {}, "stop")
+
+
 def test_a_stream_slower_than_the_timeout_ends_as_a_retryable_timeout_within_about_it(
     server: ScriptedServer, adapter: type[OpenAIModel]
 ) -> None:

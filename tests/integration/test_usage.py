@@ -137,10 +137,15 @@ def test_ratchet_show_prints_the_runs_tokens_and_cost(
 
 
 # Counts the provider sent as no whole number, in each API's names; the other counts stay the script's.
+# A string and a bool that a lenient reading would take for numbers ("12" as 12, false as 0) are
+# among them: the counts are read from the JSON as sent.
 BAD_COUNTS = [
     pytest.param(OpenAIChat, False, {"prompt_tokens": None, "completion_tokens": [1]}, id="chat-null-list"),
+    pytest.param(OpenAIChat, False, {"prompt_tokens": "12", "completion_tokens": True}, id="chat-string-bool"),
     pytest.param(OpenAIChat, True, {"prompt_tokens": "12", "completion_tokens": ""}, id="chat-streamed-strings"),
+    pytest.param(OpenAIResponses, False, {"input_tokens": "12", "output_tokens": True}, id="responses-string-bool"),
     pytest.param(OpenAIResponses, False, {"input_tokens": None, "output_tokens": ""}, id="responses-null-empty"),
+    pytest.param(OpenAIResponses, True, {"input_tokens": "12", "output_tokens": False}, id="responses-streamed-bool"),
 ]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -44,19 +43,18 @@ def test_a_forged_cursor_is_invalid_input_not_a_database_error(inline: InMemoryD
 
 
 def test_token_counts_a_provider_sends_that_no_column_holds_read_as_unknown() -> None:
-    chat = SimpleNamespace(
-        prompt_tokens=2**40, completion_tokens=-3,
-        prompt_tokens_details=SimpleNamespace(cached_tokens="x"),
-        completion_tokens_details=SimpleNamespace(reasoning_tokens=7),
-    )  # fmt: skip
+    chat = {
+        "prompt_tokens": 2**40, "completion_tokens": -3,
+        "prompt_tokens_details": {"cached_tokens": "x"}, "completion_tokens_details": {"reasoning_tokens": 7},
+    }  # fmt: skip
     assert chat_usage(chat) == {"reasoning_tokens": 7}
-    responses = SimpleNamespace(
-        input_tokens=12, output_tokens=True, input_tokens_details=None, output_tokens_details=None
-    )
+    responses = {"input_tokens": 12, "output_tokens": True, "input_tokens_details": None, "output_tokens_details": 5}
     assert responses_usage(responses) == {"input_tokens": 12}
     # A count not sent is unknown, not 0: a total over it must not look exact
-    assert chat_usage(SimpleNamespace(prompt_tokens=None, completion_tokens=5)) == {"output_tokens": 5}
+    assert chat_usage({"prompt_tokens": None, "completion_tokens": 5}) == {"output_tokens": 5}
     assert chat_usage({"prompt_tokens": "12", "completion_tokens": [1]}) == {}
+    # A usage that is no object is none reported: unknown, not a failed step
+    assert chat_usage("12") == responses_usage([12]) == chat_usage(None) == {}
 
 
 @pytest.mark.parametrize(
