@@ -55,9 +55,10 @@ def test_runs_are_listed_newest_first_filtered_by_status_agent_session_user_and_
     store: Store, client: Client
 ) -> None:
     done = seed(store, S.COMPLETED, agent="a", session_id="s1", user_id="u1")
-    failed = seed(store, S.ERROR, agent="a", session_id="s1", user_id="u2")
+    # A session takes runs for one user only (its first run's): u2's run has a session of its own
+    failed = seed(store, S.ERROR, agent="a", session_id="s4", user_id="u2")
     other_failed = seed(store, S.ERROR, agent="b", session_id="s2", user_id="u1")
-    cancelled = seed(store, S.CANCELLED, agent="b", session_id="s2")
+    cancelled = seed(store, S.CANCELLED, agent="b", session_id="s2", user_id="u1")
     team = seed(store, S.WAITING, agent="t", kind="team", session_id="s3")
     member = seed(store, S.RUNNING, agent="a", parent=team, session_id="s3")
 
@@ -67,7 +68,7 @@ def test_runs_are_listed_newest_first_filtered_by_status_agent_session_user_and_
     assert ids(client.list_runs(status="ERROR,COMPLETED", agent="a")) == [failed, done]
     assert ids(client.list_runs(agent="a")) == [failed, done]
     assert ids(client.list_runs(session_id="s2")) == [cancelled, other_failed]
-    assert ids(client.list_runs(user_id="u1")) == [other_failed, done]
+    assert ids(client.list_runs(user_id="u1")) == [cancelled, other_failed, done]
     # A team's member runs show under it, unless asked for
     assert ids(client.list_runs(agent="a", members=True)) == [member, failed, done]
     assert ids(client.list_runs(status="RUNNING")) == []
@@ -81,7 +82,7 @@ def test_runs_are_listed_newest_first_filtered_by_status_agent_session_user_and_
     assert ids(client.list_runs(since="0s")) == []
     # A summary: the row without the transcript
     (summary,) = client.list_runs(status="ERROR", agent="a").runs
-    assert (summary.agent_name, summary.session_id, summary.user_id, summary.kind) == ("a", "s1", "u2", "agent")
+    assert (summary.agent_name, summary.session_id, summary.user_id, summary.kind) == ("a", "s4", "u2", "agent")
     assert summary.error is not None and (summary.error.type, summary.error.message) == ("ModelCallError", "it broke")
     assert summary.n_messages == 1 and summary.created_at == since < summary.updated_at
 
