@@ -112,14 +112,16 @@ class RedisDeltaSink:
         """Everything queued but broken runs' events, as the next batch (the caller holds the lock)."""
         batch = [e for e in self._queue if e.run_id not in self._broken]
         sender = (threading.get_ident(), frozenset(e.run_id for e in batch))
-        # One statement: a signal lands before it or after it, so the sender is known whenever busy
+        # One statement of plain stores: CPython runs a signal's handler only at a call or a jump
+        # back, so the handler finds all of these set or none, and the sender known whenever busy.
         self._busy, self._taken, self._queue, self._sender = True, len(self._queue), [], sender
         return batch
 
     def _done(self, failed: set[str] | frozenset[str]) -> None:
         """The batch in flight is sent or given up; `failed`: its runs given up for their step."""
         with self._cond:
-            # One statement again: `_abandon` after a signal in here must not count the batch twice
+            # One statement of plain stores again (see `_take`): `_abandon` after a signal in here
+            # must not count the batch twice.
             self._sent, self._busy, self._broken, self._sender = (
                 self._sent + self._taken,
                 False,
