@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, quote_plus
 
-# sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz"), URL-encoded or not.
-_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-/+=%]+")
+# sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz"), URL-encoded or not,
+# or inside a JSON string ("/" escaped as "\/").
+_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-/+=%\\]+")
 # A key's prefix: one or two words of letters, each ending in "-" or "_" ("sk-", "sk-proj-",
 # a gateway's "gw-", "gsk_"): the key without it is still the secret part.
 _KEY_PREFIX = re.compile(r"^[^\W\d_]+[-_](?:[^\W\d_]+[-_])?")
@@ -38,7 +39,8 @@ def _secret_pattern(secret: str) -> re.Pattern[str]:
     bare = _KEY_PREFIX.sub("", secret)
     parts = {secret[3:] if secret.startswith("sk-") else "", bare, secret[-_TAIL:]}
     parts = {secret} | {p for p in parts if len(p) >= _MIN_SECRET_PART}
-    forms = {form for p in parts for form in (p, quote(p), quote(p, safe=""), quote_plus(p))}
+    # As sent, URL-encoded, and as a JSON string may carry it (a proxy's error body quoted raw).
+    forms = {form for p in parts for form in (p, quote(p), quote(p, safe=""), quote_plus(p), p.replace("/", "\\/"))}
     # Longest first, so a form that contains another is masked whole.
     return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
 

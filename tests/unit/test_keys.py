@@ -26,10 +26,12 @@ KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5q/r+s=t"
         quote_plus(KEY),
         quote_plus(KEY).lower(),
         quote(KEY.removeprefix("sk-proj-"), safe=""),
+        KEY.replace("/", "\\/"),
+        KEY.removeprefix("sk-proj-").replace("/", "\\/"),
     ],
     ids=[
         "as-is", "without-sk", "without-sk-proj", "upper", "lower", "bare-upper", "quote", "quote-safe-none",
-        "quote-plus", "quote-plus-lower", "bare-quoted",
+        "quote-plus", "quote-plus-lower", "bare-quoted", "json-escaped", "bare-json-escaped",
     ],
 )  # fmt: skip
 def test_every_form_a_key_is_echoed_in_is_masked(form: str) -> None:
@@ -93,6 +95,12 @@ def test_a_key_that_is_not_ascii_is_masked_in_its_url_encoded_forms_too() -> Non
     key = "sk-caf\u00e9-0123456789"
     for form in (key, quote(key), quote_plus(key).lower(), key.upper(), quote(key.removeprefix("sk-caf\u00e9-"))):
         assert redact(f"[{form}]", key) == "[***]", form
+
+
+def test_a_gateway_token_quoted_in_a_json_string_is_masked_whole() -> None:
+    body = '{"error": {"message": "invalid token ' + GATEWAY.replace("/", "\\/") + '"}}'
+    assert redact(body, GATEWAY) == '{"error": {"message": "invalid token ***"}}'
+    assert redact('{"m": "' + KEY.replace("/", "\\/") + '"}') == '{"m": "sk-***"}'
 
 
 def test_any_sk_token_is_masked_even_without_the_secret() -> None:
