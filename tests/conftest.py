@@ -89,6 +89,21 @@ def pg_url(pg_databases: PgDatabases) -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
+def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database, on each database, that the test migrates as far as it wants
+    (`tests.support.migrate_to`)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        forget_stores()
+        return
+    databases: PgDatabases = request.getfixturevalue("pg_databases")
+    url, drop = databases.create(migrated=False)
+    yield url
+    forget_stores()
+    drop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each test that takes this runs on a SQLite file and on PostgreSQL."""
     if request.param == "sqlite":

@@ -1,12 +1,14 @@
 """Small helpers several test files share: a clock the test moves, a run written straight into
-the store (no producer, no broker) for tests of the store's own moves, and a scripted model that
-counts its calls."""
+the store (no producer, no broker) for tests of the store's own moves, a scripted model that
+counts its calls, and a database migrated only so far (rows as an older Ratchet wrote them)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import Connection
 
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
@@ -58,3 +60,25 @@ class CountingModel(ScriptedModel):
     def calls_for(self, run_id: str) -> list[int]:
         """The seqs of the calls made for one run, in order."""
         return [seq for rid, seq in self.calls if rid == run_id]
+
+
+def migrate_to(url: str, revision: str, rows: Callable[[Connection], None]) -> None:
+    """Migrate the database at `url` up to `revision` only and write `rows` there, as a Ratchet of
+    that revision would have: the store's next open applies the migrations after it to them."""
+    from importlib import resources
+
+    from alembic import command
+    from alembic.config import Config
+
+    from orchestrator.store.database import open_engine
+
+    engine = open_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("orchestrator.store") / "migrations"))
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            rows(conn)
+    finally:
+        engine.dispose()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Connection, func, select, text, update
 from starlette.testclient import TestClient
 
 from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team, ToolContext
@@ -25,6 +25,7 @@ from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
+from tests.support import migrate_to
 from workers.api.app import create_app
 from workers.cli import main as ratchet
 
@@ -287,3 +288,54 @@ def test_the_command_line_prints_the_refusal_and_exits_2(
     assert "ratchet: error: no session 's-cli' of user_id 'bob'" in out.err
     assert "alice" not in out.err and "4242" not in out.err
     assert stored(inline.store) == before
+
+
+def sessions_and_runs_of_0010(conn: Connection) -> None:
+    """Sessions as a Ratchet before the rule left them: made by a run without a user, then joined
+    by one user's runs ('s-bob') or by two users' ('s-mixed'); one of no user's runs only; one
+    whose first run had a user."""
+    owners = {"s-bob": None, "s-mixed": None, "s-none": None, "s-alice": "alice"}
+    users = {
+        "s-bob": [None, "bob", "bob"],
+        "s-mixed": [None, "bob", "carol"],
+        "s-none": [None, None],
+        "s-alice": ["alice", "bob"],
+    }
+    for session_id, owner in owners.items():
+        conn.execute(
+            text("insert into ratchet_sessions (session_id, user_id, created_at) values (:s, :u, 1.0)"),
+            {"s": session_id, "u": owner},
+        )
+        for k, user in enumerate(users[session_id]):
+            conn.execute(
+                text(
+                    "insert into ratchet_runs (run_id, session_id, agent_name, kind, status, epoch, seq, next_step,"
+                    " n_messages, attempts, retries, publish_after, created_at, updated_at, user_id)"
+                    " values (:r, :s, 'old', 'agent', 'COMPLETED', 1, 1, null, 0, 0, 0, null, :t, :t, :u)"
+                ),
+                {"r": f"{session_id}-{k}", "s": session_id, "t": 1.0 + k, "u": user},
+            )
+
+
+def test_upgrading_gives_a_session_to_the_one_user_whose_runs_joined_it_before_the_rule(old_database: str) -> None:
+    # Given sessions written before the rule (migrated to 0010, the revision before it)
+    migrate_to(old_database, "0010_metrics", sessions_and_runs_of_0010)
+
+    # When the store migrates them
+    with in_memory(old_database) as inline:
+        with inline.store.engine.connect() as conn:
+            owners = dict(conn.execute(text("select session_id, user_id from ratchet_sessions")).all())
+        agent = chat()
+
+        # Then a session made without a user and joined by one user's runs is that user's: bob goes on in it
+        assert owners == {"s-bob": "bob", "s-mixed": None, "s-none": None, "s-alice": "alice"}
+        assert agent.run("bob again", session_id="s-bob", user_id="bob").status == S.COMPLETED
+        with pytest.raises(SessionOwnedError):
+            inline.client.start(agent.name, input="x", session_id="s-bob")
+        # and one of two users' runs, or of none, keeps no owner: no run with a user joins it
+        for session_id in ("s-mixed", "s-none"):
+            with pytest.raises(SessionOwnedError):
+                inline.client.start(agent.name, input="x", session_id=session_id, user_id="bob")
+        # and a session whose first run had a user stays that user's
+        with pytest.raises(SessionOwnedError):
+            inline.client.start(agent.name, input="x", session_id="s-alice", user_id="bob")

@@ -6,28 +6,23 @@ against the scripted server (which logs the usage it reports), on SQLite and Pos
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
-from importlib import resources
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from orchestrator import Agent, Client, Metrics, Prices, RunStatus, Team
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat, OpenAIResponses
 from orchestrator.settings import Settings
-from orchestrator.store import Store, forget_stores
-from orchestrator.store.database import open_engine
+from orchestrator.store import Store
 from orchestrator.team import TO_MEMBERS
 from orchestrator.testing import in_memory
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import settings_env
-from tests.isolation import PgDatabases
+from tests.support import migrate_to
 from workers.cli import main as ratchet
 
 S = RunStatus
@@ -189,49 +184,26 @@ def test_counts_the_provider_did_not_send_as_whole_numbers_are_stored_unknown_ne
 # ---------------------------------------------------------------- rows from before migration 0005
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty database (migrated by the test as far as it wants)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        forget_stores()
-        return
-    databases: PgDatabases = request.getfixturevalue("pg_databases")
-    url, drop = databases.create(migrated=False)
-    yield url
-    forget_stores()
-    drop()
-
-
-def upgrade_to_0004(url: str) -> None:
-    engine = open_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("orchestrator.store") / "migrations"))
-    try:
-        with engine.begin() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, "0004_run_stream")
-            conn.execute(text("insert into ratchet_sessions (session_id, created_at) values ('s-old', 1.0)"))
-            conn.execute(
-                text(
-                    "insert into ratchet_runs (run_id, session_id, agent_name, kind, status, epoch, seq, next_step,"
-                    " n_messages, attempts, retries, publish_after, created_at, updated_at)"
-                    " values ('old', 's-old', 'nobody', 'agent', 'QUEUED', 0, 1, 'model', 2, 0, 0, 2.0, 1.0, 1.0)"
-                )
-            )
-            conn.execute(
-                text(
-                    "insert into ratchet_messages (run_id, idx, role, content, tool_call_error, created_at)"
-                    " values ('old', 0, 'user', 'hi', false, 1.0), ('old', 1, 'assistant', 'before', false, 1.0)"
-                )
-            )
-    finally:
-        engine.dispose()
+def rows_of_0004(conn: Connection) -> None:
+    conn.execute(text("insert into ratchet_sessions (session_id, created_at) values ('s-old', 1.0)"))
+    conn.execute(
+        text(
+            "insert into ratchet_runs (run_id, session_id, agent_name, kind, status, epoch, seq, next_step,"
+            " n_messages, attempts, retries, publish_after, created_at, updated_at)"
+            " values ('old', 's-old', 'nobody', 'agent', 'QUEUED', 0, 1, 'model', 2, 0, 0, 2.0, 1.0, 1.0)"
+        )
+    )
+    conn.execute(
+        text(
+            "insert into ratchet_messages (run_id, idx, role, content, tool_call_error, created_at)"
+            " values ('old', 0, 'user', 'hi', false, 1.0), ('old', 1, 'assistant', 'before', false, 1.0)"
+        )
+    )
 
 
 def test_usage_of_rows_from_before_the_migration_reads_as_unknown_not_zero(old_database: str) -> None:
     # Given a run whose assistant message was stored before the usage columns existed
-    upgrade_to_0004(old_database)
+    migrate_to(old_database, "0004_run_stream", rows_of_0004)
 
     # When the store migrates it and the run takes a step whose call reported usage
     store = Store.open(old_database)
