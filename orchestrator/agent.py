@@ -243,9 +243,10 @@ class Agent:
         )  # fmt: skip
         return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
 
-    def get_session_state(self, session_id: str) -> dict[str, Any]:
-        """The session's state as stored now (Agno's `get_session_state`); {} for a new session."""
-        return self.client.get_session_state(session_id)
+    def get_session_state(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
+        """The session's state as stored now (Agno's `get_session_state`); {} for a new session,
+        and with `user_id` for a session that is not that user's (`Client.get_session_state`)."""
+        return self.client.get_session_state(session_id, user_id=user_id)
 
     def continue_run(
         self,

@@ -196,9 +196,13 @@ class Client:
         user = None if user_id is None else validation.user_id(user_id)
         return self.store.get_session(validation.session_id(session_id), user)
 
-    def get_session_state(self, session_id: str) -> dict[str, Any]:
-        """The session's state as stored now ({} for a new session): one row read."""
-        return self.store.session_state(validation.session_id(session_id))
+    def get_session_state(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
+        """The session's state as stored now ({} for a new session): one row read. With
+        `user_id`, {} unless the session is that user's, as `get_session` is None then."""
+        session_id = validation.session_id(session_id)
+        if user_id is None:
+            return self.store.session_state(session_id)
+        return self.store.user_state(session_id, validation.user_id(user_id))
 
     def list_runs(
         self,

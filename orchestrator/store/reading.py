@@ -60,6 +60,10 @@ class StoreReads:
         """The session's state as stored now ({} when none was set)."""
         return self._backend.quick(lambda c: sessions.read_state(c, session_id))
 
+    def user_state(self, session_id: str, user_id: str) -> dict[str, Any]:
+        """The session's state if the session is `user_id`'s, else {} (`sessions.user_state`)."""
+        return self._backend.quick(lambda c: sessions.user_state(c, session_id, user_id))
+
     def run_state(self, run: RunRecord) -> dict[str, Any]:
         """The session state `run`'s tools see: its session's as stored now, or {} when the
         session is another user's (a run written before sessions took one user: `sessions`)."""

@@ -54,8 +54,12 @@ def read_state(conn: Connection, session_id: str) -> dict[str, Any]:
 
 def run_state(conn: Connection, run: RunRecord) -> dict[str, Any]:
     """The state `run` sees: its session's, or {} when the session is another user's (above)."""
-    params = {"b_session_id": run.session_id, "b_user_id": run.user_id}
-    row = direct.first(conn, statements.RUN_STATE, params)
+    return user_state(conn, run.session_id, run.user_id)
+
+
+def user_state(conn: Connection, session_id: str, user_id: str | None) -> dict[str, Any]:
+    """The session's state if the session is `user_id`'s (None: a session of no user), else {}."""
+    row = direct.first(conn, statements.RUN_STATE, {"b_session_id": session_id, "b_user_id": user_id})
     return state.from_json(row[0] if row is not None else None)
 
 

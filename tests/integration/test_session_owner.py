@@ -197,6 +197,8 @@ def test_a_runs_tools_never_read_or_change_another_users_session_state(
     assert client.get_run(alice.run_id).session_state == {"card": "4242", "touched": True}
     # The session is alice's: bob has none by that id; alice's view holds only her runs.
     assert client.get_session("s-state", user_id="bob") is None
+    assert client.get_session_state("s-state", user_id="bob") == agent.get_session_state("s-state", user_id="bob") == {}
+    assert client.get_session_state("s-state", user_id="alice") == {"card": "4242", "touched": True}
     mine = client.get_session("s-state", user_id="alice")
     assert mine is not None and [r.run_id for r in mine.runs] == [alice.run_id]
     everyone = client.get_session("s-state")
