@@ -204,6 +204,16 @@ def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: S
             "/runs", json={**body, "session_id": "idem-t"}, headers={"Idempotency-Key": "order-17"}
         )
         error_of(other_session, 409, "RunConflictError")
+        # Every field of the request counts: another priority, stream flag or state is another request
+        for other, differs in [
+            ({"priority": 3}, "priority=None"),
+            ({"stream": True}, "stream=False"),
+            ({"session_state": {"cart": 1}}, "another session_state"),
+            ({"user_id": "ada"}, "without a user_id"),
+        ]:
+            refused = http.post("/runs", json={**body, **other}, headers={"Idempotency-Key": "order-17"})
+            message = error_of(refused, 409, "RunConflictError")["message"]
+            assert "Idempotency-Key 'order-17'" in message and differs in message, message
         # Many at once with a new key: one run
         with ThreadPoolExecutor(8) as pool:
             racing = list(

@@ -181,7 +181,11 @@ def start_run(
     response: Response,
     client: ClientDep,
     idempotency_key: Annotated[
-        str | None, Header(description="the same key (with the same body) starts one run and returns it again")
+        str | None,
+        Header(
+            description="the same key with the same body starts one run and returns it again; with another "
+            "agent, input, stream, priority or session_state, or a session_id or user_id not the run's, it is a 409"
+        ),
     ] = None,
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
@@ -189,16 +193,18 @@ def start_run(
     _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
-    handle = client.start(
-        body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
-        user_id=body.user_id, session_state=body.session_state, priority=body.priority,
-    )  # fmt: skip
-    run = client.get_run(handle.run_id)
-    if key is not None and _first_input(run) != body.input:
-        # The control refuses another agent or session for the run id; another input is ours to catch.
+    try:
+        handle = client.start(
+            body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
+            user_id=body.user_id, session_state=body.session_state, priority=body.priority,
+        )  # fmt: skip
+    except RunConflictError as exc:  # the control compares the whole request (`orchestrator.idempotency`)
+        if key is None:
+            raise
         raise RunConflictError(
-            f"Idempotency-Key {key!r} started run {run.run_id} with another input; a new request needs a new key"
-        )
+            f"Idempotency-Key {key!r} was sent with another request before ({exc}); a new request needs a new key"
+        ) from None
+    run = client.get_run(handle.run_id)
     response.headers["Location"] = f"/runs/{run.run_id}"
     return run
 
@@ -212,11 +218,6 @@ def _served(agent: str) -> None:
         raise AgentNotFoundError(
             f"no agent or team named {agent!r} is served here: the server knows those its --app modules define"
         ) from None
-
-
-def _first_input(run: RunOutput) -> str | None:
-    """The user message a run was started with."""
-    return next((m.content for m in run.messages if m.role == "user"), None)
 
 
 @router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
