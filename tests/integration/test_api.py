@@ -333,6 +333,9 @@ def test_every_mistake_of_a_user_is_a_4xx_with_a_json_error(api: ApiServer) -> N
             response = http.request(method, path, **kwargs)
             assert response.status_code == status, (method, path, response.status_code, response.text)
             error_of(response, status, kind)
+        # A method a path does not take: 405 naming every one it does, from whichever router
+        assert http.delete("/runs/r1").headers["allow"] == "GET"
+        assert http.request("PATCH", "/sessions/s1").headers["allow"] == "DELETE, GET"
     assert "Traceback" not in api.log.read_text()
 
 
@@ -345,6 +348,9 @@ def test_the_openapi_schema_is_served_and_names_every_endpoint(api: ApiServer) -
     }  # fmt: skip
     assert "Idempotency-Key" in {p["name"].title() for p in schema["paths"]["/runs"]["post"]["parameters"]}
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    # A route whose own answer is a stream or plain text answers its errors in JSON, and says so
+    for path, status in [("/metrics", "401"), ("/runs/{run_id}/events", "404"), ("/runs/{run_id}/events", "422")]:
+        assert set(schema["paths"][path]["get"]["responses"][status]["content"]) == {"application/json"}, path
 
 
 def test_without_tokens_it_listens_on_loopback_only_and_says_so(api: ApiServer, api_settings: Settings) -> None:

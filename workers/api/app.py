@@ -27,14 +27,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import validation
 from orchestrator.agent import get_agent
@@ -45,82 +44,26 @@ from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
 from workers.api import errors
+from workers.api.contract import (
+    EVENT_ID,
+    HEADER_NAME,
+    ContinueRequest,
+    Health,
+    RunId,
+    SessionId,
+    StartRequest,
+    json_refusals,
+    name,
+    pattern,
+    refusals,
+    text,
+)
 from workers.api.errors import ApiError
 from workers.api.gate import Gate
 from workers.metrics import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
 MAX_WAIT = 300.0
-
-
-class StartRequest(BaseModel):
-    """The body of `POST /runs`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str = Field(description="the name of an agent or team defined in the server's --app modules")
-    input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
-    session_id: str | None = Field(default=None, description="the session to run in (default: a new one)")
-    stream: bool = Field(
-        default=False,
-        strict=True,
-        description="publish the model's text as it is written (RunContent events), not only each step",
-    )
-    user_id: str | None = Field(
-        default=None,
-        description="who the run is for (1-128 characters); with RATCHET_MAX_RUNS_PER_KEY set, at most that many "
-        "runs of one user_id (or of the key the agent's concurrency_key makes of it) are in progress at once",
-    )
-    session_state: dict[str, Any] | None = Field(
-        default=None,
-        description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
-        "at most 1 MiB); the run's tools read and change the result",
-    )
-    priority: int | None = Field(
-        default=None, ge=0, le=9, strict=True,
-        description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
-    )  # fmt: skip
-
-
-class ContinueRequest(BaseModel):
-    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: str | None = Field(default=None, description="a new user message to add first")
-    fork_key: str | None = Field(
-        default=None, description="a COMPLETED run forks once per key (default: the input); another key forks again"
-    )
-
-
-class ErrorDetail(BaseModel):
-    """What went wrong: the error's type name and a message saying what to do."""
-
-    type: str
-    message: str
-    run_id: str | None = Field(
-        default=None,
-        description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
-    )
-    details: list[dict[str, Any]] | None = Field(
-        default=None, description="422 only: each field that does not fit, and why"
-    )
-
-
-class ErrorBody(BaseModel):
-    """Every error response."""
-
-    error: ErrorDetail
-
-
-class Health(BaseModel):
-    """The answer of `GET /health`."""
-
-    status: Literal["ok"] = "ok"
-
-
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorBody} for code in codes}
 
 
 def _client(request: Request) -> Client:
@@ -174,7 +117,7 @@ def _health() -> Health:
 
 
 @router.post(
-    "/runs", status_code=202, response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 413, 422, 503)
+    "/runs", status_code=202, response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 409, 413, 422, 503)
 )
 def start_run(
     body: StartRequest,
@@ -182,9 +125,10 @@ def start_run(
     client: ClientDep,
     idempotency_key: Annotated[
         str | None,
+        text({**name(validation.IDEMPOTENCY_KEY_MAX), "pattern": HEADER_NAME}),
         Header(
             description="the same key with the same body starts one run and returns it again; with another "
-            "agent, input, stream, priority or session_state, or a session_id or user_id not the run's, it is a 409"
+            "agent, input, stream, priority or session_state, or a session_id or user_id not the run's, it is a 409",
         ),
     ] = None,
 ) -> RunOutput:
@@ -220,15 +164,15 @@ def _served(agent: str) -> None:
         ) from None
 
 
-@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
-def get_run(run_id: str, client: ClientDep) -> RunOutput:
+@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
+def get_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """The run with its messages and member runs."""
     return client.get_run(run_id)
 
 
-@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
+@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
 async def wait_run(
-    run_id: str,
+    run_id: RunId,
     client: ClientDep,
     timeout: Annotated[float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds to wait")] = 30.0,
 ) -> RunOutput:
@@ -245,9 +189,9 @@ async def wait_run(
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
-    responses=_errors(401, 404, 409, 413, 422, 503),
+    responses=refusals(401, 404, 409, 413, 422, 503),
 )
-def continue_run(run_id: str, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
+def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
     """Continue a run: ERROR, PAUSED and an expired RUNNING resume in place; COMPLETED forks a new
     run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
     RUNNING one whose worker is alive."""
@@ -256,13 +200,13 @@ def continue_run(run_id: str, client: ClientDep, body: ContinueRequest | None = 
     return client.get_run(handle.run_id)
 
 
-@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 422))
-def cancel_run(run_id: str, client: ClientDep) -> RunOutput:
+@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 409, 422))
+def cancel_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """Cancel a run that has not finished, and its member runs; 409 for a COMPLETED run."""
     return client.cancel(run_id)
 
 
-def _known_run(run_id: str, client: ClientDep) -> RunRecord:
+def _known_run(run_id: RunId, client: ClientDep) -> RunRecord:
     """The run, once found: an unknown run is a 404, not an empty stream."""
     return client.store.get_record(validation.known_run_id(run_id))
 
@@ -274,8 +218,12 @@ class _NothingNew(Exception):
 async def _run_events(
     record: Annotated[RunRecord, Depends(_known_run)],
     client: ClientDep,
-    after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
-    last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
+    after: Annotated[
+        str | None, Query(description="an event id: send only the events after it"), text(pattern(EVENT_ID))
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="sent by a reconnecting client; wins over ?after"), text(pattern(EVENT_ID))
+    ] = None,
 ) -> AsyncIterator[RunEvent]:
     """The events to send, resolved before the response starts: a bad id is a 422, not a broken
     stream. A run that has stopped has a stream of known length: if nothing is left in it, 204,
@@ -303,7 +251,7 @@ async def _prepend(first: RunEvent, rest: AsyncIterator[RunEvent]) -> AsyncItera
     responses={
         200: {"content": {"text/event-stream": {}}},
         204: {"description": "the run has stopped and has no event after the one asked for"},
-        **_errors(401, 404, 422),
+        **json_refusals(401, 404, 422),
     },
 )
 async def run_events(
@@ -320,12 +268,14 @@ async def run_events(
         yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
 
 
-@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
-@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
+@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
+@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
 def session_runs(
-    session_id: str,
+    session_id: SessionId,
     client: ClientDep,
-    user_id: Annotated[str | None, Query(description="only the runs of this user")] = None,
+    user_id: Annotated[
+        str | None, Query(description="only the runs of this user"), text(name(validation.USER_ID_MAX))
+    ] = None,
 ) -> Session:
     """The session: its user, its state, and its runs (those of `user_id`, if given), oldest
     first, each with its messages and member runs."""
@@ -339,7 +289,7 @@ def session_runs(
     "/metrics",
     response_class=PlainTextResponse,
     tags=["meta"],
-    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **_errors(401)},
+    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **json_refusals(401)},
 )
 def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     """Prometheus metrics in its text format: runs by agent and status, retries, sweeper

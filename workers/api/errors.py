@@ -20,7 +20,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from orchestrator.errors import (
     AgentNotFoundError,
@@ -118,7 +120,21 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         )
     message = {404: f"no endpoint {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
     kind = "ContentTooLarge" if code == 413 else "HTTPError"
-    return error_response(code, kind, message.get(code, str(exc.detail)), headers=exc.headers)
+    headers = exc.headers
+    if code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        message[405] += f": use {headers['Allow']}"
+    return error_response(code, kind, message.get(code, str(exc.detail)), headers=headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route takes on the request's path: Starlette's 405 names only those of
+    the first route it found there (`/sessions/{id}` has GET in one router, DELETE in another)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):  # included routers' routes too
+        if route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
