@@ -81,8 +81,7 @@ class Store(StoreReads):
 
     @property
     def announces_finals(self) -> bool:
-        """Whether final moves are announced through `set_final_announcer` (SQLite), not by
-        the database itself (PostgreSQL's NOTIFY)."""
+        """Whether final moves are announced through `set_final_announcer` (SQLite), not by NOTIFY."""
         return self._backend.announces_finals
 
     def set_final_announcer(self, announce: Callable[[list[str]], None] | None) -> None:

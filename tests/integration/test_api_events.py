@@ -18,7 +18,7 @@ import tests.integration.api_agents  # noqa: F401  (the embedded worker runs its
 from orchestrator.events import MAX_PART
 from orchestrator.settings import Settings
 from tests.conftest import make_settings
-from tests.integration.test_api import ApiServer, error_of, start_api
+from tests.integration.test_api import JSON, ApiServer, error_of, start_api
 from workers.embedded import EmbeddedWorker
 
 AGENT = "api-streamer"
@@ -115,7 +115,7 @@ def test_an_event_id_past_what_the_columns_hold_is_a_422_and_one_at_the_limit_a_
     # No worker: the run is cancelled while QUEUED, so its stream has a known end
     with api.client() as http:
         run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
-        assert http.post(f"/runs/{run_id}/cancel", json={}).status_code == 200
+        assert http.post(f"/runs/{run_id}/cancel", headers=JSON).status_code == 200
 
         for after in ("999999999999999999-0-0-0", f"{MAX_PART + 1}-0-0-0"):
             refused = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": after})

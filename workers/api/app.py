@@ -18,7 +18,9 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
     GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
-Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
+Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`;
+without tokens, the Host, Origin and Content-Type checks that keep other sites' pages out are
+`workers.api.loopback`; the bodies and each value's limits in the schema, `workers.api.contract`.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from workers.api.contract import (
 )
 from workers.api.errors import ApiError
 from workers.api.gate import Gate
+from workers.api.loopback import Guard, add_cors
 from workers.metrics import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
@@ -98,7 +101,12 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.state.client = client
     errors.install(app)
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
+    # Outermost last: CORS answers a preflight before the guard or the token is asked for.
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
+    if not settings.api_token_values:
+        app.add_middleware(Guard, origins=settings.api_cors_origin_values)
+    if settings.api_cors_origin_values:
+        add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
     from workers.api import records, ui  # records' routes use this module's dependencies
 

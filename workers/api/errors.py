@@ -9,6 +9,7 @@ mistake is always a 4xx; a 500 means a fault of the server, logged with its trac
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
+    without tokens: a foreign Host, Origin, a write not JSON  421, 403, 415  (`workers.api.loopback`)
     BrokerUnavailableError (the run is saved as QUEUED)     503
 """
 
