@@ -123,4 +123,8 @@ def test_an_event_id_past_what_the_columns_hold_is_a_422_and_one_at_the_limit_a_
             error_of(http.get(f"/runs/{run_id}/events", params={"after": after}), 422, "InvalidInputError")
         done = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": f"{MAX_PART}-{MAX_PART}-0-0"})
         assert done.status_code == 204, done.text
+        # An empty Last-Event-ID is none (an EventSource that saw no id sends none): from the start
+        assert [e.event for e in read_events(http, f"/runs/{run_id}/events", headers={"Last-Event-ID": ""})] == [
+            "RunStarted", "RunCancelled",
+        ]  # fmt: skip
     assert "Traceback" not in api.log.read_text()

@@ -74,6 +74,7 @@ STRICTER = [
     ("status", contract.pattern(contract.STATUSES), validation.statuses),
     ("since", contract.pattern(contract.MOMENT), lambda text: validation.moment(text, now=0.0, what="since")),
     ("after", contract.pattern(contract.EVENT_ID), parse_id),
+    ("Last-Event-ID", contract.LAST_EVENT_ID, lambda text: text and parse_id(text)),
 ]
 
 

@@ -49,6 +49,8 @@ from workers.api import errors
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
+    LAST_EVENT_ID,
+    RUN_LINKS,
     ContinueRequest,
     Health,
     RunId,
@@ -125,8 +127,9 @@ def _health() -> Health:
 
 
 @router.post(
-    "/runs", status_code=202, response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 409, 413, 422, 503)
-)
+    "/runs", status_code=202, response_model=RunOutput, tags=["runs"],
+    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
+)  # fmt: skip
 def start_run(
     body: StartRequest,
     response: Response,
@@ -197,7 +200,7 @@ async def wait_run(
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
-    responses=refusals(401, 404, 409, 413, 422, 503),
+    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
 )
 def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
     """Continue a run: ERROR, PAUSED and an expired RUNNING resume in place; COMPLETED forks a new
@@ -230,7 +233,7 @@ async def _run_events(
         str | None, Query(description="an event id: send only the events after it"), text(pattern(EVENT_ID))
     ] = None,
     last_event_id: Annotated[
-        str | None, Header(description="sent by a reconnecting client; wins over ?after"), text(pattern(EVENT_ID))
+        str | None, Header(description="sent by a reconnecting client; wins over ?after"), text(LAST_EVENT_ID)
     ] = None,
 ) -> AsyncIterator[RunEvent]:
     """The events to send, resolved before the response starts: a bad id is a 422, not a broken

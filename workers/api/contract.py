@@ -49,6 +49,8 @@ MOMENT = (
 #: A run event's id: four integers joined by "-" (`orchestrator.events`), stated within its
 #: limit of 2^31 each as nine digits.
 EVENT_ID = r"^[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}$"
+#: The Last-Event-ID header: an event id, or empty for none (an EventSource that saw no id).
+LAST_EVENT_ID = {"minLength": 0, "pattern": r"^([0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9})?$"}
 #: A listing's cursor as it hands them out: URL-safe base64 without padding (`store.listing`).
 CURSOR = r"^[A-Za-z0-9_-]{1,1024}$"
 _CHECK = f"[{SPACE}]*(database|broker|workers|beat)[{SPACE}]*"
@@ -165,6 +167,25 @@ class Health(BaseModel):
     """The answer of `GET /health`."""
 
     status: Literal["ok"] = "ok"
+
+
+def _operation(path: str, method: str) -> str:
+    """An operationRef: the JSON pointer of an operation in this schema."""
+    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+
+
+_BY_RUN = [("GetRun", "/runs/{run_id}", "get"), ("WaitForRun", "/runs/{run_id}/wait", "get"),
+           ("ContinueRun", "/runs/{run_id}/continue", "post"), ("CancelRun", "/runs/{run_id}/cancel", "post"),
+           ("RunEvents", "/runs/{run_id}/events", "get"), ("RunLog", "/runs/{run_id}/log", "get"),
+           ("RunSteps", "/runs/{run_id}/steps", "get")]  # fmt: skip
+_BY_SESSION = [("GetSession", "/sessions/{session_id}", "get"), ("DeleteSession", "/sessions/{session_id}", "delete")]
+#: OpenAPI links of an answer that is a run: what a client can do with it next, by its run_id and
+#: session_id (a generated client, and a stateful fuzzer, follow them).
+RUN_LINKS: dict[str, Any] = {
+    name: {"operationRef": _operation(path, method), "parameters": {key: f"$response.body#/{key}"}}
+    for key, operations in (("run_id", _BY_RUN), ("session_id", _BY_SESSION))
+    for name, path, method in operations
+}
 
 
 def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
