@@ -137,10 +137,11 @@ class Client:
         """Write the run and its user message (QUEUED), then publish its first step.
 
         `run_id` is the producer's own key (default: a new uuid4; 1-64 characters of A-Z, a-z,
-        0-9, `.`, `_`, `:` and `-`): starting again with a run_id that exists, for the same agent
-        and user (and the same session, if one is given), returns that run and publishes nothing;
-        for another agent, session or user it raises RunConflictError. Invalid arguments raise
-        InvalidInputError before anything is written.
+        0-9, `.`, `_`, `:` and `-`): starting again with a run_id that exists, with the same
+        request (user, agent, input, stream, priority and session_state; the session, if given),
+        returns that run and publishes nothing; any other request raises RunConflictError saying
+        what differs, or for another user's run nothing of it (`orchestrator.idempotency`).
+        Invalid arguments raise InvalidInputError before anything is written.
 
         If the broker is down the run is still saved, and BrokerUnavailableError names it; the
         sweeper publishes it when the broker is back.

@@ -35,6 +35,7 @@ from orchestrator.errors import (
     RunNotFoundError,
     SessionOwnedError,
 )
+from orchestrator.idempotency import StartRequest
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import Dispatcher, get_dispatcher, get_limiter
 from orchestrator.routing import owed, step_of
@@ -105,10 +106,10 @@ class RunControl:
         key by key, when the run is written (`orchestrator.state`). `priority`: 0-9, higher first
         (None: none, as 0); every step of the run is published with it.
 
-        A run_id that exists, for the same agent and user (and the same session, if given), is
-        the same start again (a retry, a redelivery): its id is returned, nothing is published
-        and the state is not merged again. For another agent, session or user it is
-        RunConflictError, which names the existing run's agent and session only to its own user."""
+        A run_id that exists, for the same request (`orchestrator.idempotency`: user, agent, input,
+        stream, priority, session_state, and the session if given), is the same start
+        again (a retry, a redelivery): its id is returned, nothing is published and the state is
+        not merged again. For another request it is RunConflictError."""
         agent = validation.agent_name(agent)
         input = validation.input_text(input)
         given_session = None if session_id is None else validation.session_id(session_id)
@@ -117,6 +118,10 @@ class RunControl:
         state = None if session_state is None else validation.session_state(session_state)
         priority = None if priority is None else validation.priority(priority)
         stream = validation.flag(stream, what="stream")
+        request = StartRequest(
+            agent=agent, input=input, session_id=given_session, user_id=user_id, stream=stream, priority=priority,
+            session_state=state,
+        )  # fmt: skip
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
@@ -128,22 +133,20 @@ class RunControl:
                     input_messages=[Message(role="user", content=input)],
                     publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
                     session_state=state, priority=priority, trace_context=trace_context,
+                    request_digest=request.digest,
                 )  # fmt: skip
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
-            if existing.user_id != user_id:  # another user's run: nothing of it is said
-                raise RunConflictError(
-                    f"run_id {run_id!r} is taken by another run; this run needs a run_id of its own"
-                ) from None
-            if existing.agent_name != agent or given_session not in (None, existing.session_id):
-                raise RunConflictError(
-                    f"run_id {run_id!r} is already a run of agent {existing.agent_name!r} in session "
-                    f"{existing.session_id!r}; a run of agent {agent!r}"
-                    f"{'' if given_session is None else f' in session {given_session!r}'} needs a run_id of its own"
-                ) from None
+            conflict = request.conflict(existing, lambda: self._first_input(run_id))
+            if conflict is not None:
+                raise RunConflictError(conflict) from None
             return run_id
         self.publish(record)
         return run_id
+
+    def _first_input(self, run_id: str) -> str | None:
+        """The user message a run was started with."""
+        return next((m.content for m in self.store.get_messages(run_id) if m.role == "user"), None)
 
     def _existing(self, run_id: str, conflict: IntegrityError) -> RunRecord:
         """The run whose id made an insert fail (the insert's own error if there is none)."""

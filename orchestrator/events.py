@@ -54,6 +54,10 @@ EventName = Literal[
 ]
 Key = tuple[int, int, int, int]
 START: Key = (0, 0, 0, 0)
+#: The largest part of an id: its first is a message index + 1, its second an epoch + 1, both
+#: INTEGER columns (at most 2^31 - 1). A larger part names no event, and reading after it would
+#: overflow the column it is compared with (a DataError on PostgreSQL).
+MAX_PART = 2**31
 #: What each `ratchet_events` kind becomes (kinds not named here are bookkeeping: fan-in, fence, sweep).
 _LOGGED: dict[str, EventName] = {
     "continue": "RunContinued",
@@ -118,11 +122,19 @@ def event_id(key: Key) -> str:
 
 
 def parse_id(text: str) -> Key:
-    """The key of an id string; InvalidInputError if it is not four non-negative integers."""
+    """The key of an id string; InvalidInputError if it is not four non-negative integers, each
+    at most MAX_PART."""
     parts = text.split("-")
-    if len(parts) != 4 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
-        raise InvalidInputError(f"event id {text!r} is not four non-negative integers joined by '-' (e.g. 3-2-1-0)")
-    return (int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]))
+    shown = repr(text if len(text) <= 64 else text[:60] + "...")  # a header can be kilobytes long
+    if len(parts) != 4 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise InvalidInputError(f"event id {shown} is not four non-negative integers joined by '-' (e.g. 3-2-1-0)")
+    key = tuple(int(p) if len(p) <= 10 else MAX_PART + 1 for p in parts)
+    if max(key) > MAX_PART:
+        raise InvalidInputError(
+            f"event id {shown} has a part over {MAX_PART}, more than any event id holds: resume after an id "
+            "an event of this run carried (or from the start, without one)"
+        )
+    return (key[0], key[1], key[2], key[3])
 
 
 def message_key(idx: int, j: int) -> Key:

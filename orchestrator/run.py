@@ -55,6 +55,9 @@ class RunRecord:
     #: The trace its steps' spans join, as a W3C traceparent (`orchestrator.tracing`); None:
     #: derived from the run id.
     trace_context: str | None = None
+    #: SHA-256 of the input and session_state its start asked for (`orchestrator.idempotency`);
+    #: None for a run no start wrote (a fork, a member run) or one written before migration 0012.
+    request_digest: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

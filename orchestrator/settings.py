@@ -118,6 +118,10 @@ class Settings(BaseModel):
     #: The largest request body the HTTP API reads, in bytes: a larger one is refused with 413
     #: before it is parsed. The default leaves room for an input at its 1 MiB limit in JSON.
     api_max_body_bytes: int = 2 * 1024 * 1024
+    #: The origins (`https://app.example:8443`, comma-separated) whose web pages may call the HTTP
+    #: API from a browser (CORS). Unset: none but the API's own run pages; with no tokens, a page
+    #: of any other origin is refused (`workers.api.loopback`).
+    api_cors_origins: str | None = None
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -159,6 +163,13 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:
             raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
+        for origin in self.api_cors_origin_values:
+            scheme, _, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not rest or "/" in rest or "*" in rest:
+                raise ValueError(
+                    f"RATCHET_API_CORS_ORIGINS: {origin!r} is not an origin; list each as scheme://host[:port] "
+                    "(e.g. https://app.example), comma-separated, without a path or a wildcard"
+                )
         return self
 
     @model_validator(mode="after")
@@ -200,6 +211,12 @@ class Settings(BaseModel):
         if self.api_tokens is None:
             return ()
         return tuple(t for t in (part.strip() for part in self.api_tokens.get_secret_value().split(",")) if t)
+
+    @property
+    def api_cors_origin_values(self) -> tuple[str, ...]:
+        """RATCHET_API_CORS_ORIGINS split at commas, each without a trailing slash; empty when unset."""
+        parts = (p.strip().rstrip("/") for p in (self.api_cors_origins or "").split(","))
+        return tuple(p for p in parts if p)
 
     @property
     def is_embedded_broker(self) -> bool:

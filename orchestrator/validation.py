@@ -32,6 +32,8 @@ USER_ID_MAX = 128
 AGENT_NAME_MAX = 256
 FORK_KEY_MAX = 256
 IDEMPOTENCY_KEY_MAX = 256
+#: The longest queue or worker name a health check takes (AMQP's limit for a queue's name).
+QUEUE_NAME_MAX = 255
 #: The most runs one page of a listing holds.
 PAGE_MAX = 1000
 #: A duration as text: a number and a unit (s, m, h, d or w), like "90s", "30m", "36h", "30d", "2w".
@@ -101,6 +103,11 @@ def fork_key(value: object) -> str:
 def idempotency_key(value: object) -> str:
     """An HTTP API client's Idempotency-Key: 1-256 characters, no control characters."""
     return _name(value, "Idempotency-Key", IDEMPOTENCY_KEY_MAX)
+
+
+def queue_name(value: object, *, what: str = "queue") -> str:
+    """A broker queue's or a worker's name: 1-255 characters, no control characters."""
+    return _name(value, what, QUEUE_NAME_MAX)
 
 
 def flag(value: object, *, what: str) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from orchestrator import validation
 from orchestrator.errors import InvalidInputError
 from orchestrator.settings import Settings
 
@@ -89,6 +90,8 @@ def check_health(
         raise InvalidInputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}")
     if timeout <= 0 or workers < 0:
         raise InvalidInputError(f"the timeout ({timeout}) must be positive and workers ({workers}) at least 0")
+    queues = None if queues is None else [validation.queue_name(q) for q in queues]
+    destinations = [validation.queue_name(d, what="destination") for d in destinations]
     default_queues = [settings.model_queue, settings.tools_queue, settings.control_queue]
     needed = list(queues) if queues is not None else ([] if destinations else default_queues)
     nodes = [host_format(d) for d in destinations]

@@ -86,6 +86,10 @@ runs = Table(
     # The W3C traceparent of the span its producer started it under (`orchestrator.tracing`,
     # migration 0009); NULL when it traced nothing: its steps' trace is derived from the run id.
     Column("trace_context", Text, nullable=True),
+    # SHA-256 (hex) of the input and session_state its start asked for, so that a start sent
+    # again under its run_id with another request is refused (`orchestrator.idempotency`,
+    # migration 0012); NULL for a run no start wrote (a fork, a member run) or written before.
+    Column("request_digest", String(64), nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)

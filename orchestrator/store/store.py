@@ -81,8 +81,7 @@ class Store(StoreReads):
 
     @property
     def announces_finals(self) -> bool:
-        """Whether final moves are announced through `set_final_announcer` (SQLite), not by
-        the database itself (PostgreSQL's NOTIFY)."""
+        """Whether final moves are announced through `set_final_announcer` (SQLite), not by NOTIFY."""
         return self._backend.announces_finals
 
     def set_final_announcer(self, announce: Callable[[list[str]], None] | None) -> None:
@@ -123,6 +122,7 @@ class Store(StoreReads):
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
         trace_context: str | None = None,
+        request_digest: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -137,7 +137,7 @@ class Store(StoreReads):
             system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
-            priority=priority, trace_context=trace_context,
+            priority=priority, trace_context=trace_context, request_digest=request_digest,
         )  # fmt: skip
         changes = [StateChange(set=dict(session_state))] if session_state else []
         if conn is None and not changes:

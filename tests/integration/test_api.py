@@ -34,6 +34,8 @@ AGENT = "compose-agent"
 APP = "tests.integration.compose_agents"
 #: A small body limit for these servers, so the 413 cases send little.
 BODY_LIMIT = 64 * 1024
+#: What a POST or DELETE without a body says (the tokenless API takes no other: workers/api/loopback.py).
+JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -140,7 +142,7 @@ def test_a_run_is_started_waited_for_continued_and_listed_in_its_session(api: Ap
         fork_id = fork.json()["run_id"]
         assert fork_id != run_id and fork.json()["forked_from"] == run_id
         assert http.get(f"/runs/{fork_id}/wait", params={"timeout": 30}).json()["status"] == "COMPLETED"
-        error_of(http.post(f"/runs/{run_id}/cancel"), 409, "RunNotContinuableError")
+        error_of(http.post(f"/runs/{run_id}/cancel", headers=JSON), 409, "RunNotContinuableError")
 
         session = http.get("/sessions/api-s/runs").json()
         assert session["session_id"] == "api-s"
@@ -165,9 +167,9 @@ def test_a_stopping_server_cuts_a_long_wait_after_its_grace_period(redis_url: st
             run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
         host, port = api.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as conn:
-            conn.sendall(b"GET /health HTTP/1.1\r\nHost: api\r\n\r\n")
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-            conn.sendall(f"GET /runs/{run_id}/wait?timeout=300 HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+            conn.sendall(f"GET /runs/{run_id}/wait?timeout=300 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
 
             # When the server is stopped
             stopping = time.monotonic()
@@ -204,6 +206,16 @@ def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: S
             "/runs", json={**body, "session_id": "idem-t"}, headers={"Idempotency-Key": "order-17"}
         )
         error_of(other_session, 409, "RunConflictError")
+        # Every field of the request counts: another priority, stream flag or state is another request
+        for other, differs in [
+            ({"priority": 3}, "priority=None"),
+            ({"stream": True}, "stream=False"),
+            ({"session_state": {"cart": 1}}, "another session_state"),
+            ({"user_id": "ada", "session_id": None}, "is taken by another run"),
+        ]:
+            refused = http.post("/runs", json={**body, **other}, headers={"Idempotency-Key": "order-17"})
+            message = error_of(refused, 409, "RunConflictError")["message"]
+            assert "Idempotency-Key 'order-17'" in message and differs in message, message
         # Many at once with a new key: one run
         with ThreadPoolExecutor(8) as pool:
             racing = list(
@@ -233,16 +245,16 @@ def test_cancel_and_the_continues_a_run_state_refuses(api: ApiServer, api_settin
         # A QUEUED run is going already: new input is refused
         error_of(http.post(f"/runs/{run_id}/continue", json={"input": "more"}), 409, "RunBusyError")
 
-        cancelled = http.post(f"/runs/{run_id}/cancel")
+        cancelled = http.post(f"/runs/{run_id}/cancel", headers=JSON)
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
-        assert http.post(f"/runs/{run_id}/cancel").json()["status"] == "CANCELLED"  # again: a no-op
-        error_of(http.post(f"/runs/{run_id}/continue"), 409, "RunNotContinuableError")
+        assert http.post(f"/runs/{run_id}/cancel", headers=JSON).json()["status"] == "CANCELLED"  # again: a no-op
+        error_of(http.post(f"/runs/{run_id}/continue", headers=JSON), 409, "RunNotContinuableError")
 
         # A run in ERROR continues in place, without a body
         failed_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
         fail(Client(api_settings).store, failed_id)
         assert http.get(f"/runs/{failed_id}").json()["error"] == {"type": "Boom", "message": "the step failed"}
-        resumed = http.post(f"/runs/{failed_id}/continue")
+        resumed = http.post(f"/runs/{failed_id}/continue", headers=JSON)
         assert resumed.status_code == 202, resumed.text
         assert resumed.json()["run_id"] == failed_id and resumed.json()["status"] == RunStatus.QUEUED
 
@@ -276,12 +288,12 @@ def mistakes() -> list[tuple[str, str, dict[str, Any], int, str]]:
         ("POST", "/runs", {"json": {"agent": "no-such-agent", "input": "hi"}}, 404, "AgentNotFoundError"),
         ("GET", "/runs/no-such-run", {}, 404, "RunNotFoundError"),
         ("GET", "/runs/no-such-run/wait", {}, 404, "RunNotFoundError"),
-        ("POST", "/runs/no-such-run/continue", {}, 404, "RunNotFoundError"),
-        ("POST", "/runs/no-such-run/cancel", {}, 404, "RunNotFoundError"),
+        ("POST", "/runs/no-such-run/continue", {"headers": JSON}, 404, "RunNotFoundError"),
+        ("POST", "/runs/no-such-run/cancel", {"headers": JSON}, 404, "RunNotFoundError"),
         ("GET", "/runs/no-such-run/events", {}, 404, "RunNotFoundError"),
         ("GET", "/sessions/no-such-session/runs", {}, 404, "SessionNotFound"),
         ("GET", "/no-such-endpoint", {}, 404, "HTTPError"),
-        ("DELETE", "/runs/r1", {}, 405, "HTTPError"),
+        ("DELETE", "/runs/r1", {"headers": JSON}, 405, "HTTPError"),
         ("POST", "/runs", raw(b'{"agent": '), 422, "RequestValidationError"),
         ("POST", "/runs", raw(b'{"agent": "compose-agent", "input": "\xff\xfe"}'), 422, "RequestValidationError"),
         ("POST", "/runs", raw(b"[" * 20_000 + b"]" * 20_000), 422, "RequestValidationError"),
@@ -323,6 +335,9 @@ def test_every_mistake_of_a_user_is_a_4xx_with_a_json_error(api: ApiServer) -> N
             response = http.request(method, path, **kwargs)
             assert response.status_code == status, (method, path, response.status_code, response.text)
             error_of(response, status, kind)
+        # A method a path does not take: 405 naming every one it does, from whichever router
+        assert http.delete("/runs/r1", headers=JSON).headers["allow"] == "GET"
+        assert http.request("PATCH", "/sessions/s1").headers["allow"] == "DELETE, GET"
     assert "Traceback" not in api.log.read_text()
 
 
@@ -335,6 +350,9 @@ def test_the_openapi_schema_is_served_and_names_every_endpoint(api: ApiServer) -
     }  # fmt: skip
     assert "Idempotency-Key" in {p["name"].title() for p in schema["paths"]["/runs"]["post"]["parameters"]}
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    # A route whose own answer is a stream or plain text answers its errors in JSON, and says so
+    for path, status in [("/metrics", "401"), ("/runs/{run_id}/events", "404"), ("/runs/{run_id}/events", "422")]:
+        assert set(schema["paths"][path]["get"]["responses"][status]["content"]) == {"application/json"}, path
 
 
 def test_without_tokens_it_listens_on_loopback_only_and_says_so(api: ApiServer, api_settings: Settings) -> None:

@@ -15,9 +15,10 @@ import httpx2 as httpx
 import pytest
 
 import tests.integration.api_agents  # noqa: F401  (the embedded worker runs its agent)
+from orchestrator.events import MAX_PART
 from orchestrator.settings import Settings
 from tests.conftest import make_settings
-from tests.integration.test_api import ApiServer, error_of, start_api
+from tests.integration.test_api import JSON, ApiServer, error_of, start_api
 from workers.embedded import EmbeddedWorker
 
 AGENT = "api-streamer"
@@ -108,3 +109,22 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
         # EventSource stops reconnecting on 204)
         done = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": everything[-1].id})
         assert done.status_code == 204 and done.content == b""
+
+
+def test_an_event_id_past_what_the_columns_hold_is_a_422_and_one_at_the_limit_a_204(api: ApiServer) -> None:
+    # No worker: the run is cancelled while QUEUED, so its stream has a known end
+    with api.client() as http:
+        run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}).json()["run_id"]
+        assert http.post(f"/runs/{run_id}/cancel", headers=JSON).status_code == 200
+
+        for after in ("999999999999999999-0-0-0", f"{MAX_PART + 1}-0-0-0"):
+            refused = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": after})
+            assert f"a part over {MAX_PART}" in error_of(refused, 422, "InvalidInputError")["message"]
+            error_of(http.get(f"/runs/{run_id}/events", params={"after": after}), 422, "InvalidInputError")
+        done = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": f"{MAX_PART}-{MAX_PART}-0-0"})
+        assert done.status_code == 204, done.text
+        # An empty Last-Event-ID is none (an EventSource that saw no id sends none): from the start
+        assert [e.event for e in read_events(http, f"/runs/{run_id}/events", headers={"Last-Event-ID": ""})] == [
+            "RunStarted", "RunCancelled",
+        ]  # fmt: skip
+    assert "Traceback" not in api.log.read_text()

@@ -23,7 +23,7 @@ from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.timeline import Step
 from tests.conftest import make_settings
 from tests.integration.stored_runs import rows_of, seed
-from tests.integration.test_api import error_of
+from tests.integration.test_api import JSON, error_of
 from workers.api.app import create_app
 
 S = RunStatus
@@ -53,7 +53,7 @@ def call(app: FastAPI, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One request to the app, as an HTTP client would send it."""
 
     async def send() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ratchet") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
             return await http.request(method, path, **kwargs)
 
     return asyncio.run(send())
@@ -97,12 +97,12 @@ def test_deleting_a_session_answers_what_went_and_refuses_a_live_run_by_name(app
     done = [seed(store, S.COMPLETED, session_id="s-done") for _ in range(2)]
     going = seed(store, S.QUEUED, session_id="s-busy")
 
-    deleted = call(app, "DELETE", "/sessions/s-done")
+    deleted = call(app, "DELETE", "/sessions/s-done", headers=JSON)
     assert deleted.status_code == 200, deleted.text
     assert deleted.json() == {"session_id": "s-done", "runs": 2} and rows_of(store, done)["runs"] == 0
 
-    error_of(call(app, "DELETE", "/sessions/s-done"), 404, "SessionNotFound")
-    refused = error_of(call(app, "DELETE", "/sessions/s-busy"), 409, "RunLiveError")
+    error_of(call(app, "DELETE", "/sessions/s-done", headers=JSON), 404, "SessionNotFound")
+    refused = error_of(call(app, "DELETE", "/sessions/s-busy", headers=JSON), 409, "RunLiveError")
     assert refused["run_id"] == going and f"ratchet cancel {going}" in refused["message"]
     assert rows_of(store, [going])["runs"] == 1
 
@@ -142,7 +142,7 @@ def test_a_runs_steps_are_the_clients_over_http_as_they_ran_on_each_database(set
         (now,) = call(app, "GET", f"/runs/{running}/steps").json()["steps"]
         assert (now["status"], now["worker"], now["task_id"]) == ("running", "host-b:77", "task-3")
 
-        assert call(app, "POST", f"/runs/{failed}/continue").status_code == 202
+        assert call(app, "POST", f"/runs/{failed}/continue", headers=JSON).status_code == 202
         after = call(app, "GET", f"/runs/{failed}/steps").json()["steps"]
         assert [s["status"] for s in after] == ["done", "done", "failed", "done"]
     error_of(call(app, "GET", "/runs/no-such-run/steps"), 404, "RunNotFoundError")

@@ -21,7 +21,7 @@ def test_over_http_a_users_second_run_waits_with_its_reason_in_its_log_until_the
 ) -> None:
     agent = Agent(name=name("http"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
     with limited(tmp_path, max_runs_per_key=1) as inline:
-        http = TestClient(create_app(inline.settings, client=inline.client))
+        http = TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost")
 
         def call(method: str, path: str, **kwargs: Any) -> Any:
             response = http.request(method, path, **kwargs)
@@ -35,6 +35,6 @@ def test_over_http_a_users_second_run_waits_with_its_reason_in_its_log_until_the
         log = call("GET", f"/runs/{second}/log")["entries"]
         assert [(e["kind"], e["detail"]["reason"]) for e in log] == [("throttled", "concurrency")]
         assert call("GET", f"/runs/{second}")["status"] == "QUEUED"
-        call("POST", f"/runs/{first}/cancel")
+        call("POST", f"/runs/{first}/cancel", json={})
         inline.run_until_idle()
         assert call("GET", f"/runs/{second}")["status"] == "COMPLETED"

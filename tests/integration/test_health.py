@@ -152,9 +152,12 @@ def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broke
     assert beat.detail.endswith("is `ratchet beat` running?")
 
 
-def test_unknown_checks_are_refused() -> None:
+def test_unknown_checks_and_empty_queue_names_are_refused() -> None:
+    settings = make_settings("sqlite:///x.db", "redis://127.0.0.1:1/0")
     with pytest.raises(InvalidInputError, match="unknown check.* nope; known: database, broker, workers, beat"):
-        check_health(make_settings("sqlite:///x.db", "redis://127.0.0.1:1/0"), checks=["nope"])
+        check_health(settings, checks=["nope"])
+    with pytest.raises(InvalidInputError, match="queue is empty"):
+        check_health(settings, queues=["ratchet.model", ""])
 
 
 def test_the_http_api_answers_the_same_report_behind_its_token(pg_url: str, broker: RedisServer) -> None:
@@ -173,6 +176,10 @@ def test_the_http_api_answers_the_same_report_behind_its_token(pg_url: str, brok
     assert failed.json()["checks"][2]["detail"].startswith("no worker answered within 0.5s")
 
     error_of(call(app, "GET", "/health/checks", params={"check": "nope"}, headers=auth), 422, "InvalidInputError")
+    # An empty name is no queue, worker or check to look for: refused, not counted as a queue named ""
+    for empty in ({"queue": ""}, {"destination": ""}, {"check": "database,"}):
+        refused = error_of(call(app, "GET", "/health/checks", params=empty, headers=auth), 422, "InvalidInputError")
+        assert "is empty" in refused["message"] or "names no check" in refused["message"], refused
     assert call(app, "GET", "/health/checks").status_code == 401  # it names the database and workers
     assert call(app, "GET", "/health").status_code == 200  # liveness needs no token
 

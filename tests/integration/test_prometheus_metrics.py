@@ -111,7 +111,7 @@ def test_a_scrape_after_known_runs_counts_them_by_agent_and_status_with_their_re
     assert broken.run("four").status == S.ERROR
 
     # When: Prometheus scrapes the API.
-    got = scrape(TestClient(create_app(inline.settings, client=inline.client)))
+    got = scrape(TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost"))
 
     # Then: runs by agent and status, every status of an agent present.
     assert got("ratchet_runs", agent=tooluser.name, status="COMPLETED") == 2
@@ -149,7 +149,7 @@ def test_metrics_need_the_apis_token_when_it_has_tokens_and_come_as_openmetrics_
     inline: InMemoryDispatcher,
 ) -> None:
     settings = inline.settings.model_copy(update={"api_tokens": SecretStr("scrape-token")})
-    api = TestClient(create_app(settings, client=inline.client))
+    api = TestClient(create_app(settings, client=inline.client), base_url="http://localhost")
     ok = agent("ok", final_text="hi")
     ok.run("hello")
 
@@ -203,7 +203,7 @@ def test_a_step_fenced_by_a_cancel_a_sweeper_recovery_and_a_poison_step_are_coun
         inline.run_until_idle()
         assert client.get_run(recovered.run_id).status == S.COMPLETED
 
-        got = scrape(TestClient(create_app(settings, client=client)))
+        got = scrape(TestClient(create_app(settings, client=client), base_url="http://localhost"))
 
     assert got("ratchet_fenced_writes_total", agent=canceller.name) == 1
     assert got("ratchet_runs", agent=canceller.name, status="CANCELLED") == 1
@@ -293,7 +293,7 @@ def test_queue_lengths_count_the_steps_waiting_on_a_redis_broker_with_no_worker(
     client.start(name("urgent"), input="three", priority=9)  # on Redis, a list beside the queue's
     client.start(routed.name, input="four")
 
-    got = scrape(TestClient(create_app(settings, client=client)))
+    got = scrape(TestClient(create_app(settings, client=client), base_url="http://localhost"))
 
     assert got("ratchet_queue_length", queue=settings.model_queue) == 3
     assert got("ratchet_queue_length", queue=gpu) == 1
@@ -328,5 +328,5 @@ def test_ratchet_metrics_prints_what_the_api_serves(
     printed = Scrape(capsys.readouterr().out)
     assert printed("ratchet_retries_total", agent=flaky.name) == 1
     assert printed("ratchet_tokens_total", agent=flaky.name, kind="input") == 100
-    served = scrape(TestClient(create_app(inline.settings, client=inline.client)))
+    served = scrape(TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost"))
     assert printed.samples == served.samples

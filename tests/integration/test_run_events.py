@@ -18,7 +18,7 @@ import redis
 from sqlalchemy import func, select
 
 from orchestrator import Agent, Client, InvalidInputError, RunNotFoundError, RunStatus, Team
-from orchestrator.events import RunEvent, drop_restarted, parse_id
+from orchestrator.events import MAX_PART, RunEvent, drop_restarted, parse_id
 from orchestrator.ports import get_delta_sink
 from orchestrator.settings import Settings
 from orchestrator.steps.live import LiveStep
@@ -447,6 +447,18 @@ def test_deltas_a_woken_reader_read_survive_a_failed_read_of_the_stream_that_fol
 def test_an_event_id_of_digits_that_are_not_ascii_is_refused_as_input() -> None:
     with pytest.raises(InvalidInputError, match="four non-negative integers"):
         parse_id("\u00b2-0-0-0")
+
+
+def test_an_id_past_what_the_columns_hold_is_refused_as_input_and_one_at_the_limit_reads_nothing_more(
+    inline: InMemoryDispatcher,
+) -> None:
+    run = Agent(name=name(), model=ScriptedModel()).run("hello")
+    # Past the limit: refused before any read (PostgreSQL would fail comparing it with an INTEGER)
+    for after in ("999999999999999999-0-0-0", f"{MAX_PART + 1}-0-0-0", f"0-{MAX_PART + 1}-0-0"):
+        with pytest.raises(InvalidInputError, match=f"a part over {MAX_PART}"):
+            list(inline.client.stream(run.run_id, after=after))
+    # At the limit: after every event the run has, so nothing
+    assert list(inline.client.stream(run.run_id, after=f"{MAX_PART}-{MAX_PART}-0-0")) == []
 
 
 def test_the_delta_tables_ids_are_64_bits_so_a_busy_deployment_never_runs_out(db_url: str) -> None:

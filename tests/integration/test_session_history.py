@@ -228,5 +228,5 @@ def test_ratchet_show_and_the_http_api_say_which_runs_a_runs_context_held(
     out = capsys.readouterr().out
     assert f"history: 1 earlier run(s) of the session in its context: {first.run_id}" in out
     assert "history: 0 earlier run(s) of the session in its context: none yet" in out
-    api = TestClient(create_app(inline.settings, client=inline.client))
+    api = TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost")
     assert api.get(f"/runs/{second.run_id}").json()["history_run_ids"] == [first.run_id]

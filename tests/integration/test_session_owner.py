@@ -249,7 +249,7 @@ def test_the_http_api_answers_409_naming_neither_user_and_a_session_of_another_u
 ) -> None:
     agent = chat()
     agent.run(SECRET, session_id="s-http", user_id="alice", session_state={"card": "4242"})
-    http = TestClient(create_app(inline.settings, client=inline.client))
+    http = TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost")
     before = stored(inline.store)
 
     refused = http.post("/runs", json={"agent": agent.name, "input": "hi", "session_id": "s-http", "user_id": "bob"})

@@ -80,7 +80,7 @@ def by_cli(inline: InMemoryDispatcher, agent: str, session: str, capsys: pytest.
 
 def by_http(inline: InMemoryDispatcher, agent: str, session: str, capsys: pytest.CaptureFixture[str]) -> Start:
     def start(**given: Any) -> dict[str, Any]:
-        with TestClient(create_app(inline.settings, client=inline.client)) as http:
+        with TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost") as http:
             started = http.post("/runs", json={"agent": agent, "input": "add milk", "session_id": session, **given})
             assert started.status_code == 202, started.text
             run = http.get(f"/runs/{started.json()['run_id']}").json()
@@ -122,7 +122,7 @@ def test_every_producer_refuses_a_session_state_that_is_not_a_json_object(
     assert usage.value.code == 2
     assert "argument --session-state: not JSON" in capsys.readouterr().err
 
-    with TestClient(create_app(inline.settings, client=inline.client)) as http:
+    with TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost") as http:
         refused = http.post("/runs", json={"agent": agent, "input": "x", "session_state": ["tea"]})
         too_long = http.post("/runs", json={"agent": agent, "input": "x", "user_id": "u" * 129})
     assert refused.status_code == too_long.status_code == 422

@@ -144,12 +144,18 @@ def test_a_runs_state_is_merged_when_it_is_written_and_not_again_by_a_repeated_s
     with store.engine.begin() as conn:  # a tool of the run changes it meanwhile
         sessions.apply(conn, store.get_record(run_id), [StateChange(set={"a": 2})])
     again = client.start(
-        "nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1, "b": 1}
+        "nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1}
     )
 
     assert again.run_id == run_id
     run = client.get_run(run_id)
     assert run.user_id == "ada" and run.session_state == {"a": 2}
+    # Another state under the run id is another request (`orchestrator.idempotency`): nothing is merged
+    with pytest.raises(RunConflictError, match="started with another session_state"):
+        client.start(
+            "nobody", input="hi", session_id="s-start", run_id=run_id, user_id="ada", session_state={"a": 1, "b": 1}
+        )
+    assert client.get_run(run_id).session_state == {"a": 2}
     with pytest.raises(RunConflictError, match="is taken by another run"):
         client.start("nobody", input="hi", run_id=run_id, user_id="bob")
     other = client.start("nobody", input="hi", session_id="s-start", user_id="ada", session_state={"b": 3})

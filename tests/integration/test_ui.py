@@ -30,13 +30,18 @@ DEADLINE_MS = 20_000
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium (tests/services.sh)")
-    with pw.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        yield browser
-        browser.close()
+    with pw.sync_playwright() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def chromium(playwright: Any) -> Iterator[Any]:
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+    yield browser
+    browser.close()
 
 
 @pytest.fixture
@@ -143,3 +148,93 @@ def test_run_content_that_is_markup_is_shown_as_text(api: ApiServer, page: Any) 
     pw.expect(page.locator(".msg.user")).to_contain_text("<b>hello</b><script>")
     assert timeline.locator("img, script, b").count() == 0
     assert page.evaluate("() => window.__pwned") is None
+
+
+# ---------------------------------------------------------------- without tokens
+
+
+@pytest.fixture
+def tokenless(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
+    server = start_api(settings, tmp_path / "api.log", app=APP)
+    yield server
+    server.stop()
+
+
+def queued(api: ApiServer) -> str:
+    """A run no worker takes: it stays QUEUED until something cancels it."""
+    with api.client() as http:
+        started = http.post("/runs", json={"agent": "ui-echo", "input": "wait"})
+        assert started.status_code == 202, started.text
+        return str(started.json()["run_id"])
+
+
+def status_of(api: ApiServer, run_id: str) -> str:
+    with api.client() as http:
+        return str(http.get(f"/runs/{run_id}").json()["status"])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part only
+def test_without_tokens_the_pages_of_the_api_itself_still_cancel_a_run(tokenless: ApiServer, page: Any) -> None:
+    run_id = queued(tokenless)
+    page.goto(f"{tokenless.url}/ui/#/runs/{run_id}")
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "QUEUED")
+    page.click("#cancel")
+    page.click("#cancel")  # a second click within 4 s cancels
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "CANCELLED")
+    assert page.locator("#token-form").is_hidden()  # no token asked for
+
+
+#: A page of a site of its own, whose name (as a rebinding attacker's would) resolves to 127.0.0.1.
+EVIL = "evil.test"
+ATTACK = """<!doctype html><title>attack</title>
+<form id="form" method="post" action="{api}/runs/{run_id}/cancel"><input name="x" value="1"></form>
+<script>
+window.attack = async () => {{
+  const seen = {{}};
+  await fetch("{api}/runs/{run_id}/cancel", {{method: "POST", mode: "no-cors", body: "x"}}).catch(() => null);
+  const read = await fetch("{api}/runs").then(r => r.status, () => "blocked");
+  seen.cross = read;
+  const rebound = await fetch("/runs");  // this page's own origin: evil.test, rebound to the API
+  seen.rebound = [rebound.status, await rebound.text()];
+  return seen;
+}};
+</script>"""
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part only
+def test_a_page_of_another_site_can_neither_read_nor_cancel_the_runs_of_a_tokenless_api(
+    tokenless: ApiServer, playwright: Any
+) -> None:
+    run_id = queued(tokenless)
+    port = tokenless.url.rsplit(":", 1)[1]
+    attacker = f"http://{EVIL}:{port}"
+    # Chromium's own Local Network Access checks would stop these requests before they left it;
+    # off, it sends them as a browser without those checks (Firefox, Safari, an older Chromium) does.
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+        f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
+        "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests",
+    ])  # fmt: skip
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(DEADLINE_MS)
+        # The attacker's page is served by the browser's route: its origin is evil.test's
+        html = ATTACK.format(api=tokenless.url, run_id=run_id)
+        page.route(f"{attacker}/attack", lambda route: route.fulfill(content_type="text/html", body=html))
+        page.goto(f"{attacker}/attack")
+
+        seen = page.evaluate("() => window.attack()")
+        with page.expect_navigation():
+            page.evaluate("() => document.getElementById('form').submit()")
+        refused_form = page.content()
+    finally:
+        browser.close()
+
+    # Every one of its requests reached the API and was refused, and the run goes on
+    assert seen["cross"] == "blocked"  # the API answered 403, and no CORS header lets the page read it
+    assert seen["rebound"][0] == 421 and run_id not in seen["rebound"][1]
+    assert "ForeignOrigin" in refused_form
+    assert status_of(tokenless, run_id) == "QUEUED"
+    log = tokenless.log.read_text()
+    assert log.count(f'POST /runs/{run_id}/cancel HTTP/1.1" 403') == 2 and 'GET /runs HTTP/1.1" 421' in log

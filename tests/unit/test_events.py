@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import InvalidInputError
-from orchestrator.events import RunEvent, drop_restarted, event_id, live_key, message_key, parse_id, status_key
+from orchestrator.events import (
+    MAX_PART,
+    RunEvent,
+    drop_restarted,
+    event_id,
+    live_key,
+    message_key,
+    parse_id,
+    status_key,
+)
 
 
 def event(key: tuple[int, int, int, int], name: str = "RunContent", content: str | None = None) -> RunEvent:
@@ -23,6 +32,16 @@ def test_an_id_is_four_integers_joined_by_dashes_and_reads_back_as_its_key() -> 
 def test_an_id_that_is_not_four_non_negative_integers_is_refused(text: str) -> None:
     with pytest.raises(InvalidInputError):
         parse_id(text)
+
+
+@pytest.mark.parametrize("text", ["999999999999999999-0-0-0", "0-2147483649-0-0", "0-0-0-" + "9" * 5000])
+def test_an_id_with_a_part_larger_than_any_event_holds_is_refused_saying_so(text: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"a part over {MAX_PART}"):
+        parse_id(text)
+
+
+def test_the_largest_part_an_id_may_have_is_read() -> None:
+    assert parse_id(f"{MAX_PART}-0-{MAX_PART}-0") == (MAX_PART, 0, MAX_PART, 0)
 
 
 def test_at_one_message_count_the_message_events_come_first_then_each_attempt_in_epoch_order() -> None:

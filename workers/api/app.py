@@ -18,7 +18,9 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
     GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
-Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`.
+Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`;
+without tokens, the Host, Origin and Content-Type checks that keep other sites' pages out are
+`workers.api.loopback`; the bodies and each value's limits in the schema, `workers.api.contract`.
 """
 
 from __future__ import annotations
@@ -27,14 +29,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import validation
 from orchestrator.agent import get_agent
@@ -45,86 +46,29 @@ from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
 from workers.api import errors
+from workers.api.contract import (
+    EVENT_ID,
+    HEADER_NAME,
+    LAST_EVENT_ID,
+    RUN_LINKS,
+    ContinueRequest,
+    Health,
+    RunId,
+    SessionId,
+    StartRequest,
+    json_refusals,
+    name,
+    pattern,
+    refusals,
+    text,
+)
 from workers.api.errors import ApiError
 from workers.api.gate import Gate
+from workers.api.loopback import Guard, add_cors
 from workers.metrics import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
 MAX_WAIT = 300.0
-
-
-class StartRequest(BaseModel):
-    """The body of `POST /runs`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str = Field(description="the name of an agent or team defined in the server's --app modules")
-    input: str = Field(description="the user's message (non-empty, at most 1 MiB of UTF-8)")
-    session_id: str | None = Field(
-        default=None,
-        description="the session to run in (default: a new one); a session is its first run's user_id's, and a run "
-        "for another user_id in it is refused (409 SessionOwnedError, nothing written)",
-    )
-    stream: bool = Field(
-        default=False,
-        strict=True,
-        description="publish the model's text as it is written (RunContent events), not only each step",
-    )
-    user_id: str | None = Field(
-        default=None,
-        description="who the run is for (1-128 characters); with RATCHET_MAX_RUNS_PER_KEY set, at most that many "
-        "runs of one user_id (or of the key the agent's concurrency_key makes of it) are in progress at once",
-    )
-    session_state: dict[str, Any] | None = Field(
-        default=None,
-        description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
-        "at most 1 MiB); the run's tools read and change the result",
-    )
-    priority: int | None = Field(
-        default=None, ge=0, le=9, strict=True,
-        description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
-    )  # fmt: skip
-
-
-class ContinueRequest(BaseModel):
-    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: str | None = Field(default=None, description="a new user message to add first")
-    fork_key: str | None = Field(
-        default=None, description="a COMPLETED run forks once per key (default: the input); another key forks again"
-    )
-
-
-class ErrorDetail(BaseModel):
-    """What went wrong: the error's type name and a message saying what to do."""
-
-    type: str
-    message: str
-    run_id: str | None = Field(
-        default=None,
-        description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
-    )
-    details: list[dict[str, Any]] | None = Field(
-        default=None, description="422 only: each field that does not fit, and why"
-    )
-
-
-class ErrorBody(BaseModel):
-    """Every error response."""
-
-    error: ErrorDetail
-
-
-class Health(BaseModel):
-    """The answer of `GET /health`."""
-
-    status: Literal["ok"] = "ok"
-
-
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorBody} for code in codes}
 
 
 def _client(request: Request) -> Client:
@@ -159,7 +103,12 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.state.client = client
     errors.install(app)
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
+    # Outermost last: CORS answers a preflight before the guard or the token is asked for.
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
+    if not settings.api_token_values:
+        app.add_middleware(Guard, origins=settings.api_cors_origin_values)
+    if settings.api_cors_origin_values:
+        add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
     from workers.api import records, ui  # records' routes use this module's dependencies
 
@@ -178,14 +127,20 @@ def _health() -> Health:
 
 
 @router.post(
-    "/runs", status_code=202, response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 413, 422, 503)
-)
+    "/runs", status_code=202, response_model=RunOutput, tags=["runs"],
+    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
+)  # fmt: skip
 def start_run(
     body: StartRequest,
     response: Response,
     client: ClientDep,
     idempotency_key: Annotated[
-        str | None, Header(description="the same key (with the same body) starts one run and returns it again")
+        str | None,
+        text({**name(validation.IDEMPOTENCY_KEY_MAX), "pattern": HEADER_NAME}),
+        Header(
+            description="the same key with the same body starts one run and returns it again; with another "
+            "agent, input, stream, priority or session_state, or a session_id or user_id not the run's, it is a 409",
+        ),
     ] = None,
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
@@ -193,16 +148,18 @@ def start_run(
     _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else derived_run_id("idempotency", key)
-    handle = client.start(
-        body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
-        user_id=body.user_id, session_state=body.session_state, priority=body.priority,
-    )  # fmt: skip
-    run = client.get_run(handle.run_id)
-    if key is not None and _first_input(run) != body.input:
-        # The control refuses another agent or session for the run id; another input is ours to catch.
+    try:
+        handle = client.start(
+            body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
+            user_id=body.user_id, session_state=body.session_state, priority=body.priority,
+        )  # fmt: skip
+    except RunConflictError as exc:  # the control compares the whole request (`orchestrator.idempotency`)
+        if key is None:
+            raise
         raise RunConflictError(
-            f"Idempotency-Key {key!r} started run {run.run_id} with another input; a new request needs a new key"
-        )
+            f"Idempotency-Key {key!r} was sent with another request before ({exc}); a new request needs a new key"
+        ) from None
+    run = client.get_run(handle.run_id)
     response.headers["Location"] = f"/runs/{run.run_id}"
     return run
 
@@ -218,20 +175,15 @@ def _served(agent: str) -> None:
         ) from None
 
 
-def _first_input(run: RunOutput) -> str | None:
-    """The user message a run was started with."""
-    return next((m.content for m in run.messages if m.role == "user"), None)
-
-
-@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
-def get_run(run_id: str, client: ClientDep) -> RunOutput:
+@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
+def get_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """The run with its messages and member runs."""
     return client.get_run(run_id)
 
 
-@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 422))
+@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
 async def wait_run(
-    run_id: str,
+    run_id: RunId,
     client: ClientDep,
     timeout: Annotated[float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds to wait")] = 30.0,
 ) -> RunOutput:
@@ -248,9 +200,9 @@ async def wait_run(
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
-    responses=_errors(401, 404, 409, 413, 422, 503),
+    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
 )
-def continue_run(run_id: str, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
+def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
     """Continue a run: ERROR, PAUSED and an expired RUNNING resume in place; COMPLETED forks a new
     run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
     RUNNING one whose worker is alive."""
@@ -259,13 +211,13 @@ def continue_run(run_id: str, client: ClientDep, body: ContinueRequest | None = 
     return client.get_run(handle.run_id)
 
 
-@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=_errors(401, 404, 409, 422))
-def cancel_run(run_id: str, client: ClientDep) -> RunOutput:
+@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 409, 422))
+def cancel_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """Cancel a run that has not finished, and its member runs; 409 for a COMPLETED run."""
     return client.cancel(run_id)
 
 
-def _known_run(run_id: str, client: ClientDep) -> RunRecord:
+def _known_run(run_id: RunId, client: ClientDep) -> RunRecord:
     """The run, once found: an unknown run is a 404, not an empty stream."""
     return client.store.get_record(validation.known_run_id(run_id))
 
@@ -277,8 +229,12 @@ class _NothingNew(Exception):
 async def _run_events(
     record: Annotated[RunRecord, Depends(_known_run)],
     client: ClientDep,
-    after: Annotated[str | None, Query(description="an event id: send only the events after it")] = None,
-    last_event_id: Annotated[str | None, Header(description="sent by a reconnecting client; wins over ?after")] = None,
+    after: Annotated[
+        str | None, Query(description="an event id: send only the events after it"), text(pattern(EVENT_ID))
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="sent by a reconnecting client; wins over ?after"), text(LAST_EVENT_ID)
+    ] = None,
 ) -> AsyncIterator[RunEvent]:
     """The events to send, resolved before the response starts: a bad id is a 422, not a broken
     stream. A run that has stopped has a stream of known length: if nothing is left in it, 204,
@@ -306,7 +262,7 @@ async def _prepend(first: RunEvent, rest: AsyncIterator[RunEvent]) -> AsyncItera
     responses={
         200: {"content": {"text/event-stream": {}}},
         204: {"description": "the run has stopped and has no event after the one asked for"},
-        **_errors(401, 404, 422),
+        **json_refusals(401, 404, 422),
     },
 )
 async def run_events(
@@ -323,13 +279,15 @@ async def run_events(
         yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
 
 
-@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
-@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=_errors(401, 404, 422))
+@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
+@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
 def session_runs(
-    session_id: str,
+    session_id: SessionId,
     client: ClientDep,
     user_id: Annotated[
-        str | None, Query(description="the session only if it is this user's, with this user's runs")
+        str | None,
+        Query(description="the session only if it is this user's, with this user's runs"),
+        text(name(validation.USER_ID_MAX)),
     ] = None,
 ) -> Session:
     """The session: its user, its state, and its runs, oldest first, each with its messages and
@@ -347,7 +305,7 @@ def session_runs(
     "/metrics",
     response_class=PlainTextResponse,
     tags=["meta"],
-    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **_errors(401)},
+    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **json_refusals(401)},
 )
 def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     """Prometheus metrics in its text format: runs by agent and status, retries, sweeper

@@ -9,13 +9,16 @@ workers and the queues. The checks run in the API's process, with its settings.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
-from workers.api.app import _errors
+from orchestrator.errors import InvalidInputError
+from orchestrator.validation import QUEUE_NAME_MAX
+from workers.api.contract import CHECKS, name, pattern, refusals, texts
 from workers.health import DEFAULT_CHECKS, check_health
 
 router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
@@ -39,20 +42,43 @@ class HealthReport(BaseModel):
 
 @router.get(
     "/health/checks", response_model=HealthReport, tags=["meta"],
-    responses={503: {"model": HealthReport, "description": "a check failed"}, **_errors(401, 422)},
+    responses={503: {"model": HealthReport, "description": "a check failed"}, **refusals(401, 422)},
 )  # fmt: skip
 def health_checks(
     request: Request,
     response: Response,
-    check: Annotated[list[str], Query(description="database, broker, workers, beat (default: the first three)")] = [],  # noqa: B006
-    destination: Annotated[list[str], Query(description="only these workers must answer (%h: this host)")] = [],  # noqa: B006
-    queue: Annotated[list[str] | None, Query(description="queues that must have a consumer")] = None,
+    check: Annotated[
+        list[str],
+        texts(pattern(CHECKS)),
+        Query(
+            description="database, broker, workers, beat (default: the first three); several: repeat it, or "
+            "separate them with commas"
+        ),
+    ] = [],  # noqa: B006
+    destination: Annotated[
+        list[str],
+        texts(name(QUEUE_NAME_MAX)),
+        Query(description="only these workers must answer (%h: this host)"),
+    ] = [],  # noqa: B006
+    queue: Annotated[
+        list[str] | None,
+        texts(name(QUEUE_NAME_MAX)),
+        Query(description="queues that must have a consumer"),
+    ] = None,
     workers: Annotated[int, Query(ge=0)] = 1,
-    timeout: Annotated[float, Query(gt=0, le=60)] = 2.0,
-    max_age: Annotated[float | None, Query(gt=0)] = None,
+    timeout: Annotated[float, Query(gt=0, le=60, allow_inf_nan=False)] = 2.0,
+    max_age: Annotated[
+        float | None, Query(gt=0, allow_inf_nan=False), WithJsonSchema({"type": "number", "exclusiveMinimum": 0})
+    ] = None,
 ) -> HealthReport:
     """Check the database, the broker and that workers answer, as `ratchet health` does."""
-    split = [v.strip() for value in check for v in value.split(",") if v.strip()]
+    for item in check:
+        if re.fullmatch(CHECKS, item) is None:
+            raise InvalidInputError(
+                f"check {item[:80]!r} names no check: give database, broker, workers or beat (several: repeat "
+                "check=, or separate them with commas)"
+            )
+    split = [v.strip() for value in check for v in value.split(",")]
     report = check_health(
         request.app.state.client.settings, checks=split or DEFAULT_CHECKS, destinations=destination, queues=queue,
         workers=workers, timeout=timeout, max_age=max_age,

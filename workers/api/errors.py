@@ -10,6 +10,7 @@ mistake is always a 4xx; a 500 means a fault of the server, logged with its trac
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
+    without tokens: a foreign Host, Origin, a write not JSON  421, 403, 415  (`workers.api.loopback`)
     BrokerUnavailableError (the run is saved as QUEUED)     503
 """
 
@@ -21,7 +22,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from orchestrator.errors import (
     AgentNotFoundError,
@@ -122,7 +125,21 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         )
     message = {404: f"no endpoint {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
     kind = "ContentTooLarge" if code == 413 else "HTTPError"
-    return error_response(code, kind, message.get(code, str(exc.detail)), headers=exc.headers)
+    headers = exc.headers
+    if code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        message[405] += f": use {headers['Allow']}"
+    return error_response(code, kind, message.get(code, str(exc.detail)), headers=headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route takes on the request's path: Starlette's 405 names only those of
+    the first route it found there (`/sessions/{id}` has GET in one router, DELETE in another)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):  # included routers' routes too
+        if route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

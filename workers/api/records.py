@@ -18,11 +18,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
+from orchestrator import validation as v
 from orchestrator.run import LogEntry, RunPage
 from orchestrator.timeline import Step
-from workers.api.app import ClientDep, _errors
+from workers.api.app import ClientDep
+from workers.api.contract import CURSOR, MOMENT, STATUSES, RunId, SessionId, name, pattern, refusals, text, texts
 from workers.api.errors import ApiError
 
 router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
@@ -49,25 +51,40 @@ class SessionDeleted(BaseModel):
     runs: int = Field(description="runs deleted, member runs included")
 
 
-@router.get("/runs", response_model=RunPage, tags=["runs"], responses=_errors(401, 422))
+@router.get("/runs", response_model=RunPage, tags=["runs"], responses=refusals(401, 422))
 def list_runs(
     client: ClientDep,
     status: Annotated[
         list[str] | None,
+        texts(pattern(STATUSES)),
         Query(
             description="QUEUED, RUNNING, WAITING, PAUSED, ERROR, COMPLETED or CANCELLED; "
             "several: repeat it, or separate them with commas"
         ),
     ] = None,
-    agent: Annotated[str | None, Query(description="runs of this agent or team")] = None,
-    session_id: Annotated[str | None, Query(description="runs in this session")] = None,
-    user_id: Annotated[str | None, Query(description="runs for this user")] = None,
+    agent: Annotated[str | None, Query(description="runs of this agent or team"), text(name(v.AGENT_NAME_MAX))] = None,
+    session_id: Annotated[str | None, Query(description="runs in this session"), text(name(v.SESSION_ID_MAX))] = None,
+    user_id: Annotated[str | None, Query(description="runs for this user"), text(name(v.USER_ID_MAX))] = None,
     since: Annotated[
-        str | None, Query(description='created at or after: ISO 8601, UNIX seconds, or how long ago ("6h", "7d")')
+        str | None,
+        Query(
+            description='created at or after: ISO 8601, UNIX seconds, or how long ago ("6h", "7d")',
+        ),
+        text(pattern(MOMENT)),
     ] = None,
-    until: Annotated[str | None, Query(description="created before (the same forms)")] = None,
-    limit: Annotated[int, Query(description="runs a page, 1-1000")] = 50,
-    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    until: Annotated[str | None, Query(description="created before (the same forms)"), text(pattern(MOMENT))] = None,
+    limit: Annotated[
+        int,
+        Query(description="runs a page"),
+        WithJsonSchema({"type": "integer", "minimum": 1, "maximum": v.PAGE_MAX, "default": 50}),
+    ] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(
+            description="the next_cursor of the previous page, as it was returned (another is a 422)",
+        ),
+        text(pattern(CURSOR)),
+    ] = None,
     members: Annotated[bool, Query(description="also member runs of teams (default: top-level runs)")] = False,
 ) -> RunPage:
     """A page of runs, newest first, and the cursor of the next page (null on the last). A run
@@ -79,15 +96,15 @@ def list_runs(
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/log", response_model=RunLog, tags=["runs"], responses=_errors(401, 404, 422))
-def run_log(run_id: str, client: ClientDep) -> RunLog:
+@router.get("/runs/{run_id}/log", response_model=RunLog, tags=["runs"], responses=refusals(401, 404, 422))
+def run_log(run_id: RunId, client: ClientDep) -> RunLog:
     """The run's log, oldest first: retries, errors, leases the sweeper took back, fenced writes,
     delegations and fan-ins, continues, cancels (not its member runs': ask for each)."""
     return RunLog(run_id=run_id, entries=client.get_log(run_id))
 
 
-@router.get("/runs/{run_id}/steps", response_model=RunSteps, tags=["runs"], responses=_errors(401, 404, 422))
-def run_steps(run_id: str, client: ClientDep) -> RunSteps:
+@router.get("/runs/{run_id}/steps", response_model=RunSteps, tags=["runs"], responses=refusals(401, 404, 422))
+def run_steps(run_id: RunId, client: ClientDep) -> RunSteps:
     """The run's steps in order: each one's task (a model call, a tool batch, a fan-in), status,
     attempt, when it could start and ended (its duration includes time in the queue: a claim's
     time is not kept), tokens, failed tool calls and error; the worker and Celery task id of the
@@ -96,9 +113,9 @@ def run_steps(run_id: str, client: ClientDep) -> RunSteps:
 
 
 @router.delete(
-    "/sessions/{session_id}", response_model=SessionDeleted, tags=["sessions"], responses=_errors(401, 404, 409, 422)
+    "/sessions/{session_id}", response_model=SessionDeleted, tags=["sessions"], responses=refusals(401, 404, 409, 422)
 )
-def delete_session(session_id: str, client: ClientDep) -> SessionDeleted:
+def delete_session(session_id: SessionId, client: ClientDep) -> SessionDeleted:
     """Delete the session, its runs (member runs included) and everything stored for them. 409
     (RunLiveError, naming the run in `run_id`) if a run in it is live, and nothing is deleted:
     cancel it or let it stop first."""

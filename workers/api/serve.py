@@ -2,8 +2,9 @@
 
 Without RATCHET_API_TOKENS the API takes requests without a token, so it listens on a loopback
 address only (127.0.0.1 by default) and says so at start; asking for another host is refused with
-what to set. With tokens it listens where it is told, and every request but /health and the API's
-own description needs one. The tokens are never logged: the start line says how many there are.
+what to set; and it refuses what a web page of another site could send it (`workers.api.loopback`).
+With tokens it listens where it is told, and every request but /health and the API's own
+description needs one. The tokens are never logged: the start line says how many there are.
 
 This module imports neither FastAPI nor uvicorn until it serves, so the command line works
 without the `api` extra and says what to install when `ratchet api` needs it.

@@ -108,7 +108,11 @@ function headers(extra) {
 }
 
 async function api(path, options = {}) {
-  const response = await fetch(new URL(path, API), { ...options, headers: headers(options.headers) });
+  // A POST or DELETE says it sends JSON, body or not: without tokens the API takes no other
+  // (a form on another site cannot send it: workers/api/loopback.py).
+  const writes = options.method === "POST" || options.method === "DELETE";
+  const sent = writes ? { "Content-Type": "application/json", ...options.headers } : options.headers;
+  const response = await fetch(new URL(path, API), { ...options, headers: headers(sent) });
   if (response.ok) return response.status === 204 ? null : response.json();
   let type = "HTTPError";
   let message = `${response.status} ${response.statusText}`;
@@ -391,7 +395,7 @@ function actions(run, ctx) {
     const body = input.value ? { input: input.value } : {};
     try {
       const next = await api(`runs/${encodeURIComponent(run.run_id)}/continue`, {
-        method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" },
+        method: "POST", body: JSON.stringify(body),
       });
       if (next.run_id !== run.run_id) location.hash = `#/runs/${encodeURIComponent(next.run_id)}`;
       else ctx.reload();

@@ -1,0 +1,72 @@
+"""Schemathesis hooks of the API's fuzz test (tests/integration/test_api_fuzz.py), loaded through
+SCHEMATHESIS_HOOKS: each drops one kind of failure that is not a disagreement between the
+schema and the server, named narrowly so that anything else still fails the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+
+
+def _error(response: Any) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body.get("error", {}) if isinstance(body, dict) else {}
+
+
+@schemathesis.hook
+def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
+    """Keep every failure but these three."""
+    # A cursor is whatever a listing handed out, which no schema can state: one the server did
+    # not issue is refused (422) however well it fits the pattern.
+    if (
+        failure.code == "ST202"
+        and case.path == "/runs"
+        and "not one a listing returned" in _error(response).get("message", "")
+    ):
+        return False
+    # No worker runs beside the fuzzed server, so /health/checks reports that one is missing:
+    # a 503 with the report, as the schema says.
+    if failure.code == "ST101" and case.path == "/health/checks" and response.status_code == 503:
+        return False
+    # Schemathesis 4.32's coverage phase labels some cases positive whose body it generated
+    # negative (a header's boundary case sent with a body of `0`): not a request the schema allows.
+    meta = case.meta
+    negative_part = meta is not None and any(c.mode.is_negative for c in meta.components.values())
+    return not (failure.code == "ST202" and negative_part)
+
+
+#: The longest a fuzzed request may hold the server, in seconds: a wait for a run no worker takes,
+#: or a health check for a worker that is not there, lasts as long as it is asked to.
+HOLD = 0.2
+#: The parameter that says how long, on the routes that hold a request, and its largest value.
+_HELD = {"/runs/{run_id}/wait": ("timeout", 300.0), "/health/checks": ("timeout", 60.0)}
+
+
+@schemathesis.hook
+def map_case(context: Any, case: Any) -> Any:
+    """A wait or a health check asks for HOLD seconds at most: a longer time in range is as
+    valid, and only slower. A time out of range, or not a number, stays as generated (it may be
+    what a negative case is about)."""
+    held = _HELD.get(case.operation.path)
+    if held is not None:
+        name, most = held
+        query = dict(case.query or {})
+        given = _seconds(query.get(name, most))
+        if given is not None and HOLD < given <= most:
+            query[name] = HOLD
+            case.query = query
+    return case
+
+
+def _seconds(value: object) -> float | None:
+    """A number of seconds as generated (a number, or its text in a query); None if not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

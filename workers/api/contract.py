@@ -1,0 +1,202 @@
+"""The API's contract: the bodies it takes and gives, and the limits of each value in its schema.
+
+A request is checked where every producer's is, in `orchestrator.validation` (a run id, a name,
+an input) and the store (a cursor, a time): the API answers the same InvalidInputError as
+`Client` and the command line, with the same message. What those checks accept is stated here
+in the OpenAPI schema (lengths, patterns, ranges), so that a client generated from the schema,
+or a fuzzer, sends what the server takes: `tests/unit/test_api_contract.py` holds each rule to
+its validator, both ways where the rule is exact.
+
+The patterns are written for every engine that reads them: pydantic's, Python's `re` (which
+schema-driven tools generate from) and JSON Schema's ECMA-262, so they use `\\uXXXX` escapes and
+character classes, no lookarounds and no Unicode properties.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Path
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from orchestrator import validation as v
+from orchestrator.status import RunStatus
+
+#: The characters `str.isspace()` (and so `str.strip()`) takes for whitespace.
+SPACE = r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+#: A name or an id: no control character (Unicode's Cc: U+0000-U+001F, U+007F-U+009F).
+NO_CONTROL = r"^[^\u0000-\u001f\u007f-\u009f]+$"
+#: A header value as sent: HTTP drops spaces and tabs around it, so it starts and ends with neither.
+HEADER_NAME = r"^[^\u0000-\u0020\u007f-\u009f]([^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u009f])?$"
+#: A user message: something besides whitespace, and no NUL.
+INPUT = rf"^[^\u0000]*[^\u0000{SPACE}][^\u0000]*$"
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c}{c.lower()}]" for c in word)
+
+
+_STATUS = f"[{SPACE}]*({'|'.join(_any_case(s.value) for s in RunStatus)})[{SPACE}]*"
+#: Run statuses in any case, several separated by commas (`validation.statuses`).
+STATUSES = rf"^{_STATUS}(,{_STATUS})*$"
+#: The forms of a time the listing reads (`validation.moment`), stated strictly: UNIX seconds,
+#: how long ago ("6h", "7d"), or an ISO 8601 date, or date and time, with an optional offset.
+MOMENT = (
+    r"^(-?[0-9]{1,12}(\.[0-9]{1,6})?|[0-9]{1,6}(\.[0-9]{1,3})?[smhdwSMHDW]|[1-9][0-9]{3}-"
+    r"((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+    r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?)$"
+)
+#: A run event's id: four integers joined by "-" (`orchestrator.events`), stated within its
+#: limit of 2^31 each as nine digits.
+EVENT_ID = r"^[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}$"
+#: The Last-Event-ID header: an event id, or empty for none (an EventSource that saw no id).
+LAST_EVENT_ID = {"minLength": 0, "pattern": r"^([0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9})?$"}
+#: A listing's cursor as it hands them out: URL-safe base64 without padding (`store.listing`).
+CURSOR = r"^[A-Za-z0-9_-]{1,1024}$"
+_CHECK = f"[{SPACE}]*(database|broker|workers|beat)[{SPACE}]*"
+#: `GET /health/checks?check=`: check names, several separated by commas (`workers.health`).
+CHECKS = rf"^{_CHECK}(,{_CHECK})*$"
+
+
+def name(limit: int) -> dict[str, Any]:
+    """The schema of a name or an id of at most `limit` characters."""
+    return {"minLength": 1, "maxLength": limit, "pattern": NO_CONTROL}
+
+
+def pattern(regex: str) -> dict[str, Any]:
+    """The schema of text matching `regex`."""
+    return {"minLength": 1, "pattern": regex}
+
+
+def text(rule: dict[str, Any]) -> WithJsonSchema:
+    """The schema of a parameter that is text fitting `rule` (a parameter left out takes its
+    default: it is never null, as FastAPI would state an optional one)."""
+    return WithJsonSchema({"type": "string", **rule})
+
+
+def texts(rule: dict[str, Any]) -> WithJsonSchema:
+    """The schema of a parameter given any number of times, each value text fitting `rule`."""
+    return WithJsonSchema({"type": "array", "items": {"type": "string", **rule}})
+
+
+#: The user message, and its size: at most 1 MiB of UTF-8, so at most that many characters.
+INPUT_TEXT: dict[str, Any] = {"minLength": 1, "maxLength": v.INPUT_MAX_BYTES, "pattern": INPUT}
+
+#: A run id in a path: any run's (`validation.known_run_id`), not only those new runs may take.
+RunId = Annotated[str, Path(description="a run's id"), text(name(v.RUN_ID_MAX))]
+SessionId = Annotated[str, Path(description="a session's id"), text(name(v.SESSION_ID_MAX))]
+
+
+def _whole(value: object) -> object:
+    """A JSON number that is a whole number as the int it is (JSON Schema's integer takes 2.0)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class StartRequest(BaseModel):
+    """The body of `POST /runs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(
+        description="the name of an agent or team defined in the server's --app modules",
+        json_schema_extra=name(v.AGENT_NAME_MAX),
+    )
+    input: str = Field(
+        description="the user's message: not only whitespace, no NUL, at most 1 MiB of UTF-8",
+        json_schema_extra=INPUT_TEXT,
+    )
+    session_id: str | None = Field(
+        default=None,
+        description="the session to run in (default: a new one); a session is its first run's user_id's, and a run "
+        "for another user_id in it is refused (409 SessionOwnedError, nothing written)",
+        json_schema_extra=name(v.SESSION_ID_MAX),
+    )
+    stream: bool = Field(
+        default=False,
+        strict=True,
+        description="publish the model's text as it is written (RunContent events), not only each step",
+    )
+    user_id: str | None = Field(
+        default=None,
+        description="who the run is for; with RATCHET_MAX_RUNS_PER_KEY set, at most that many runs of one user_id "
+        "(or of the key the agent's concurrency_key makes of it) are in progress at once",
+        json_schema_extra=name(v.USER_ID_MAX),
+    )
+    session_state: dict[str, Any] | None = Field(
+        default=None,
+        description="merged over the session's stored state, key by key, as the run is written (a JSON object, "
+        "at most 1 MiB as JSON); the run's tools read and change the result",
+    )
+    priority: Annotated[int | None, BeforeValidator(_whole)] = Field(
+        default=None, ge=v.PRIORITY_MIN, le=v.PRIORITY_MAX, strict=True,
+        description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
+    )  # fmt: skip
+
+
+class ContinueRequest(BaseModel):
+    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str | None = Field(default=None, description="a new user message to add first", json_schema_extra=INPUT_TEXT)
+    fork_key: str | None = Field(
+        default=None,
+        description="a COMPLETED run forks once per key (default: the input); another key forks again",
+        json_schema_extra=name(v.FORK_KEY_MAX),
+    )
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: the error's type name and a message saying what to do."""
+
+    type: str
+    message: str
+    run_id: str | None = Field(
+        default=None,
+        description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
+    )
+    details: list[dict[str, Any]] | None = Field(
+        default=None, description="422 only: each field that does not fit, and why"
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    """The answer of `GET /health`."""
+
+    status: Literal["ok"] = "ok"
+
+
+def _operation(path: str, method: str) -> str:
+    """An operationRef: the JSON pointer of an operation in this schema."""
+    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+
+
+_BY_RUN = [("GetRun", "/runs/{run_id}", "get"), ("WaitForRun", "/runs/{run_id}/wait", "get"),
+           ("ContinueRun", "/runs/{run_id}/continue", "post"), ("CancelRun", "/runs/{run_id}/cancel", "post"),
+           ("RunEvents", "/runs/{run_id}/events", "get"), ("RunLog", "/runs/{run_id}/log", "get"),
+           ("RunSteps", "/runs/{run_id}/steps", "get")]  # fmt: skip
+_BY_SESSION = [("GetSession", "/sessions/{session_id}", "get"), ("DeleteSession", "/sessions/{session_id}", "delete")]
+#: OpenAPI links of an answer that is a run: what a client can do with it next, by its run_id and
+#: session_id (a generated client, and a stateful fuzzer, follow them).
+RUN_LINKS: dict[str, Any] = {
+    name: {"operationRef": _operation(path, method), "parameters": {key: f"$response.body#/{key}"}}
+    for key, operations in (("run_id", _BY_RUN), ("session_id", _BY_SESSION))
+    for name, path, method in operations
+}
+
+
+def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route answering JSON: these statuses, each with the error body."""
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+def json_refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The same for a route whose own answer is not JSON (a stream, plain text): its errors are."""
+    schema = {"$ref": "#/components/schemas/ErrorBody"}
+    return {code: {"content": {"application/json": {"schema": schema}}} for code in codes}

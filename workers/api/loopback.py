@@ -1,0 +1,142 @@
+"""What the API refuses without tokens: the requests a web page of another site could make.
+
+Without RATCHET_API_TOKENS the API listens on a loopback address only (`workers.api.serve`) and
+takes any request that reaches it; a browser on this machine reaches it too, for any page it
+shows. So, in front of every route (`Guard`):
+
+- Host, else 421: the request names this machine, as `localhost` (or a name under it) or a
+  loopback address (127.0.0.0/8, [::1]), with any port. A page that points its own domain at
+  127.0.0.1 (DNS rebinding) sends that domain as Host, and so reads nothing.
+- Origin, else 403: a browser names the page behind a request (on every one but a navigation and
+  a same-origin GET); a page of another origin is refused, reading or writing, unless
+  RATCHET_API_CORS_ORIGINS lists it.
+- Content-Type, else 415: a POST or DELETE says `application/json`, with a body or without. A
+  form on another site, or its plain fetch, cannot send that without a CORS preflight, which
+  the API grants to no origin but those listed.
+
+The run pages fetch from their own origin and send JSON; curl and the other clients that are
+not browsers send no Origin. With tokens none of this applies (a page cannot send a token it
+does not hold), and CORS is off unless RATCHET_API_CORS_ORIGINS lists origins (`add_cors`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from workers.api.errors import error_response
+
+#: The methods that change something: each must say it sends JSON.
+WRITES = frozenset({"POST", "DELETE"})
+#: What a page of a listed origin may send (CORS): the methods and headers the API takes.
+CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"]
+
+
+class Guard:
+    """ASGI middleware of the tokenless API: the Host, Origin and Content-Type checks above."""
+
+    def __init__(self, app: ASGIApp, *, origins: Sequence[str] = ()) -> None:
+        self.app = app
+        self._origins = frozenset(o.lower() for o in origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        origin = headers.get("origin")
+        if not loopback_host(host):
+            refusal = error_response(
+                421, "MisdirectedRequest",
+                f"this API serves this machine only, as localhost or a loopback address, not as Host {host[:100]!r} "
+                "(without RATCHET_API_TOKENS it takes requests without a token): reach it at http://127.0.0.1:PORT, "
+                "or set RATCHET_API_TOKENS to serve it under another name",
+            )  # fmt: skip
+        elif origin is not None and not self._allowed(origin, scope["scheme"], host):
+            refusal = error_response(
+                403, "ForeignOrigin",
+                f"a page of {origin[:100]!r} may not call this API: without RATCHET_API_TOKENS only its own pages may; "
+                "list that origin in RATCHET_API_CORS_ORIGINS to let its pages in",
+            )  # fmt: skip
+        elif scope["method"] in WRITES and media_type(headers) != "application/json":
+            refusal = error_response(
+                415, "UnsupportedMediaType",
+                f"a {scope['method']} must send `Content-Type: application/json` (with a body or without): without "
+                "RATCHET_API_TOKENS, that is what tells a client's request from a form another site's page sent",
+            )  # fmt: skip
+        else:
+            await self.app(scope, receive, send)
+            return
+        await refusal(scope, receive, send)
+
+    def _allowed(self, origin: str, scheme: str, host: str) -> bool:
+        """The request's own origin (the page the API served), or one listed."""
+        return origin.lower() in self._origins or same_origin(origin, scheme, host)
+
+
+def add_cors(app: Starlette, origins: Sequence[str]) -> None:
+    """CORS for the pages of these origins only: the API's methods and headers, no cookies (a
+    token travels in `Authorization`), and the headers a client reads back."""
+    app.add_middleware(
+        CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=CORS_HEADERS, expose_headers=["Location", "Retry-After", "WWW-Authenticate"],
+    )  # fmt: skip
+
+
+def media_type(headers: Headers) -> str:
+    """The request's Content-Type without its parameters, in lower case ('' if it has none)."""
+    return headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header names this machine: `localhost`, a name under `.localhost`, or a
+    loopback address (an IPv6 one in brackets), with or without a port."""
+    name, port = _split(host.strip().lower())
+    if name is None or (port and not port.isdigit()):
+        return False
+    name = name.removesuffix(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether `origin` (`scheme://host[:port]`) is the one the request came to."""
+    try:
+        parts = urlsplit(origin.strip().lower())
+        given = (parts.scheme, parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme))
+    except ValueError:
+        return False
+    name, port = _split(host.strip().lower())
+    if name is None or parts.path or (port and not port.isdigit()):
+        return False
+    own = (scheme, name, int(port) if port else _DEFAULT_PORTS.get(scheme))
+    return given == own
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _split(host: str) -> tuple[str | None, str]:
+    """A Host header as (name, port): `[::1]:8000` -> ("::1", "8000"); (None, "") if malformed."""
+    if host.startswith("["):
+        name, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None, ""
+        return name, rest[1:]
+    if host.count(":") == 1:
+        name, _, port = host.partition(":")
+        return name, port
+    return (host, "") if host else (None, "")
