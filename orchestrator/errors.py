@@ -5,7 +5,7 @@
     │   └── InvalidInputError     a producer's argument cannot be taken (an id, a name, the input)
     ├── AgentNotFoundError        no agent or team is registered under that name
     ├── RunNotFoundError          no run has that run_id
-    ├── RunConflictError          that run_id is taken by a run of another agent, session or user
+    ├── RunConflictError          that run_id is taken by another request's run (or another user's)
     │   └── SessionOwnedError     that session belongs to another user: a run for this one is refused
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is going (RUNNING, its lease live) and cannot take this
@@ -62,10 +62,12 @@ class RunNotFoundError(RatchetError):
 
 
 class RunConflictError(RatchetError):
-    """A run with this run_id already exists, for another agent, session or user.
+    """A run with this run_id already exists, started by another request.
 
-    Starting twice with the same run_id, agent, session and user returns the existing run;
-    anything else is a different run and needs an id of its own."""
+    Starting twice with the same run_id and the same request (user, agent, input, stream,
+    priority, session_state; the session, if given: `orchestrator.idempotency`) returns the
+    existing run; anything else is a different run and needs an id of its own. The message says
+    what differs, and of another user's run nothing but that the id is taken."""
 
 
 class SessionOwnedError(RunConflictError):

@@ -214,14 +214,24 @@ class Settings(BaseModel):
 
     @property
     def api_cors_origin_values(self) -> tuple[str, ...]:
-        """RATCHET_API_CORS_ORIGINS split at commas, each without a trailing slash; empty when unset."""
-        parts = (p.strip().rstrip("/") for p in (self.api_cors_origins or "").split(","))
+        """RATCHET_API_CORS_ORIGINS split at commas, each as a browser writes an Origin (lower case,
+        no trailing slash, no default port), so the guard and CORS match it alike; empty when unset."""
+        parts = (_as_origin(p) for p in (self.api_cors_origins or "").split(","))
         return tuple(p for p in parts if p)
 
     @property
     def is_embedded_broker(self) -> bool:
         """True for brokers that need no server (filesystem, memory)."""
         return self.broker_url.split("://", 1)[0] in {"filesystem", "memory"}
+
+
+def _as_origin(value: str) -> str:
+    """An origin as a browser sends it: `HTTPS://App.example:443/` -> `https://app.example`."""
+    origin = value.strip().rstrip("/").lower()
+    for scheme, port in (("http://", ":80"), ("https://", ":443")):
+        if origin.startswith(scheme) and origin.endswith(port):
+            return origin.removesuffix(port)
+    return origin
 
 
 # RATCHET_-prefixed variables that are read elsewhere on purpose and are not settings.

@@ -211,11 +211,15 @@ def test_the_same_idempotency_key_starts_one_run(api: ApiServer, api_settings: S
             ({"priority": 3}, "priority=None"),
             ({"stream": True}, "stream=False"),
             ({"session_state": {"cart": 1}}, "another session_state"),
-            ({"user_id": "ada", "session_id": None}, "is taken by another run"),
         ]:
             refused = http.post("/runs", json={**body, **other}, headers={"Idempotency-Key": "order-17"})
             message = error_of(refused, 409, "RunConflictError")["message"]
             assert "Idempotency-Key 'order-17'" in message and differs in message, message
+        # Keys are per user: another user's same key starts a run of its own
+        ada = http.post(
+            "/runs", json={**body, "session_id": None, "user_id": "ada"}, headers={"Idempotency-Key": "order-17"}
+        )
+        assert ada.status_code == 202 and ada.json()["run_id"] != run_id and ada.json()["user_id"] == "ada"
         # Many at once with a new key: one run
         with ThreadPoolExecutor(8) as pool:
             racing = list(
@@ -337,7 +341,7 @@ def test_every_mistake_of_a_user_is_a_4xx_with_a_json_error(api: ApiServer) -> N
             error_of(response, status, kind)
         # A method a path does not take: 405 naming every one it does, from whichever router
         assert http.delete("/runs/r1", headers=JSON).headers["allow"] == "GET"
-        assert http.request("PATCH", "/sessions/s1").headers["allow"] == "DELETE, GET"
+        assert http.request("PATCH", "/sessions/s1", headers=JSON).headers["allow"] == "DELETE, GET"
     assert "Traceback" not in api.log.read_text()
 
 

@@ -89,6 +89,45 @@ def test_without_tokens_a_page_of_another_origin_is_refused_reading_and_writing(
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
 
 
+def test_without_tokens_another_sites_request_without_an_origin_is_refused_but_a_link_followed_is_not(
+    settings: Settings, store: Store
+) -> None:
+    run_id = seed(store, RunStatus.COMPLETED)
+    app = app_of(settings, store)
+
+    # An <img> or <script> of another site's page sends no Origin, but Sec-Fetch-Site says whose it is
+    for site in ("cross-site", "same-site"):
+        probe = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "no-cors"}
+        refused = call(app, "GET", f"/runs/{run_id}", headers=probe)
+        assert "another site" in error_of(refused, 403, "ForeignOrigin")["message"], site
+        error_of(call(app, "GET", "/health/checks", params={"timeout": 60}, headers=probe), 403, "ForeignOrigin")
+
+    # A person following a link from another site to a run page, and the API's own pages, get in
+    link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+    assert call(app, "GET", "/ui", headers=link, follow_redirects=True).status_code == 200
+    own = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}
+    assert call(app, "GET", f"/runs/{run_id}", headers=own).status_code == 200
+
+
+def test_without_tokens_a_websocket_of_another_host_or_origin_is_closed_before_any_route(
+    settings: Settings, store: Store
+) -> None:
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    http = TestClient(app_of(settings, store), base_url="http://evil.example")
+    for headers in ({}, {"Origin": "http://evil.example"}):
+        with pytest.raises(WebSocketDisconnect) as closed:
+            with http.websocket_connect("/runs", headers=headers):
+                pass
+        assert closed.value.code == 1008
+
+
+def test_a_listed_origin_is_matched_as_a_browser_writes_it() -> None:
+    listed = Settings(api_cors_origins="HTTPS://App.example:443/, http://Localhost:80, http://localhost:8080")
+    assert listed.api_cors_origin_values == ("https://app.example", "http://localhost", "http://localhost:8080")
+
+
 def test_without_tokens_a_post_or_delete_that_does_not_say_json_is_refused_so_a_form_cancels_nothing(
     settings: Settings, store: Store
 ) -> None:
@@ -102,6 +141,9 @@ def test_without_tokens_a_post_or_delete_that_does_not_say_json_is_refused_so_a_
         assert "Content-Type: application/json" in error_of(refused, 415, "UnsupportedMediaType")["message"]
     error_of(call(app, "DELETE", "/sessions/s-form"), 415, "UnsupportedMediaType")
     error_of(call(app, "POST", "/runs", content=b"agent=a"), 415, "UnsupportedMediaType")
+    # Any method that is not a read, a route for it or not (one added later is covered already)
+    for method in ("PUT", "PATCH"):
+        error_of(call(app, method, f"/runs/{run_id}", content=b"x=1"), 415, "UnsupportedMediaType")
     assert store.get_record(run_id).status == RunStatus.QUEUED
 
     # A client's JSON, with a body or without, and with parameters

@@ -97,7 +97,10 @@ def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
 
     # A batch that calls `render` went to the gpu worker, the other calls included; the rest did not
     tools = Client(settings).get_run(produce(settings, logs, "routed-tools", "draw a cat", "--app", AGENTS))
-    assert [t.result for t in tools.tools] == ["found cats on default", "rendered a cat on gpu", "found cats on gpu"]
+    results = [t.result for t in tools.tools]
+    # The second batch's two calls run at once and each result is committed as it finishes: in either order
+    assert results[0] == "found cats on default"
+    assert sorted(results[1:]) == ["found cats on gpu", "rendered a cat on gpu"]
 
     # A producer without the agents' module (no --app) cannot route the first step: the default
     # worker sends it on, and every step of the private agent ran on the gpu worker (its model

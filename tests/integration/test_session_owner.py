@@ -262,14 +262,27 @@ def test_the_http_api_answers_409_naming_neither_user_and_a_session_of_another_u
     other = http.get("/sessions/s-http", params={"user_id": "bob"})
     assert other.status_code == 404 and "4242" not in other.text and "alice" not in other.text
     assert http.get("/sessions/s-http", params={"user_id": "alice"}).json()["session_state"] == {"card": "4242"}
-    # An Idempotency-Key alice used, sent for another user: the run it started is not handed over.
+    # Into another user's session with a key never used: that refusal as it is, not the key's
+    keyed = http.post(
+        "/runs", json={"agent": agent.name, "input": "hi", "session_id": "s-http", "user_id": "bob"},
+        headers={"Idempotency-Key": "fresh-key-1"},
+    )  # fmt: skip
+    assert keyed.status_code == 409 and keyed.json()["error"]["type"] == "SessionOwnedError", keyed.text
+    assert "Idempotency-Key" not in keyed.text
+    # An Idempotency-Key alice used, sent by another user or with none: keys are per user, so it
+    # starts a run of its own and names nothing of alice's, not even its id
     key = {"Idempotency-Key": "order-42"}
-    mine = http.post("/runs", json={"agent": agent.name, "input": SECRET, "user_id": "alice"}, headers=key)
+    mine = http.post("/runs", json={"agent": agent.name, "input": "a question", "user_id": "alice"}, headers=key)
     assert mine.status_code == 202, mine.text
+    again = http.post("/runs", json={"agent": agent.name, "input": "a question", "user_id": "alice"}, headers=key)
+    assert again.json()["run_id"] == mine.json()["run_id"]
     for other in ({"user_id": "bob"}, {}):
-        taken = http.post("/runs", json={"agent": agent.name, "input": SECRET, **other}, headers=key)
-        assert taken.status_code == 409 and taken.json()["error"]["type"] == "RunConflictError", taken.text
-        assert not any(leak in taken.text for leak in ("alice", "4242", mine.json()["session_id"]))
+        theirs = http.post("/runs", json={"agent": agent.name, "input": "a question", **other}, headers=key)
+        assert theirs.status_code == 202, theirs.text
+        started = theirs.json()
+        assert started["run_id"] != mine.json()["run_id"] and started["user_id"] == other.get("user_id")
+        leaks = ("alice", "4242", mine.json()["session_id"], mine.json()["run_id"])
+        assert not any(leak in theirs.text for leak in leaks)
 
 
 def test_the_command_line_prints_the_refusal_and_exits_2(

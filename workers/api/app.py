@@ -41,7 +41,7 @@ from orchestrator import validation
 from orchestrator.agent import get_agent
 from orchestrator.client import Client
 from orchestrator.control import derived_run_id
-from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout
+from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout, SessionOwnedError
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
@@ -139,7 +139,8 @@ def start_run(
         text({**name(validation.IDEMPOTENCY_KEY_MAX), "pattern": HEADER_NAME}),
         Header(
             description="the same key with the same body starts one run and returns it again; with another "
-            "agent, input, stream, priority or session_state, or a session_id or user_id not the run's, it is a 409",
+            "agent, input, stream, priority or session_state, or a session_id not the run's, it is a 409. Keys are "
+            "per user_id: another user's same key starts a run of its own",
         ),
     ] = None,
 ) -> RunOutput:
@@ -147,12 +148,14 @@ def start_run(
     the same Idempotency-Key started it before). Location: the run's URL."""
     _served(validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-    run_id = None if key is None else derived_run_id("idempotency", key)
+    run_id = None if key is None else idempotent_run_id(key, body.user_id)
     try:
         handle = client.start(
             body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
             user_id=body.user_id, session_state=body.session_state, priority=body.priority,
         )  # fmt: skip
+    except SessionOwnedError:  # about the session, not the key: said as it is
+        raise
     except RunConflictError as exc:  # the control compares the whole request (`orchestrator.idempotency`)
         if key is None:
             raise
@@ -162,6 +165,13 @@ def start_run(
     run = client.get_run(handle.run_id)
     response.headers["Location"] = f"/runs/{run.run_id}"
     return run
+
+
+def idempotent_run_id(key: str, user_id: str | None) -> str:
+    """The run id an Idempotency-Key stands for: one per key and user_id, so two users' keys
+    never meet (each gets a run of its own), and a key that leaks names no other user's run. A
+    key sent without a user_id keeps the id it had before keys were per user."""
+    return derived_run_id("idempotency", key) if user_id is None else derived_run_id("idempotency", user_id, key)
 
 
 def _served(agent: str) -> None:

@@ -7,12 +7,16 @@ shows. So, in front of every route (`Guard`):
 - Host, else 421: the request names this machine, as `localhost` (or a name under it) or a
   loopback address (127.0.0.0/8, [::1]), with any port. A page that points its own domain at
   127.0.0.1 (DNS rebinding) sends that domain as Host, and so reads nothing.
-- Origin, else 403: a browser names the page behind a request (on every one but a navigation and
-  a same-origin GET); a page of another origin is refused, reading or writing, unless
-  RATCHET_API_CORS_ORIGINS lists it.
-- Content-Type, else 415: a POST or DELETE says `application/json`, with a body or without. A
-  form on another site, or its plain fetch, cannot send that without a CORS preflight, which
-  the API grants to no origin but those listed.
+- Origin, else 403: a browser names the page behind a fetch, and a page of another origin is
+  refused, reading or writing, unless RATCHET_API_CORS_ORIGINS lists it. A request of another
+  site that names no Origin (an `<img>` or `<script>` of its page) says so in `Sec-Fetch-Site`
+  and is refused too, but for a navigation: a person following a link to a run page.
+- Content-Type, else 415: any method but GET, HEAD and OPTIONS says `application/json`, with a
+  body or without. A form on another site, or its plain fetch, cannot send that without a CORS
+  preflight, which the API grants to no origin but those listed.
+
+A websocket is checked for its Host and Origin likewise (closed with 1008 if refused), so a route
+added later is not open to another site's page.
 
 The run pages fetch from their own origin and send JSON; curl and the other clients that are
 not browsers send no Origin. With tokens none of this applies (a page cannot send a token it
@@ -32,8 +36,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workers.api.errors import error_response
 
-#: The methods that change something: each must say it sends JSON.
-WRITES = frozenset({"POST", "DELETE"})
+#: The methods that change nothing: every other one must say it sends JSON.
+SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+#: What `Sec-Fetch-Site` says of a request another site's page made.
+FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 #: What a page of a listed origin may send (CORS): the methods and headers the API takes.
 CORS_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"]
 
@@ -46,12 +52,21 @@ class Guard:
         self._origins = frozenset(o.lower() for o in origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # the lifespan
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
         host = headers.get("host", "")
         origin = headers.get("origin")
+        method = scope.get("method", "GET")  # a websocket opens with a GET
+        foreign = origin is None and headers.get("sec-fetch-site") in FOREIGN_SITES
+        if scope["type"] == "websocket":
+            scheme = "https" if scope.get("scheme") == "wss" else "http"  # the page's scheme
+            if loopback_host(host) and not foreign and (origin is None or self._allowed(origin, scheme, host)):
+                await self.app(scope, receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
         if not loopback_host(host):
             refusal = error_response(
                 421, "MisdirectedRequest",
@@ -59,16 +74,19 @@ class Guard:
                 "(without RATCHET_API_TOKENS it takes requests without a token): reach it at http://127.0.0.1:PORT, "
                 "or set RATCHET_API_TOKENS to serve it under another name",
             )  # fmt: skip
-        elif origin is not None and not self._allowed(origin, scope["scheme"], host):
+        elif (origin is not None and not self._allowed(origin, scope["scheme"], host)) or (
+            foreign and headers.get("sec-fetch-mode") != "navigate"
+        ):
+            origin = origin or f"another site ({headers.get('sec-fetch-site')})"
             refusal = error_response(
                 403, "ForeignOrigin",
                 f"a page of {origin[:100]!r} may not call this API: without RATCHET_API_TOKENS only its own pages may; "
                 "list that origin in RATCHET_API_CORS_ORIGINS to let its pages in",
             )  # fmt: skip
-        elif scope["method"] in WRITES and media_type(headers) != "application/json":
+        elif method not in SAFE and media_type(headers) != "application/json":
             refusal = error_response(
                 415, "UnsupportedMediaType",
-                f"a {scope['method']} must send `Content-Type: application/json` (with a body or without): without "
+                f"a {method} must send `Content-Type: application/json` (with a body or without): without "
                 "RATCHET_API_TOKENS, that is what tells a client's request from a form another site's page sent",
             )  # fmt: skip
         else:
