@@ -12,6 +12,7 @@ from sqlalchemy import Connection
 
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
+from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.testing.model import ScriptedModel
@@ -29,6 +30,19 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
+
+
+class RecordingDispatcher:
+    """The broker port, keeping the steps it is asked to publish; `down` refuses them all."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepRef] = []
+        self.down = False
+
+    def publish(self, step: StepRef) -> None:
+        if self.down:
+            raise ConnectionError("the broker is down")
+        self.steps.append(step)
 
 
 def clocked_store(settings: Settings, clock: Clock) -> Store:

@@ -23,8 +23,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store, forget_stores
 from orchestrator.store.retention import prune
 from tests.integration.producing import complete, fail, waiting_team
-from tests.integration.test_control import RecordingDispatcher
-from tests.support import new_run
+from tests.support import RecordingDispatcher, new_run
 
 S = RunStatus
 

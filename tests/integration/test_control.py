@@ -24,22 +24,9 @@ from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store import Store, forget_stores
 from tests.integration.producing import complete, fail, waiting_team
-from tests.support import new_run
+from tests.support import RecordingDispatcher, new_run
 
 S = RunStatus
-
-
-class RecordingDispatcher:
-    """The broker port, keeping the steps it is asked to publish; `down` refuses them all."""
-
-    def __init__(self) -> None:
-        self.steps: list[StepRef] = []
-        self.down = False
-
-    def publish(self, step: StepRef) -> None:
-        if self.down:
-            raise ConnectionError("the broker is down")
-        self.steps.append(step)
 
 
 @pytest.fixture

@@ -13,19 +13,9 @@ from sqlalchemy import update
 
 from orchestrator import Client
 from orchestrator.errors import RunConflictError
-from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store.schema import runs
-
-
-class Published:
-    """The broker port, keeping the steps it is asked to publish."""
-
-    def __init__(self) -> None:
-        self.steps: list[StepRef] = []
-
-    def publish(self, step: StepRef) -> None:
-        self.steps.append(step)
+from tests.support import RecordingDispatcher
 
 
 def keyed() -> tuple[str, str]:
@@ -33,7 +23,7 @@ def keyed() -> tuple[str, str]:
 
 
 def test_the_same_request_again_is_the_same_start_and_publishes_nothing(settings: Settings) -> None:
-    broker = Published()
+    broker = RecordingDispatcher()
     client = Client(settings, dispatcher=broker)
     run_id, session_id = keyed()
     request: dict[str, Any] = dict(
@@ -69,7 +59,7 @@ def test_the_same_request_again_is_the_same_start_and_publishes_nothing(settings
 def test_another_request_under_a_taken_run_id_is_a_conflict_that_writes_and_publishes_nothing(
     settings: Settings, change: dict[str, Any], says: str
 ) -> None:
-    broker = Published()
+    broker = RecordingDispatcher()
     client = Client(settings, dispatcher=broker)
     run_id, session_id = keyed()
     request: dict[str, Any] = dict(
