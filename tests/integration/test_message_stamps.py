@@ -3,11 +3,8 @@ which attempt of a step produced it; rows older than the columns keep NULL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from importlib import resources
-from pathlib import Path
 
-import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, select, text
@@ -15,10 +12,9 @@ from sqlalchemy import Engine, select, text
 from orchestrator.messages import Message, ToolCall
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
-from orchestrator.store import Store, forget_stores
+from orchestrator.store import Store
 from orchestrator.store.database import open_engine
 from orchestrator.store.schema import messages
-from tests.isolation import PgDatabases
 from tests.support import new_run
 
 S = RunStatus
@@ -86,20 +82,6 @@ def test_every_message_row_records_the_step_and_the_attempt_that_wrote_it(settin
 # ---------------------------------------------------------------- the migration
 
 BEFORE = "0002_parent_tool_call"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty database (migrated by the test as far as it wants)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        forget_stores()
-        return
-    databases: PgDatabases = request.getfixturevalue("pg_databases")
-    url, drop = databases.create(migrated=False)
-    yield url
-    forget_stores()
-    drop()
 
 
 def upgrade(engine: Engine, revision: str) -> None:
