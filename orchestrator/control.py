@@ -119,9 +119,14 @@ class RunControl:
         priority = None if priority is None else validation.priority(priority)
         stream = validation.flag(stream, what="stream")
         request = StartRequest(
-            agent=agent, input=input, session_id=given_session, user_id=user_id, stream=stream, priority=priority,
+            agent=agent,
+            input=input,
+            session_id=given_session,
+            user_id=user_id,
+            stream=stream,
+            priority=priority,
             session_state=state,
-        )  # fmt: skip
+        )
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:

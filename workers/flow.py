@@ -337,9 +337,11 @@ class RedisLimiter:
 
     def free(self, place: Place, limit: int) -> tuple[bool, StepRef | None]:
         keys = [
-            self._key("slots", place.key), self._key("run", place.run_id), self._key("waiting", place.key),
+            self._key("slots", place.key),
+            self._key("run", place.run_id),
+            self._key("waiting", place.key),
             self._key("steps", place.key),
-        ]  # fmt: skip
+        ]
         if self._down():
             return False, None
         try:

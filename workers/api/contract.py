@@ -128,9 +128,12 @@ class StartRequest(BaseModel):
         "at most 1 MiB as JSON); the run's tools read and change the result",
     )
     priority: Annotated[int | None, BeforeValidator(_whole)] = Field(
-        default=None, ge=v.PRIORITY_MIN, le=v.PRIORITY_MAX, strict=True,
+        default=None,
+        ge=v.PRIORITY_MIN,
+        le=v.PRIORITY_MAX,
+        strict=True,
         description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
-    )  # fmt: skip
+    )
 
 
 class ContinueRequest(BaseModel):

@@ -69,26 +69,29 @@ class Guard:
             return
         if not loopback_host(host):
             refusal = error_response(
-                421, "MisdirectedRequest",
+                421,
+                "MisdirectedRequest",
                 f"this API serves this machine only, as localhost or a loopback address, not as Host {host[:100]!r} "
                 "(without RATCHET_API_TOKENS it takes requests without a token): reach it at http://127.0.0.1:PORT, "
                 "or set RATCHET_API_TOKENS to serve it under another name",
-            )  # fmt: skip
+            )
         elif (origin is not None and not self._allowed(origin, scope["scheme"], host)) or (
             foreign and headers.get("sec-fetch-mode") != "navigate"
         ):
             origin = origin or f"another site ({headers.get('sec-fetch-site')})"
             refusal = error_response(
-                403, "ForeignOrigin",
+                403,
+                "ForeignOrigin",
                 f"a page of {origin[:100]!r} may not call this API: without RATCHET_API_TOKENS only its own pages may; "
                 "list that origin in RATCHET_API_CORS_ORIGINS to let its pages in",
-            )  # fmt: skip
+            )
         elif method not in SAFE and media_type(headers) != "application/json":
             refusal = error_response(
-                415, "UnsupportedMediaType",
+                415,
+                "UnsupportedMediaType",
                 f"a {method} must send `Content-Type: application/json` (with a body or without): without "
                 "RATCHET_API_TOKENS, that is what tells a client's request from a form another site's page sent",
-            )  # fmt: skip
+            )
         else:
             await self.app(scope, receive, send)
             return
@@ -103,9 +106,12 @@ def add_cors(app: Starlette, origins: Sequence[str]) -> None:
     """CORS for the pages of these origins only: the API's methods and headers, no cookies (a
     token travels in `Authorization`), and the headers a client reads back."""
     app.add_middleware(
-        CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST", "DELETE"],
-        allow_headers=CORS_HEADERS, expose_headers=["Location", "Retry-After", "WWW-Authenticate"],
-    )  # fmt: skip
+        CORSMiddleware,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=CORS_HEADERS,
+        expose_headers=["Location", "Retry-After", "WWW-Authenticate"],
+    )
 
 
 def media_type(headers: Headers) -> str:
