@@ -110,23 +110,17 @@ class RunControl:
         stream, priority, session_state, and the session if given), is the same start
         again (a retry, a redelivery): its id is returned, nothing is published and the state is
         not merged again. For another request it is RunConflictError."""
-        agent = validation.agent_name(agent)
-        input = validation.input_text(input)
-        given_session = None if session_id is None else validation.session_id(session_id)
-        run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
-        user_id = None if user_id is None else validation.user_id(user_id)
-        state = None if session_state is None else validation.session_state(session_state)
-        priority = None if priority is None else validation.priority(priority)
-        stream = validation.flag(stream, what="stream")
-        request = StartRequest(
+        request = StartRequest.checked(
             agent=agent,
             input=input,
-            session_id=given_session,
+            session_id=session_id,
             user_id=user_id,
             stream=stream,
             priority=priority,
-            session_state=state,
+            session_state=session_state,
         )
+        agent, given_session, user_id, state = request.agent, request.session_id, request.user_id, request.session_state
+        run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         try:
             kind = registry.get_agent(agent).kind
         except RatchetError:
@@ -135,9 +129,9 @@ class RunControl:
             with tracing.starting(agent, run_id) as trace_context:
                 record = self.store.create_run(
                     run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
-                    input_messages=[Message(role="user", content=input)],
-                    publish_grace=self.settings.publish_grace_seconds, stream=stream, user_id=user_id,
-                    session_state=state, priority=priority, trace_context=trace_context,
+                    input_messages=[Message(role="user", content=request.input)],
+                    publish_grace=self.settings.publish_grace_seconds, stream=request.stream, user_id=user_id,
+                    session_state=state, priority=request.priority, trace_context=trace_context,
                     request_digest=request.digest,
                 )  # fmt: skip
         except IntegrityError as exc:

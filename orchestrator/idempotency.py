@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import validation
 from orchestrator.run import RunRecord
 
 
@@ -39,6 +40,29 @@ class StartRequest:
     stream: bool = False
     priority: int | None = None
     session_state: Mapping[str, Any] | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        agent: str,
+        input: str,
+        session_id: str | None,
+        user_id: str | None,
+        stream: bool,
+        priority: int | None,
+        session_state: Mapping[str, Any] | None,
+    ) -> StartRequest:
+        """A producer's start, each argument checked at the door (InvalidInputError)."""
+        return cls(
+            agent=validation.agent_name(agent),
+            input=validation.input_text(input),
+            session_id=None if session_id is None else validation.session_id(session_id),
+            user_id=None if user_id is None else validation.user_id(user_id),
+            stream=validation.flag(stream, what="stream"),
+            priority=None if priority is None else validation.priority(priority),
+            session_state=None if session_state is None else validation.session_state(session_state),
+        )
 
     @property
     def digest(self) -> str:
