@@ -206,16 +206,22 @@ def test_a_failed_member_fails_the_team_and_continue_resumes_that_member_in_plac
     assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
 
 
-def test_continuing_a_team_waiting_on_its_members_returns_its_run_id_and_changes_nothing(
-    inline: InMemoryDispatcher,
-) -> None:
-    # Given a team that delegated, WAITING while its members' first steps are queued
+def delegated(inline: InMemoryDispatcher) -> tuple[ResearchTeam, str]:
+    """A team run that delegated to both members, WAITING while their first steps are queued."""
     crew = ResearchTeam()
     crew.leader_calls(crew.to(crew.researcher, "facts"), crew.to(crew.writer, "draft"))
     inline.autorun = False
     team_id = crew.team.start("otters").run_id
     inline.run_next()  # the leader's model call
     inline.run_next()  # its tool step: the members start
+    return crew, team_id
+
+
+def test_continuing_a_team_waiting_on_its_members_returns_its_run_id_and_changes_nothing(
+    inline: InMemoryDispatcher,
+) -> None:
+    # Given a team that delegated, WAITING while its members' first steps are queued
+    crew, team_id = delegated(inline)
     store = inline.store
     team = store.get_record(team_id)
     members = store.children(team_id)
@@ -248,12 +254,7 @@ def test_cancelling_a_waiting_team_cancels_its_members_and_drops_their_queued_st
     inline: InMemoryDispatcher,
 ) -> None:
     # Given a team that delegated, whose members' first steps are queued
-    crew = ResearchTeam()
-    crew.leader_calls(crew.to(crew.researcher, "facts"), crew.to(crew.writer, "draft"))
-    inline.autorun = False
-    team_id = crew.team.start("otters").run_id
-    inline.run_next()  # the leader's model call
-    inline.run_next()  # its tool step: the members start
+    crew, team_id = delegated(inline)
     client = inline.client
     assert client.store.get_record(team_id).status == S.WAITING
     members = client.store.children(team_id)
