@@ -28,8 +28,8 @@ from orchestrator import Agent, ToolContext
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 UNLIMITED = 1_000_000
 

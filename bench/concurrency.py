@@ -22,7 +22,7 @@ from bench.stats import Row, Section, median, paired_ratios, wait_until
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
-from orchestrator.store.schema import runs as runs_table
+from orchestrator.store.tables import runs as runs_table
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 

@@ -40,7 +40,7 @@ from bench.stats import Row, Section, median, wait_until
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
-from orchestrator.store.schema import messages
+from orchestrator.store.tables import messages
 
 WINDOW = 10
 

@@ -14,7 +14,7 @@ from bench.procs import ratchet_worker
 from bench.stats import Row, Section, wait_until
 from orchestrator.client import Client
 from orchestrator.store import Store
-from orchestrator.store.schema import runs as runs_table
+from orchestrator.store.tables import runs as runs_table
 
 BATCH = 100
 NOISE_MB = 5.0

@@ -12,7 +12,7 @@ stamped within the last minute: the rows each later scrape sums live. Then, on a
   into the totals once (what upgrading a large store costs, on its first scrape only);
 - *scrape*: `Store.metrics()` from then on (fold the rows settled since, sum the last minute
   live, count runs by agent and status), median of the rounds; *exposition*: the same plus
-  formatting it as Prometheus text (`workers.metrics.exposition`), which /metrics serves;
+  formatting it as Prometheus text (`workers.prometheus.exposition`), which /metrics serves;
 - *runs by agent and status*: the GROUP BY over every run alone (part of each scrape);
 - *naive sums*: the counters summed over every row at each scrape, as they would be without the
   stored totals: what the totals save.
@@ -33,8 +33,8 @@ from orchestrator.client import Client
 from orchestrator.ports import StepRef
 from orchestrator.store import Store
 from orchestrator.store import metrics as store_metrics
-from orchestrator.store.schema import runs
-from workers.metrics import exposition
+from orchestrator.store.tables import runs
+from workers.prometheus import exposition
 
 AGENTS, DAYS, RECENT = 20, 30, 200
 

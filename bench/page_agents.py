@@ -9,8 +9,8 @@ bench.page_agents`), on the in-process scripted model: no model server, no API k
 
 from orchestrator import Agent, Team
 from orchestrator.team import TO_MEMBER, member_id
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 #: Tool batches of the transcriber: 1 input + 333 x (1 call message + 2 results) + 1 answer = 1,001 messages.
 BATCHES = 333

@@ -24,7 +24,7 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store
-from orchestrator.store.schema import messages
+from orchestrator.store.tables import messages
 from orchestrator.sweeper import Sweeper
 
 LEASE_S, HEARTBEAT_S, SWEEP_S = 3.0, 0.5, 0.5

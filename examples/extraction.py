@@ -63,7 +63,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from workers.demo import demo_environment
+    from workers.cli.demo import demo_environment
 
     with demo_environment(SCRIPT):
         main()

@@ -53,7 +53,7 @@ from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store, writes
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 from orchestrator.store.teams import LIVE, lock_run
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
 

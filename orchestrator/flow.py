@@ -12,7 +12,7 @@ call of the limiter (`ports.Limiter`; on Redis, one round trip):
   limiter's Redis unreachable at that moment, a worker that died between the final commit and
   the release) is made good by the sweeper: it frees the places of runs the store says ended,
   within a sweep (RATCHET_SWEEP_SECONDS) once Redis answers again (a process whose limiter saw
-  it fail asks it again after LOG_EVERY, 10 s, in `workers.flow`). A place nothing renews for
+  it fail asks it again after LOG_EVERY, 10 s, in `workers.redis.limiter`). A place nothing renews for
   RATCHET_RUN_SLOT_SECONDS frees itself (a run this database does not hold). A run that
   finds no place is parked QUEUED and waits, in priority order then first parked, for a run of
   its key to end: that run's release gives it the place and publishes its step. The sweeper

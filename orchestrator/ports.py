@@ -2,11 +2,11 @@
 streamed run's live events go, and where the limits every worker shares are kept, without
 knowing about Redis.
 
-`workers.dispatch.CeleryDispatcher` implements the broker port; the setting RATCHET_DISPATCHER
+`workers.celery.dispatch.CeleryDispatcher` implements the broker port; the setting RATCHET_DISPATCHER
 names the implementation, which is imported by name the first time a step is published, so
-importing `orchestrator` never imports Celery. The delta sink is `workers.deltas.RedisDeltaSink`
+importing `orchestrator` never imports Celery. The delta sink is `workers.redis.delta_sink.RedisDeltaSink`
 when the broker is Redis (imported by name, likewise), else a table of the run store. The
-limiter is `workers.flow.RedisLimiter` when RATCHET_LIMITER_URL or the broker names a Redis,
+limiter is `workers.redis.limiter.RedisLimiter` when RATCHET_LIMITER_URL or the broker names a Redis,
 else `orchestrator.flow.LocalLimiter`, which each process keeps for itself.
 """
 
@@ -135,7 +135,7 @@ class DeltaSink(Protocol):
 
 
 #: The delta sink of a Redis broker, imported by name (the domain does not import Redis).
-REDIS_SINK = "workers.deltas:RedisDeltaSink"
+REDIS_SINK = "workers.redis.delta_sink:RedisDeltaSink"
 _sinks: dict[Settings, DeltaSink] = {}
 
 
@@ -173,7 +173,7 @@ class FinalChannel(Protocol):
 
 
 #: The final channel of a Redis broker, imported by name.
-REDIS_FINALS = "workers.finals:RedisFinals"
+REDIS_FINALS = "workers.redis.finals:RedisFinals"
 _channels: dict[str, FinalChannel] = {}
 
 
@@ -285,7 +285,7 @@ class Limiter(Protocol):
 
 
 #: The limiter on Redis, imported by name (the domain does not import Redis).
-REDIS_LIMITER = "workers.flow:RedisLimiter"
+REDIS_LIMITER = "workers.redis.limiter:RedisLimiter"
 _limiters: dict[Settings, Limiter] = {}
 #: Its own lock: a dispatcher built under `_lock` may install a limiter (the in-memory one does).
 _limiters_lock = threading.Lock()

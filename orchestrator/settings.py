@@ -92,7 +92,7 @@ class Settings(BaseModel):
     #: Whether workers send Celery's task events (received, started, succeeded) from the moment
     #: they start (`celery worker -E`), so Flower shows every step. Off, as Celery's own default,
     #: no step pays for them until a monitor asks: Flower does by itself, every few seconds, for
-    #: every worker it sees (`celery -A workers.app control enable_events` does once).
+    #: every worker it sees (`celery -A workers.celery.app control enable_events` does once).
     task_events: bool = True
     #: Queue names.
     model_queue: str = "ratchet.model"
@@ -106,11 +106,11 @@ class Settings(BaseModel):
     #: `ratchet migrate` once).
     auto_migrate: bool = True
     #: The module(s) that define your agents, comma-separated: the default of `--app` for
-    #: `ratchet worker`, `beat`, `sweep` and `run`, and what `celery -A workers.app worker` imports
+    #: `ratchet worker`, `beat`, `sweep` and `run`, and what `celery -A workers.celery.app worker` imports
     #: (Celery's `imports`).
     app: str | None = None
     #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
-    dispatcher: str = "workers.dispatch:CeleryDispatcher"
+    dispatcher: str = "workers.celery.dispatch:CeleryDispatcher"
     #: The bearer tokens the HTTP API (`ratchet api`) accepts, comma-separated (several, so a
     #: token can be rotated without downtime). A secret: shown masked, never logged. Unset, the
     #: API takes requests without a token and so serves 127.0.0.1 only.

@@ -5,7 +5,7 @@ Every producer entry goes through these in the run control (`orchestrator.contro
 `Client` (and so `Agent.run` and the CLI) and the Celery tasks `ratchet.start_run` and
 `ratchet.continue_run` call.
 
-The limits follow the columns (`orchestrator/store/schema.py`) and where the values travel. A
+The limits follow the columns (`orchestrator/store/tables.py`) and where the values travel. A
 run id is also sent to the model as an HTTP header and is part of Celery task ids, so it is
 plain ASCII without spaces. Names and ids are stored in VARCHAR columns and shown on terminals,
 so they hold no control characters. Text is stored as UTF-8 and PostgreSQL cannot store NUL,

@@ -187,7 +187,7 @@ def scripted(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -
 @pytest.fixture
 def worker(settings: Settings) -> Iterator[object]:
     """A real Celery worker (threads pool) consuming this test's queues in this process."""
-    from workers.embedded import EmbeddedWorker
+    from workers.celery.embedded import EmbeddedWorker
 
     with EmbeddedWorker(settings) as w:
         yield w

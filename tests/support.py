@@ -15,8 +15,8 @@ from orchestrator.models.base import CallContext, ModelReply, ToolSpec
 from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store import Store
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 
 class Clock:

@@ -6,14 +6,14 @@ with one line per check saying what it found or what to do.
 
 - database: a query, and the migrations at the latest revision (else: run `ratchet migrate`).
 - broker: a connection and a command (Redis: PING); on Redis, how many messages wait on each
-  queue, for information: the sum of its ten priority lists (`workers.broker`).
+  queue, for information: the sum of its ten priority lists (`workers.celery.broker`).
 - workers: Celery's `active_queues` control command, broadcast through the broker: a worker
   answers from its main process (so also while its pool is busy) with the queues it consumes.
   Without --destination: at least --workers N answer and every --queue (default: the model,
   tools and control queues) has a consumer. With --destination NODE (`%h` is this host's name,
   as in `ratchet worker -n`): that worker answers, and consumes each --queue given.
 - beat (not in the default): beat sent the sweep within --max-age seconds (default three sweep
-  intervals, at least 30 s), as recorded in Redis (`workers.beat`).
+  intervals, at least 30 s), as recorded in Redis (`workers.celery.beat`).
 
 Each service of compose.yaml checks its own part: a worker `--check workers --destination
 NAME@%h`, beat `--check beat`, migrate `--check database`; `ratchet health` alone checks the
@@ -42,7 +42,7 @@ CHECKS = ("database", "broker", "workers", "beat")
 DEFAULT_CHECKS = ("database", "broker", "workers")
 #: The least --max-age of beat's check, whatever RATCHET_SWEEP_SECONDS says.
 MIN_BEAT_AGE = 30.0
-#: Redis keeps a queue as ten lists, priorities 0 (the plain name) to 9 (`workers.broker`).
+#: Redis keeps a queue as ten lists, priorities 0 (the plain name) to 9 (`workers.celery.broker`).
 PRIORITY_LISTS = 10
 
 
@@ -165,13 +165,13 @@ def _database(settings: Settings, timeout: float) -> Check:
 
 
 def _broker(settings: Settings, timeout: float, queues: Sequence[str]) -> Check:
-    from workers.beat import broker_redis
+    from workers.celery.beat import broker_redis
 
     shown = _safe(settings.broker_url)
     fix = "is it up, and RATCHET_BROKER_URL right?"
     client = broker_redis(settings, timeout)
     if client is None:
-        from workers.app import create_app
+        from workers.celery.app import create_app
 
         try:
             with create_app(settings).connection_for_write() as conn:
@@ -191,7 +191,7 @@ def _broker(settings: Settings, timeout: float, queues: Sequence[str]) -> Check:
 
 def _waiting(client: Any, queues: Sequence[str]) -> dict[str, int]:
     """Messages waiting on each queue: the lengths of its ten priority lists, summed."""
-    from workers.broker import Channel
+    from workers.celery.broker import Channel
 
     pipe = client.pipeline(transaction=False)
     for queue in queues:
@@ -203,7 +203,7 @@ def _waiting(client: Any, queues: Sequence[str]) -> dict[str, int]:
 
 
 def _workers(settings: Settings, timeout: float, nodes: Sequence[str], queues: Sequence[str], least: int) -> Check:
-    from workers.app import create_app
+    from workers.celery.app import create_app
 
     app = create_app(settings)
     try:
@@ -237,7 +237,7 @@ def _workers(settings: Settings, timeout: float, nodes: Sequence[str], queues: S
 
 
 def _beat(settings: Settings, max_age: float) -> Check:
-    from workers.beat import broker_redis, last_sweep_sent
+    from workers.celery.beat import broker_redis, last_sweep_sent
 
     client = broker_redis(settings)
     if client is None:

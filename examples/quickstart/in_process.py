@@ -1,6 +1,6 @@
 """A script (or a notebook) that runs its own worker, in this process, while it needs one."""
 
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 from agents import team
 

@@ -7,8 +7,8 @@ import pytest
 
 from orchestrator import RunStatus
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 from agents import team
 

@@ -1,6 +1,6 @@
 """Model adapters: the OpenAI APIs through the official client.
 
-The scripted model for tests is a test double and lives in `orchestrator.testing.model`, so
+The scripted model for tests is a test double and lives in `orchestrator.testing.scripted_model`, so
 importing Ratchet never loads it.
 """
 

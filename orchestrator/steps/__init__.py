@@ -1,4 +1,4 @@
-"""The step engine: what one task does to a run. No Celery here; `workers.tasks` calls it.
+"""The step engine: what one task does to a run. No Celery here; `workers.celery.tasks` calls it.
 
 - `runner`: `StepRunner`, the step protocol (claim, durable commit, publish, abort, the failure
   handler's flush) applied to every step a process runs.

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, and_
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.store import direct, statements
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 from orchestrator.store.transcripts import Transcript, TranscriptCache
 
 

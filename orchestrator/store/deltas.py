@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from sqlalchemy import delete, insert, select
 
 from orchestrator.events import RunEvent
-from orchestrator.store.schema import deltas
 from orchestrator.store.store import Store
+from orchestrator.store.tables import deltas
 
 
 class TableDeltaSink:

@@ -52,7 +52,7 @@ from orchestrator.status import RunStatus
 from orchestrator.store import direct, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
-from orchestrator.store.schema import messages, runs
+from orchestrator.store.tables import messages, runs
 
 #: How many history runs' messages a worker keeps in memory (a run's share is a few messages).
 CACHED_RUNS = 4096

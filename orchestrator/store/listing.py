@@ -38,7 +38,7 @@ from orchestrator import validation
 from orchestrator.errors import InvalidInputError
 from orchestrator.run import RunPage, RunSummary
 from orchestrator.status import RunStatus
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 
 #: The columns a summary shows: not the transcript, the prompt or the answer.
 SUMMARY = (

@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, func, insert, select, true, update
 
-from orchestrator.store.schema import events, messages, metric_totals, runs
+from orchestrator.store.tables import events, messages, metric_totals, runs
 from orchestrator.usage import USAGE_COLUMNS
 
 #: Seconds a row's time may precede its commit (see above); reads sum the rows since then.

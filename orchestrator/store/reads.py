@@ -20,7 +20,7 @@ from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
 from orchestrator.store import direct, sessions, statements
-from orchestrator.store.schema import events, messages, runs, tool_starts
+from orchestrator.store.tables import events, messages, runs, tool_starts
 from orchestrator.timeline import COLUMNS, Step, derive_steps
 
 S = RunStatus

@@ -35,8 +35,8 @@ from orchestrator.errors import RunLiveError
 from orchestrator.status import RunStatus
 from orchestrator.store import metrics
 from orchestrator.store.listing import RunFilter, ordered
-from orchestrator.store.schema import deltas, events, messages, runs, sessions, tool_starts
 from orchestrator.store.store import Store
+from orchestrator.store.tables import deltas, events, messages, runs, sessions, tool_starts
 from orchestrator.store.teams import LIVE
 
 #: Statuses a run may be deleted in: it stopped and waits on nobody.

@@ -25,7 +25,7 @@ from orchestrator.errors import SessionOwnedError
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.store import direct, statements
-from orchestrator.store.schema import sessions
+from orchestrator.store.tables import sessions
 
 log = logging.getLogger("ratchet.store")
 

@@ -44,7 +44,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
-from orchestrator.store.schema import events, messages, runs, sessions
+from orchestrator.store.tables import events, messages, runs, sessions
 from orchestrator.usage import USAGE_COLUMNS
 
 S = RunStatus

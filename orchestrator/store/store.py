@@ -39,8 +39,8 @@ from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
 from orchestrator.store.reading import StoreReads
-from orchestrator.store.schema import events, runs
 from orchestrator.store.sqlite import SqliteBackend
+from orchestrator.store.tables import events, runs
 from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus

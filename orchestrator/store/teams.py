@@ -12,7 +12,7 @@ from sqlalchemy.orm import aliased
 
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 
 S = RunStatus
 #: Statuses in which a member run may still end by itself.

@@ -21,7 +21,7 @@ from orchestrator.status import RunStatus, transition
 from orchestrator.store import direct, statements
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.outbox import due_at
-from orchestrator.store.schema import runs, tool_starts
+from orchestrator.store.tables import runs, tool_starts
 from orchestrator.untrusted import ERROR_MESSAGE_MAX, ERROR_TYPE_MAX, clip
 
 S = RunStatus

@@ -38,7 +38,7 @@ Limits: a step that waits for another run (a tool calling `agent.run()`) waits f
 the other run's steps queue behind it. A retry parked longer than RATCHET_MAX_COUNTDOWN is the
 sweeper's to publish: `in_memory()` raises that setting to RATCHET_MAX_RETRY_AFTER, so every
 retry gets a countdown, and `sweep()` runs a pass by hand. Crashes, leases and time limits need
-real workers (`workers.embedded`, the chaos tests).
+real workers (`workers.celery.embedded`, the chaos tests).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class InMemoryDispatcher:
         return StepRunner(self.settings, store=self.store, dispatcher=self)
 
     def _run(self, step: StepRef) -> None:
-        """Run one delivery as `workers.tasks` does: the step, then the failure handler if it raised."""
+        """Run one delivery as `workers.celery.tasks` does: the step, then the failure handler if it raised."""
         owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
         run = self._engine.model_step if step.kind == "model" else self._engine.tool_step
         try:

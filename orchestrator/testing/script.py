@@ -1,7 +1,7 @@
 """The pure logic of a scripted OpenAI-compatible model: given a request, decide the answer.
 
 Everything here is a function of the request, so an HTTP server (`orchestrator.testing.server`)
-and an in-process model (`orchestrator.testing.model`) answer the same way. The turn of a
+and an in-process model (`orchestrator.testing.scripted_model`) answer the same way. The turn of a
 request is 1 + the number of assistant turns already in its conversation, which makes the
 script stateless across retries and processes; only fault budgets (`Fault.times`) need
 memory, and that lives in a `ScriptState` the caller owns.

@@ -38,14 +38,14 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store, forget_stores
-from orchestrator.store.schema import messages as messages_table
+from orchestrator.store.tables import messages as messages_table
 from orchestrator.sweeper import Sweeper
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.chaos import agents
 from tests.servers import RedisServer
-from workers.dispatch import CeleryDispatcher
+from workers.celery.dispatch import CeleryDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-chaos-test-key-for-the-scripted-model"

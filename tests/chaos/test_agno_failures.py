@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from orchestrator import RunStatus
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 from orchestrator.testing.script import Fault
 from tests.chaos.agents import AGENT, calls
 from tests.chaos.harness import Cluster

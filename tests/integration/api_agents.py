@@ -2,8 +2,8 @@
 in-process scripted model, which writes its reply in word-sized deltas when a run is streamed."""
 
 from orchestrator import Agent
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 
 def lookup(q: str) -> str:

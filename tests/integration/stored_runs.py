@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
-from orchestrator.store.schema import deltas, events, messages, runs, sessions, tool_starts
+from orchestrator.store.tables import deltas, events, messages, runs, sessions, tool_starts
 
 S = RunStatus
 #: The moves from QUEUED that leave a run in each status.

@@ -27,7 +27,7 @@ from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
 from workers.api.serve import GRACEFUL_SHUTDOWN
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "compose-agent"

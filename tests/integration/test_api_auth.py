@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
 from tests.conftest import make_settings
-from workers.api.app import create_app
 from workers.api.gate import PUBLIC_PATHS
+from workers.api.routes import create_app
 
 TOKEN = "walk-token"
 

@@ -19,7 +19,7 @@ from orchestrator.events import MAX_PART
 from orchestrator.settings import Settings
 from tests.conftest import make_settings
 from tests.integration.test_api import JSON, ApiServer, error_of, start_api
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 AGENT = "api-streamer"
 

@@ -20,7 +20,7 @@ from orchestrator.store import Store
 from tests.conftest import make_settings
 from tests.integration.stored_runs import seed
 from tests.integration.test_api import JSON, error_of
-from workers.api.app import create_app
+from workers.api.routes import create_app
 
 #: The address the test's requests come to, as a browser would name it in Host.
 OWN = "127.0.0.1:8000"

@@ -18,13 +18,13 @@ from orchestrator import Agent, Client, RunStatus
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.timeline import Step
 from tests.conftest import make_settings
 from tests.integration.stored_runs import rows_of, seed
 from tests.integration.test_api import JSON, error_of
-from workers.api.app import create_app
+from workers.api.routes import create_app
 
 S = RunStatus
 STEP = TypeAdapter(Step)

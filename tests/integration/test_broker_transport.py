@@ -1,4 +1,4 @@
-"""`workers/broker.py` overrides `conn_or_acquire`, a private method of kombu's Redis channel, and
+"""`workers/celery/broker.py` overrides `conn_or_acquire`, a private method of kombu's Redis channel, and
 pyproject.toml bounds kombu to the series it was checked against. These tests fail loudly when a
 kombu upgrade moves what the override relies on: the method and its signature, what the override
 calls in its place, and the override being on the path Celery publishes through."""
@@ -24,9 +24,9 @@ from kombu.transport import redis as kombu_redis
 
 from orchestrator.ports import StepRef
 from tests.conftest import make_settings
-from workers import broker
-from workers.app import celery_config
-from workers.dispatch import CeleryDispatcher
+from workers.celery import broker
+from workers.celery.app import celery_config
+from workers.celery.dispatch import CeleryDispatcher
 
 POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 EMPTY = inspect.Parameter.empty
@@ -202,7 +202,7 @@ def test_processes_binding_one_exchange_at_once_keep_every_binding(tmp_path: Pat
         "import sys\n"
         "from pathlib import Path\n"
         "from tests.integration.test_broker_transport import filesystem_channel\n"
-        "from workers import broker\n"
+        "from workers.celery import broker\n"
         "channel = filesystem_channel(Path(sys.argv[1]), broker.FilesystemTransport)\n"
         "for i in range(20):\n"
         "    channel._queue_bind('shared', f'{sys.argv[2]}.{i}', '', f'{sys.argv[2]}.{i}')\n"

@@ -16,12 +16,12 @@ from sqlalchemy import func, select
 from orchestrator import Agent, Client, RunStatus
 from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import complete, fail
-from workers.cli import main
+from workers.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store
 from tests.conftest import make_settings, settings_env
 from tests.integration.stored_runs import rows_of, seed
-from workers.cli import main
+from workers.cli.commands import main
 
 S = RunStatus
 

@@ -16,10 +16,10 @@ import redis
 
 from orchestrator import Agent
 from orchestrator.settings import Settings
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import settings_env
-from workers.deltas import KEY
+from workers.redis.delta_sink import KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "Otters hold hands while they sleep"

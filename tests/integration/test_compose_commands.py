@@ -151,7 +151,7 @@ def test_the_users_code_reaches_the_workers_from_a_mounted_folder() -> None:
         assert (source, target, mode) == ("/home/me/project", spec["working_dir"], "ro"), service
         assert expand(mount, {}).split(":")[0] == "."  # by default the folder compose.yaml is in
         assert environment(service, {"RATCHET_APP": "myproject.agents"})["RATCHET_APP"] == "myproject.agents"
-        assert "--app" not in spec["command"]  # RATCHET_APP, which `celery -A workers.app worker` reads too
+        assert "--app" not in spec["command"]  # RATCHET_APP, which `celery -A workers.celery.app worker` reads too
 
 
 # The stack, run

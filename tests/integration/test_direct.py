@@ -21,7 +21,7 @@ from orchestrator.status import RunStatus
 from orchestrator.store import Store, statements
 from orchestrator.store.database import open_engine
 from orchestrator.store.direct import Direct
-from orchestrator.store.schema import messages, runs
+from orchestrator.store.tables import messages, runs
 from orchestrator.usage import Metrics
 
 

@@ -20,8 +20,8 @@ from orchestrator import Agent, Client, RunStatus
 from orchestrator import client as client_module
 from orchestrator.ports import get_final_channel
 from orchestrator.settings import Settings
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 S = RunStatus
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -13,7 +13,7 @@ from orchestrator import Agent
 from orchestrator.testing.script import ScriptConfig
 from tests.flow_support import limited, lookup, name, run_step_of
 from tests.support import CountingModel
-from workers.api.app import create_app
+from workers.api.routes import create_app
 
 
 def test_over_http_a_users_second_run_waits_with_its_reason_in_its_log_until_the_first_is_cancelled(

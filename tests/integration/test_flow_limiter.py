@@ -26,8 +26,8 @@ from orchestrator.testing.waiting import wait_until
 from tests.flow_support import limited, lookup, name
 from tests.servers import RedisServer
 from tests.support import CountingModel
-from workers import flow as redis_flow
-from workers.flow import RedisLimiter
+from workers.redis import limiter as redis_flow
+from workers.redis.limiter import RedisLimiter
 
 SLOT = 30.0
 

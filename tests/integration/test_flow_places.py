@@ -18,8 +18,8 @@ from orchestrator.testing.waiting import wait_until
 from tests.flow_support import limited, logged, lookup, name, run_step_of
 from tests.servers import RedisServer
 from tests.support import CountingModel
-from workers import flow as redis_flow
-from workers.flow import RedisLimiter
+from workers.redis import limiter as redis_flow
+from workers.redis.limiter import RedisLimiter
 
 S = RunStatus
 

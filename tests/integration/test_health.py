@@ -27,11 +27,11 @@ from tests.integration.test_api import error_of
 from tests.integration.test_api_records import call
 from tests.isolation import PgDatabases
 from tests.servers import RedisServer, free_port
-from workers.api.app import create_app
-from workers.app import MODEL_TASK
-from workers.app import create_app as create_celery
-from workers.beat import record_key
-from workers.cli import main
+from workers.api.routes import create_app
+from workers.celery.app import MODEL_TASK
+from workers.celery.app import create_app as create_celery
+from workers.celery.beat import record_key
+from workers.cli.commands import main
 from workers.health import check_health
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broke
     (workers,) = check_health(down, checks=["workers"], destinations=["tools@%h"], timeout=0.5).checks
     assert not workers.ok and workers.detail.startswith(f"cannot ask the workers through {down.broker_url}: ")
 
-    # Beat's record (workers.beat): recent passes, stale fails
+    # Beat's record (workers.celery.beat): recent passes, stale fails
     with broker.client() as r:
         r.set(record_key(settings), repr(time.time() - 1))
         (beat,) = check_health(settings, checks=["beat"]).checks

@@ -20,14 +20,14 @@ from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
 from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Store, forget_stores
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.integration.db_faults import failing_updates
 from tests.support import Clock
-from workers.embedded import EmbeddedWorker
-from workers.tasks import runner_for
+from workers.celery.embedded import EmbeddedWorker
+from workers.celery.tasks import runner_for
 
 S = RunStatus
 

@@ -14,7 +14,7 @@ from sqlalchemy import update
 from orchestrator import Client
 from orchestrator.errors import RunConflictError
 from orchestrator.settings import Settings
-from orchestrator.store.schema import runs
+from orchestrator.store.tables import runs
 from tests.support import RecordingDispatcher
 
 

@@ -25,7 +25,7 @@ from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.test_model_faults_on_a_worker import BrokerTap, decoded, redis_texts, store_texts
 from tests.integration.test_native_workers import command, worker_env
-from workers.cli import main as ratchet
+from workers.cli.commands import main as ratchet
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

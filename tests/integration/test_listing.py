@@ -16,8 +16,8 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.listing import SUMMARY, RunFilter, ordered
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.integration.stored_runs import seed
 from tests.unit.test_teams_inline import ResearchTeam
 

@@ -14,7 +14,7 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
 from orchestrator.store.database import open_engine
-from orchestrator.store.schema import messages
+from orchestrator.store.tables import messages
 from tests.support import new_run
 
 S = RunStatus

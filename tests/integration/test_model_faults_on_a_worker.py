@@ -25,7 +25,7 @@ from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 QUICK_RETRIES = RetryPolicy(base=0.05, factor=2.0, max_delay=0.1)
 

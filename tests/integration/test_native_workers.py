@@ -1,4 +1,4 @@
-"""The worker as Celery users start it: `celery -A workers.app worker` with RATCHET_APP naming the
+"""The worker as Celery users start it: `celery -A workers.celery.app worker` with RATCHET_APP naming the
 agents' module, and `ratchet worker` passing the flags it does not know to `celery worker`. Both
 take Celery's own flags (here --autoscale and --max-tasks-per-child, which replaces each pool
 process after one task) and complete real runs; a worker without its agents' module refuses to
@@ -26,7 +26,7 @@ from orchestrator.settings import Settings
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import TEST_KEY, make_settings, settings_env
-from workers.app import create_app
+from workers.celery.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = "tests.integration.native_agents"
@@ -54,7 +54,7 @@ def command(kind: str) -> list[str]:
     """The worker command a Celery user types, or Ratchet's, each with Celery's flags."""
     name = f"native-{uuid.uuid4().hex[:6]}@%h"
     if kind == "celery":
-        return [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-l", "INFO", "-n", name, *FLAGS]
+        return [sys.executable, "-m", "celery", "-A", "workers.celery.app", "worker", "-l", "INFO", "-n", name, *FLAGS]
     return [sys.executable, "-m", "workers.cli", "worker", "-n", name, *FLAGS]
 
 
@@ -120,7 +120,7 @@ def test_a_celery_worker_without_its_agents_module_refuses_to_start_and_says_wha
 def test_a_worker_whose_agents_module_does_not_import_refuses_to_start(
     native_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The worker program `celery -A workers.app worker` runs, in this process: nothing starts
+    # The worker program `celery -A workers.celery.app worker` runs, in this process: nothing starts
     app = create_app(native_settings.model_copy(update={"app": "tests.integration.no_such_module"}))
     with pytest.raises(SystemExit) as refused:
         app.Worker()

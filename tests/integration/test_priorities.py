@@ -1,6 +1,6 @@
 """Priorities on real brokers: runs started with a priority while no worker runs (a backlog),
 then one worker with one slot takes them. Its steps go highest first, on Redis (kombu's priority
-lists, served 9 first by `workers.broker.Channel`) and on RabbitMQ (x-max-priority queues).
+lists, served 9 first by `workers.celery.broker.Channel`) and on RabbitMQ (x-max-priority queues).
 Which step ran when is read from the store: each step's messages are stamped when it commits."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from orchestrator import Agent, Client, RunStatus, Settings
 from orchestrator.testing.script import ScriptConfig
 from tests.support import CountingModel
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 S = RunStatus
 pytestmark = [pytest.mark.redis]

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from orchestrator import Client, InvalidInputError, RunStatus
 from orchestrator.settings import Settings
-from orchestrator.store.schema import messages, runs
+from orchestrator.store.tables import messages, runs
 from tests.integration.producing import fail
 
 AGENT = "door-agent"

@@ -29,9 +29,9 @@ from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from orchestrator.testing.waiting import wait_until
 from tests.integration.producing import complete
-from workers.app import create_app
-from workers.embedded import EmbeddedWorker
-from workers.tasks import runner_for
+from workers.celery.app import create_app
+from workers.celery.embedded import EmbeddedWorker
+from workers.celery.tasks import runner_for
 
 
 @pytest.mark.usefixtures("worker", "scripted")

@@ -25,16 +25,16 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import metrics as store_metrics
 from orchestrator.store.database import open_engine
-from orchestrator.store.schema import metric_totals
+from orchestrator.store.tables import metric_totals
 from orchestrator.testing import InMemoryDispatcher, in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.tools import ToolContext
 from orchestrator.usage import Prices
 from tests.conftest import make_settings, settings_env
 from tests.support import Clock
-from workers.api.app import create_app
-from workers.cli import main as ratchet
+from workers.api.routes import create_app
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 #: What every reply of `FixedUsage` reports, and what it costs at `PRICES`.

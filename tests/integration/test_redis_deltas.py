@@ -18,10 +18,10 @@ from orchestrator import Agent, RunStatus
 from orchestrator.events import RunEvent, event_id, live_key
 from orchestrator.settings import Settings
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.waiting import wait_until
-from workers.deltas import FLUSH_TIMEOUT, KEY, RedisDeltaSink
+from workers.redis.delta_sink import FLUSH_TIMEOUT, KEY, RedisDeltaSink
 
 
 def delta(run_id: str, k: int) -> RunEvent:

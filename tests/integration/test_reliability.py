@@ -34,9 +34,9 @@ from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.support import Clock, clocked_store, new_run
-from workers import cli
-from workers.dispatch import CeleryDispatcher
-from workers.embedded import EmbeddedWorker
+from workers.celery.dispatch import CeleryDispatcher
+from workers.celery.embedded import EmbeddedWorker
+from workers.cli import commands as cli
 
 S = RunStatus
 QUICK_RETRIES = RetryPolicy(base=0.05, factor=2.0, max_delay=0.1)

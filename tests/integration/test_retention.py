@@ -17,14 +17,14 @@ from orchestrator import Agent, Client, InvalidInputError, RunLiveError, RunStat
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store import retention as retention_module
-from orchestrator.store.schema import deltas
+from orchestrator.store.tables import deltas
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import make_settings
 from tests.integration.stored_runs import rows_of, seed, session_exists
 from tests.unit.test_teams_inline import ResearchTeam
-from workers.deltas import KEY
+from workers.redis.delta_sink import KEY
 
 S = RunStatus
 DAY = 86400.0

@@ -22,13 +22,13 @@ from orchestrator.events import MAX_PART, RunEvent, drop_restarted, parse_id
 from orchestrator.ports import get_delta_sink
 from orchestrator.settings import Settings
 from orchestrator.steps.live import LiveStep
-from orchestrator.store.schema import deltas
+from orchestrator.store.tables import deltas
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.support import Clock
-from workers.deltas import KEY
+from workers.redis.delta_sink import KEY
 
 S = RunStatus
 
@@ -330,7 +330,7 @@ def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_
     inline: InMemoryDispatcher, settings: Settings
 ) -> None:
     from orchestrator.reader import Follower, follow
-    from workers.deltas import RedisDeltaSink
+    from workers.redis.delta_sink import RedisDeltaSink
 
     agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="all there")))
     run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
@@ -355,7 +355,7 @@ class CountingStore:
 
 @pytest.fixture
 def redis_sink(settings: Settings) -> Iterator[object]:
-    from workers.deltas import RedisDeltaSink
+    from workers.redis.delta_sink import RedisDeltaSink
 
     sink = RedisDeltaSink(settings)
     written: list[str] = []

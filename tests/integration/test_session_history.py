@@ -15,11 +15,11 @@ from orchestrator import Agent, ConfigurationError, RunStatus, Team
 from orchestrator.errors import FencedError
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import settings_env
-from workers.api.app import create_app
-from workers.cli import main as ratchet
+from workers.api.routes import create_app
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 #: The scripted model's answer lists every user text it was shown, history first.

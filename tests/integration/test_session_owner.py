@@ -18,16 +18,16 @@ from starlette.testclient import TestClient
 from orchestrator import Agent, RunConflictError, RunStatus, SessionOwnedError, Team, ToolContext
 from orchestrator.messages import Message
 from orchestrator.store import Store
-from orchestrator.store.schema import messages, runs
+from orchestrator.store.tables import messages, runs
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher, in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
 from tests.support import migrate_to
-from workers.api.app import create_app
-from workers.cli import main as ratchet
+from workers.api.routes import create_app
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 #: The scripted model's answer lists every user text it was shown, history first.

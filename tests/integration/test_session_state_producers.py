@@ -17,13 +17,13 @@ from starlette.testclient import TestClient
 from orchestrator import Agent, Client, InvalidInputError, RunStatus, ToolContext
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import make_settings, settings_env
-from workers.api.app import create_app
-from workers.app import START_TASK
-from workers.app import create_app as create_celery_app
-from workers.cli import main
+from workers.api.routes import create_app
+from workers.celery.app import START_TASK
+from workers.celery.app import create_app as create_celery_app
+from workers.cli.commands import main
 
 Start = Callable[..., dict[str, Any]]
 

@@ -23,7 +23,7 @@ from orchestrator.store import statements as statements_module
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import migrate, open_engine
 from orchestrator.store.notify import notify_final
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 
 
 @contextmanager

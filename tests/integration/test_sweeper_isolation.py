@@ -19,7 +19,7 @@ from orchestrator.sweeper import Sweeper
 from tests.conftest import make_settings
 from tests.integration.db_faults import failing_updates
 from tests.support import Clock
-from workers.dispatch import CeleryDispatcher
+from workers.celery.dispatch import CeleryDispatcher
 
 S = RunStatus
 

@@ -1,5 +1,5 @@
 """Where the task events of a threads-pool worker on Redis go out: Celery's event loop would send
-its buffer after every step, as the next one starts; `workers.events` sends it from a thread of
+its buffer after every step, as the next one starts; `workers.celery.task_events` sends it from a thread of
 its own every INTERVAL. (That they reach a monitor, in order and in batches: test_native_workers.)"""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from workers.embedded import EmbeddedWorker
-from workers.events import BUFFER_LIMIT
+from workers.celery.embedded import EmbeddedWorker
+from workers.celery.task_events import BUFFER_LIMIT
 
 pytestmark = pytest.mark.redis
 

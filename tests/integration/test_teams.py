@@ -33,8 +33,8 @@ from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
 from tests.integration.fencing import kinds, wait_for_late_commit
-from workers.cli import main as ratchet
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 

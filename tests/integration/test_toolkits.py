@@ -16,7 +16,7 @@ from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 S = RunStatus
 

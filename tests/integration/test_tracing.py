@@ -23,8 +23,8 @@ from orchestrator import Agent, RunStatus, Team, tracing
 from orchestrator.models import OpenAIChat
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import TEST_KEY
 

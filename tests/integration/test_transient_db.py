@@ -51,7 +51,7 @@ def pg_settings(pg_url: str, redis_url: str) -> Settings:
 
 @pytest.fixture
 def pg_worker(pg_settings: Settings) -> Iterator[object]:
-    from workers.embedded import EmbeddedWorker
+    from workers.celery.embedded import EmbeddedWorker
 
     with EmbeddedWorker(pg_settings) as w:
         yield w
@@ -94,7 +94,7 @@ def test_a_commit_whose_postgresql_connection_is_dropped_is_sent_again_and_the_r
 def test_a_commit_that_finds_sqlite_locked_waits_and_commits_once(
     tmp_path: Any, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from workers.embedded import EmbeddedWorker
+    from workers.celery.embedded import EmbeddedWorker
 
     # Given another connection holds SQLite's write lock when the step commits, past the busy timeout
     path = tmp_path / "ratchet.db"

@@ -23,7 +23,7 @@ from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from tests.conftest import settings_env
 from tests.support import migrate_to
-from workers.cli import main as ratchet
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 PRICES = Prices(input=2.0, output=8.0)

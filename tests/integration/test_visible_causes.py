@@ -28,8 +28,8 @@ from orchestrator.testing.waiting import wait_until
 from orchestrator.untrusted import error_record
 from tests.conftest import settings_env
 from tests.integration.test_teams import Ledger, member_runs, research_team, script, to_member
-from workers.cli import main as ratchet
-from workers.dispatch import CeleryDispatcher
+from workers.celery.dispatch import CeleryDispatcher
+from workers.cli.commands import main as ratchet
 
 S = RunStatus
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_a_run_waiting_for_a_retry_says_why_and_until_when(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from workers.embedded import EmbeddedWorker
+    from workers.celery.embedded import EmbeddedWorker
 
     # Given a provider that asks for two minutes: longer than a countdown waits, so the run is parked
     scripted.configure(ScriptConfig(faults=[Fault(status=429, retry_after=120, times=None)]))

@@ -8,8 +8,8 @@ on the in-process scripted model.
 """
 
 from orchestrator import Agent
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 
 #: What `render_html` returns: a page that ran it as HTML would run its script.
 MARKUP = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b>bold</b>'

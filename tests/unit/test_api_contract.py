@@ -19,7 +19,7 @@ from orchestrator.events import event_id, parse_id
 from orchestrator.settings import Settings
 from orchestrator.store.listing import encode_cursor
 from workers.api import contract
-from workers.api.app import create_app
+from workers.api.routes import create_app
 
 #: Deterministic: the same examples on every run, and nothing written to a database of examples.
 SAMPLES = settings(derandomize=True, max_examples=100, database=None, deadline=None)

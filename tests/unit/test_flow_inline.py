@@ -15,8 +15,8 @@ from orchestrator.flow import LocalLimiter
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
 from orchestrator.ports import Ask, StepRef, Verdict, set_limiter
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.scripted_model import ScriptedModel
 from tests.flow_support import limited, logged, lookup, name, run_step_of
 from tests.support import CountingModel
 

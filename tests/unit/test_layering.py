@@ -50,7 +50,7 @@ def test_importing_ratchet_loads_no_test_double() -> None:
     # The scripted model is a test double (orchestrator.testing): a producer or a worker that
     # imports Ratchet and its model adapters must neither load it nor find it among them.
     code = (
-        "import sys, orchestrator, orchestrator.models, workers.tasks\n"
+        "import sys, orchestrator, orchestrator.models, workers.celery.tasks\n"
         "doubles = sorted(m for m in sys.modules if m.startswith('orchestrator.testing'))\n"
         "doubles += [n for n, m in list(sys.modules.items()) if hasattr(m, 'ScriptedModel')]\n"
         "print(doubles); sys.exit(1 if doubles else 0)\n"

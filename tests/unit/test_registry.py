@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import Agent, ConfigurationError, Team
 from orchestrator.agent import get_agent
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 
 HERE = __file__
 
@@ -61,7 +61,7 @@ def test_a_module_run_under_two_names_defines_its_agents_once() -> None:
     # `python agents.py` runs the file as __main__; importing `agents` from it runs it again.
     name = unique("module")
     source = (
-        "from orchestrator import Agent; from orchestrator.testing.model import ScriptedModel\n"
+        "from orchestrator import Agent; from orchestrator.testing.scripted_model import ScriptedModel\n"
         "Agent(name=NAME, model=ScriptedModel())\n"
     )
     code = compile(source, "/project/agents.py", "exec")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workers.render import terminal
+from workers.cli.render import terminal
 
 
 def test_control_characters_of_a_models_text_are_shown_not_obeyed() -> None:
@@ -16,7 +16,7 @@ def test_control_characters_of_a_models_text_are_shown_not_obeyed() -> None:
 
 
 def test_text_stdout_cannot_encode_is_escaped_instead_of_failing_the_command() -> None:
-    code = "from workers.render import terminal; print(terminal('caf\\u00e9 \\ud800'))"
+    code = "from workers.cli.render import terminal; print(terminal('caf\\u00e9 \\ud800'))"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONIOENCODING": "ascii", "PATH": ""},
         timeout=60, cwd=str(Path(__file__).resolve().parents[2]),

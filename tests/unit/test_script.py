@@ -13,7 +13,6 @@ from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ToolSpec
 from orchestrator.testing.arguments import arguments_from_schema
 from orchestrator.testing.conversation import chat_conversation, responses_conversation
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import (
     Fault,
     ScriptConfig,
@@ -24,6 +23,7 @@ from orchestrator.testing.script import (
     decide,
     turn_of,
 )
+from orchestrator.testing.scripted_model import ScriptedModel
 
 SEARCH: dict[str, Any] = {
     "name": "search",

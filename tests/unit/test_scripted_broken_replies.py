@@ -8,8 +8,8 @@ from pydantic import ValidationError
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig, ScriptedError, ScriptState, decide
+from orchestrator.testing.scripted_model import ScriptedModel
 
 
 def test_a_fault_with_a_body_sends_it_as_is_with_its_content_type() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
-from workers.app import celery_config
+from workers.celery.app import celery_config
 
 
 def test_with_nothing_set_ratchet_runs_embedded() -> None:

@@ -11,7 +11,7 @@ import pytest
 from orchestrator import Agent, state
 from orchestrator.errors import ConfigurationError, InvalidInputError
 from orchestrator.state import STATE_MAX_BYTES, CallState, StateChange, StateError, Turn
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.tools import Tool, ToolContext
 from orchestrator.validation import session_state
 

@@ -14,8 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext
-from orchestrator.testing.model import ScriptedModel
 from orchestrator.testing.script import Fault, ScriptConfig, ScriptedReply, ScriptState, decide, error_body
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.streams import CHAT_DONE, chat_chunks, error_event, response_events, words
 
 USAGE = {"input_tokens": 12, "output_tokens": 5}

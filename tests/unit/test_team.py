@@ -10,7 +10,7 @@ from orchestrator import Agent, ConfigurationError, Team
 from orchestrator.delegation import split
 from orchestrator.messages import ToolCall
 from orchestrator.team import TO_MEMBER, TO_MEMBERS, member_id
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 
 
 def agent(name: str, **kwargs: object) -> Agent:

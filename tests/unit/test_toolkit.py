@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import Agent, Toolkit
 from orchestrator.errors import ConfigurationError
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.tools import Tool, ToolContext, tool
 from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts

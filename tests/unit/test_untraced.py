@@ -40,7 +40,7 @@ if mode == "disabled":  # OTEL_SDK_DISABLED=true: the application's provider rec
     trace.set_tracer_provider(provider)
 from orchestrator import Agent, tracing
 from orchestrator.testing import in_memory
-from orchestrator.testing.model import ScriptedModel
+from orchestrator.testing.scripted_model import ScriptedModel
 
 def lookup(city: str) -> str:
     '''Look a city up.'''

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workers.api import ui
-from workers.api.errors import error_response
+from workers.api.problems import error_response
 
 #: Paths served without a token: the liveness probe, the API's own description, and the run
 #: pages' files (they hold no data: their script sends the token on each request it makes).

@@ -34,7 +34,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workers.api.errors import error_response
+from workers.api.problems import error_response
 
 #: The methods that change nothing: every other one must say it sends JSON.
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -7,7 +7,7 @@
 
 Each calls `Client` (`list_runs`, `get_log`, `get_steps`, `delete_session`) with the same arguments and
 errors. `GET /runs/{run_id}/events` is another thing: the run's events as a live stream
-(`workers.api.app`); the log is a stored record, read at once. Pruning old runs is the command
+(`workers.api.routes`); the log is a stored record, read at once. Pruning old runs is the command
 line's and Python's (`ratchet prune`, `Client.prune`): a bulk delete is an operator's job, run
 from a schedule, not a request a token holder makes.
 """
@@ -23,9 +23,9 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from orchestrator import validation as v
 from orchestrator.run import LogEntry, RunPage
 from orchestrator.timeline import Step
-from workers.api.app import ClientDep
 from workers.api.contract import CURSOR, MOMENT, STATUSES, RunId, SessionId, name, pattern, refusals, text, texts
-from workers.api.errors import ApiError
+from workers.api.problems import ApiError
+from workers.api.routes import ClientDep
 
 router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
 

@@ -39,7 +39,7 @@ def add_api_command(sub: Any) -> None:
 
 def cmd_api(args: argparse.Namespace) -> int:
     """Import the agents (a start naming none of them is a 404), then serve until interrupted."""
-    from workers.cli import _import_apps
+    from workers.cli.commands import _import_apps
 
     if not _import_apps(args.app):
         raise ConfigurationError(
@@ -56,7 +56,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> N
     try:
         import uvicorn
 
-        from workers.api.app import create_app
+        from workers.api.routes import create_app
     except ImportError as exc:
         raise ConfigurationError(f"ratchet api needs the api extra (pip install 'ratchet[api]'): {exc}") from None
     log.setLevel(logging.INFO)  # the start line below, and requests that fail on the server

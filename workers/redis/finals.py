@@ -15,7 +15,7 @@ import redis
 
 from orchestrator.settings import Settings
 from orchestrator.store.notify import RETRY_AFTER_FAILURE, Listener
-from workers.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
+from workers.celery.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
 
 CHANNEL = "ratchet:final"
 

@@ -8,8 +8,8 @@ names the control queue, so deployments that share a Redis under other queue nam
 records. Other brokers keep no record. A record that cannot be written is logged and the schedule
 goes on: the record is for monitoring, the sweep is what matters.
 
-`workers.app.celery_config` makes this beat's scheduler (Celery's `beat_scheduler`), so
-`ratchet beat` and `celery -A workers.app beat` both keep the record.
+`workers.celery.app.celery_config` makes this beat's scheduler (Celery's `beat_scheduler`), so
+`ratchet beat` and `celery -A workers.celery.app beat` both keep the record.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import redis
 from celery.beat import PersistentScheduler
 
 from orchestrator.settings import Settings
-from workers.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT, SWEEP_TASK
+from workers.celery.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT, SWEEP_TASK
 
-SCHEDULER = "workers.beat:Scheduler"
+SCHEDULER = "workers.celery.beat:Scheduler"
 KEY = "ratchet:beat:{queue}"
 #: How long a record outlives beat (seconds): a stopped beat's record goes stale, then goes.
 RECORD_TTL = 86_400

@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from celery import maybe_patch_concurrency
 
         maybe_patch_concurrency(["ratchet", *_spaced(words)])
-    from workers.cli import main as run
+    from workers.cli.commands import main as run
 
     return run(argv)
 

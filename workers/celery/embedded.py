@@ -21,9 +21,9 @@ from orchestrator.ports import set_dispatcher
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
-from workers.app import create_app
-from workers.dispatch import CeleryDispatcher
-from workers.tasks import runner_for
+from workers.celery.app import create_app
+from workers.celery.dispatch import CeleryDispatcher
+from workers.celery.tasks import runner_for
 
 log = logging.getLogger("ratchet.embedded")
 

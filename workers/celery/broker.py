@@ -8,7 +8,7 @@ kombu's Redis channel builds a new `redis.Redis` client for every message it pub
 task event), which copies the client's ~200 response callbacks each time: about 40% of a
 publish in our measurements. This channel keeps one client per connection pool; redis-py
 clients are thread-safe (each command takes a connection from the pool). Used for `redis://`
-brokers (see `workers.app.celery_config`).
+brokers (see `workers.celery.app.celery_config`).
 
 `conn_or_acquire` is private to kombu: pyproject.toml holds kombu to the minor series that
 tests/integration/test_broker_transport.py passed on. Called after its connection was closed,
@@ -55,8 +55,8 @@ from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
 
-TRANSPORT = "workers.broker:Transport"
-FILESYSTEM_TRANSPORT = "workers.broker:FilesystemTransport"
+TRANSPORT = "workers.celery.broker:Transport"
+FILESYSTEM_TRANSPORT = "workers.celery.broker:FilesystemTransport"
 #: kombu's file locks (fcntl's flock on POSIX, its own on Windows), typed.
 _lock = cast(Callable[[Any, int], None], kombu_fs.lock)
 _unlock = cast(Callable[[Any], None], kombu_fs.unlock)

@@ -5,7 +5,7 @@ run id, so Flower shows every delivery of a step (`<run_id>.<seq>.<kind>.<nonce>
 
 A step goes to the queue its agent or tool names (`orchestrator.routing`), else to the default
 queue of its kind, with its run's priority (0-9, higher first, on Redis as on RabbitMQ: see
-`workers.broker`). A step its publisher could not route carries `reroute=True`, and the worker
+`workers.celery.broker`). A step its publisher could not route carries `reroute=True`, and the worker
 that takes it sends it on (`StepRunner.reroute`).
 """
 
@@ -19,7 +19,7 @@ from celery import Celery
 from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
-from workers.app import MODEL_TASK, TOOLS_TASK, create_app
+from workers.celery.app import MODEL_TASK, TOOLS_TASK, create_app
 
 _TASKS = {"model": MODEL_TASK, "tools": TOOLS_TASK}
 
@@ -60,7 +60,7 @@ class CeleryDispatcher:
         """Send the step's task; raises if the broker cannot take it (after kombu's short retry).
 
         Bounded: at most three attempts, each bounded by the broker's socket timeouts
-        (`workers.app.BROKER_SOCKET_TIMEOUT`), so a broker that does not answer fails the publish
+        (`workers.celery.app.BROKER_SOCKET_TIMEOUT`), so a broker that does not answer fails the publish
         in seconds; the run's outbox marker lets the sweeper publish it later."""
         self.app.send_task(
             _TASKS[step.kind],

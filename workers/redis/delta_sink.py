@@ -33,7 +33,7 @@ from pydantic import TypeAdapter
 
 from orchestrator.events import RunEvent
 from orchestrator.settings import Settings
-from workers.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
+from workers.celery.app import BROKER_CONNECT_TIMEOUT, BROKER_SOCKET_TIMEOUT
 
 KEY = "ratchet:deltas:{run_id}"
 _BATCH = TypeAdapter(list[RunEvent])
@@ -46,7 +46,7 @@ class RedisDeltaSink:
     """A `DeltaSink` (orchestrator.ports) on the broker's Redis."""
 
     def __init__(self, settings: Settings) -> None:
-        # Bounded like the broker's client (workers.app): a Redis that stops answering holds the
+        # Bounded like the broker's client (workers.celery.app): a Redis that stops answering holds the
         # sender thread, and so a streamed step's flush, for seconds, not for ever.
         self.client = redis.Redis.from_url(
             settings.broker_url, socket_timeout=BROKER_SOCKET_TIMEOUT, socket_connect_timeout=BROKER_CONNECT_TIMEOUT

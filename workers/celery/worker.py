@@ -1,14 +1,14 @@
 """The worker program: Celery's `celery worker`, with the agents' modules imported first.
 
 A worker finds agents by name, so it must import the modules that define them before it takes a
-step. They are Celery's own `imports` (`workers.app.create_app` sets them from RATCHET_APP, and
+step. They are Celery's own `imports` (`workers.celery.app.create_app` sets them from RATCHET_APP, and
 `ratchet worker --app` from its flags), which Celery imports in the worker's main process before
 its pool starts: every prefork child, a child that `--max-tasks-per-child` replaces included, is
 forked with them (and imports them again, a no-op, where a pool does not fork). This class makes
 a missing or broken module a one-line error at start instead of every run going to ERROR with
 AgentNotFoundError, and names the queues the agents route to that the worker does not consume.
 
-Both `celery -A workers.app worker ...` (any Celery flag) and `ratchet worker` run it.
+Both `celery -A workers.celery.app worker ...` (any Celery flag) and `ratchet worker` run it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from celery.apps.worker import Worker as CeleryWorker
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.routing import named_queues
-from workers.app import NO_AGENT_MODULES, import_agent_modules
+from workers.celery.app import NO_AGENT_MODULES, import_agent_modules
 
 log = logging.getLogger("ratchet.worker")
 

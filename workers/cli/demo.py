@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from orchestrator.settings import Settings, env_secret
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.server import ScriptedServer
-from workers.embedded import EmbeddedWorker
+from workers.celery.embedded import EmbeddedWorker
 
 #: The key the seed's scenario B sets to force a 401; the scripted server rejects it.
 DEMO_BAD_KEY = "sk-invalid-key-deliberately-broken-to-force-auth-error"

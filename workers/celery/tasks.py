@@ -37,7 +37,7 @@ from orchestrator.control import RunControl, derived_run_id
 from orchestrator.errors import FencedError, RatchetError
 from orchestrator.steps import StepRunner
 from orchestrator.sweeper import Sweeper
-from workers.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
+from workers.celery.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
 
 log = logging.getLogger("ratchet.worker")
 _runners: dict[tuple[int, int], StepRunner] = {}
@@ -50,7 +50,7 @@ def runner_for(app: Celery) -> StepRunner:
     with _runners_lock:
         runner = _runners.get(key)
         if runner is None:
-            from workers.dispatch import CeleryDispatcher
+            from workers.celery.dispatch import CeleryDispatcher
 
             settings = app.ratchet_settings
             runner = _runners[key] = StepRunner(

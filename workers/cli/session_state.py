@@ -10,7 +10,7 @@ from typing import Any
 from orchestrator.client import Client
 from orchestrator.errors import RatchetError
 from orchestrator.run import Session
-from workers.render import jsonable, terminal
+from workers.cli.render import jsonable, terminal
 
 
 def add_session_command(sub: Any) -> None:

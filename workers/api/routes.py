@@ -15,10 +15,10 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
-    GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.metrics`)
+    GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)
     GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
-Errors are JSON (`workers.api.errors`); the token and body-size checks are `workers.api.gate`;
+Errors are JSON (`workers.api.problems`); the token and body-size checks are `workers.api.gate`;
 without tokens, the Host, Origin and Content-Type checks that keep other sites' pages out are
 `workers.api.loopback`; the bodies and each value's limits in the schema, `workers.api.contract`.
 """
@@ -45,7 +45,7 @@ from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTim
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
-from workers.api import errors
+from workers.api import problems
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -62,10 +62,10 @@ from workers.api.contract import (
     refusals,
     text,
 )
-from workers.api.errors import ApiError
 from workers.api.gate import Gate
 from workers.api.loopback import Guard, add_cors
-from workers.metrics import exposition
+from workers.api.problems import ApiError
+from workers.prometheus import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
 MAX_WAIT = 300.0
@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
         lifespan=opened,
     )
     app.state.client = client
-    errors.install(app)
+    problems.install(app)
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     # Outermost last: CORS answers a preflight before the guard or the token is asked for.
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)

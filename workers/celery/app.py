@@ -7,8 +7,8 @@ queues agents and tools name for their own steps (`orchestrator.routing`); prior
 first, on Redis and RabbitMQ; time limits under the visibility timeout (see
 `orchestrator.settings`). No result backend: the run store is the only source of truth.
 
-The agents' modules (RATCHET_APP) are Celery's `imports`, so `celery -A workers.app worker`
-imports them as `ratchet worker --app` does (`workers.worker`).
+The agents' modules (RATCHET_APP) are Celery's `imports`, so `celery -A workers.celery.app worker`
+imports them as `ratchet worker --app` does (`workers.celery.worker`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from orchestrator.validation import PRIORITY_MAX
-from workers.broker import FILESYSTEM_TRANSPORT
-from workers.broker import TRANSPORT as BROKER_TRANSPORT
-from workers.events import BackgroundTaskEvents
+from workers.celery.broker import FILESYSTEM_TRANSPORT
+from workers.celery.broker import TRANSPORT as BROKER_TRANSPORT
+from workers.celery.task_events import BackgroundTaskEvents
 
 MODEL_TASK = "ratchet.model_call"
 TOOLS_TASK = "ratchet.tool_batch"
@@ -45,18 +45,18 @@ BROKER_SOCKET_TIMEOUT = 3.0
 BROKER_CONNECT_TIMEOUT = 3.0
 NO_AGENT_MODULES = (
     "no agent modules to import: set RATCHET_APP to the module(s) that define your agents, comma-separated "
-    "(e.g. RATCHET_APP=myproject.agents celery -A workers.app worker), or pass --app MODULE to ratchet worker"
+    "(e.g. RATCHET_APP=myproject.agents celery -A workers.celery.app worker), or pass --app MODULE to ratchet worker"
 )
 #: The modules `import_agent_modules` imported in this process (a pool process imports them again).
 _agent_modules: list[str] = []
 
 
 class RatchetCelery(Celery):  # type: ignore[misc]  # Celery is untyped
-    """Celery with Ratchet's worker program (`workers.worker.Worker`), loaded when first used."""
+    """Celery with Ratchet's worker program (`workers.celery.worker.Worker`), loaded when first used."""
 
     @cached_property
     def Worker(self) -> Any:  # Celery's name
-        return self.subclass_with_self("workers.worker:Worker")
+        return self.subclass_with_self("workers.celery.worker:Worker")
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.conf.update(celery_config(settings))
     app.ratchet_settings = settings
     app.steps["consumer"].add(BackgroundTaskEvents)
-    from workers.tasks import register_tasks
+    from workers.celery.tasks import register_tasks
 
     register_tasks(app)
     return app
@@ -109,7 +109,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.control_queue,
         # RabbitMQ: every queue is declared with x-max-priority, so a step's priority (0-9, higher
         # first) orders it; a queue declared earlier without it must be deleted first (RabbitMQ
-        # refuses to change a queue's arguments). Redis: `workers.broker.Channel`.
+        # refuses to change a queue's arguments). Redis: `workers.celery.broker.Channel`.
         "task_queue_max_priority": PRIORITY_MAX,
         "broker_transport_options": transport,
         # kombu's Redis transport with one publishing client per pool, not one per message.
@@ -123,13 +123,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_deduplicate_successful_tasks": False,
         "beat_schedule": {"ratchet-sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_seconds}},
-        # Records each sweep it sends, for `ratchet health --check beat` (`workers.beat`).
-        "beat_scheduler": "workers.beat:Scheduler",
+        # Records each sweep it sends, for `ratchet health --check beat` (`workers.celery.beat`).
+        "beat_scheduler": "workers.celery.beat:Scheduler",
     }
 
 
 def _transport(url: str) -> str | None:
-    """Ratchet's own transport classes for the brokers it fixes (`workers.broker`), else kombu's."""
+    """Ratchet's own transport classes for the brokers it fixes (`workers.celery.broker`), else kombu's."""
     if url.startswith("redis://"):
         return BROKER_TRANSPORT
     return FILESYSTEM_TRANSPORT if url.startswith("filesystem://") else None
@@ -218,7 +218,7 @@ app: Celery  # built on first access, below
 
 
 def __getattr__(name: str) -> Any:
-    # `celery -A workers.app` and `ratchet worker` look up `app`; build it from the environment
+    # `celery -A workers.celery.app` and `ratchet worker` look up `app`; build it from the environment
     # only then, so importing this module for create_app() reads no settings.
     if name == "app":
         global app

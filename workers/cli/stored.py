@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.client import Client
 from orchestrator.settings import Settings
-from workers.render import print_page, terminal
+from workers.cli.render import print_page, terminal
 
 
 def add_ops_commands(sub: Any) -> None:
@@ -89,8 +89,8 @@ def cmd_delete_session(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from orchestrator.sweeper import Sweeper
-    from workers.app import create_app, import_apps
-    from workers.tasks import runner_for
+    from workers.celery.app import create_app, import_apps
+    from workers.celery.tasks import runner_for
 
     import_apps(args.app)
     report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()

@@ -11,7 +11,7 @@
     ratchet show RUN_ID [--log] [--steps] [--json]   a run; --log: what happened to it; --steps: its steps
     ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
     ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
-    delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/ops.py)
+    delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/cli/stored.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet sweep                                  one sweeper pass
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
@@ -40,11 +40,11 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.cli.render import jsonable, print_events, show
+from workers.cli.session_state import add_session_command, state_argument
+from workers.cli.stored import add_ops_commands
 from workers.health import add_health_command
-from workers.metrics import add_metrics_command
-from workers.ops import add_ops_commands
-from workers.render import jsonable, print_events, show
-from workers.sessions import add_session_command, state_argument
+from workers.prometheus import add_metrics_command
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -225,7 +225,7 @@ def _add_run_commands(sub: Any) -> None:
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
     """Import the modules that define the agents (--app, else RATCHET_APP); return their names."""
-    from workers.app import import_apps
+    from workers.celery.app import import_apps
 
     return import_apps(modules)
 
@@ -256,11 +256,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             "ratchet worker needs --app MODULE (or RATCHET_APP): the module that defines your agents"
         )
-    from workers.app import create_app
+    from workers.celery.app import create_app
 
     settings = Settings.from_env()
     app = create_app(settings)
-    app.conf.imports = modules  # what each pool process finds imported (`workers.worker`)
+    app.conf.imports = modules  # what each pool process finds imported (`workers.celery.worker`)
     queues = args.queues or ",".join([settings.model_queue, settings.tools_queue, settings.control_queue])
     # Task events: `worker_send_task_events` (RATCHET_TASK_EVENTS), set by create_app, as -E would
     argv = ["worker", "-Q", queues, "-P", args.pool, "-l", args.loglevel]
@@ -287,7 +287,7 @@ def _celery(app: Celery, argv: list[str]) -> int:
     from celery.bin.celery import celery
     from click import ClickException
 
-    from workers.worker import Worker
+    from workers.celery.worker import Worker
 
     class RatchetWorker(Worker):
         def emit_banner(self) -> None:
@@ -327,7 +327,7 @@ def _stdout_reader_gone_exits() -> Iterator[None]:
 
 def cmd_beat(args: argparse.Namespace) -> int:
     _import_apps(args.app)
-    from workers.app import create_app
+    from workers.celery.app import create_app
 
     app = create_app(Settings.from_env())
     with _schedule_file() as schedule:
