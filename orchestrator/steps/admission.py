@@ -19,7 +19,7 @@ from orchestrator.run import RunRecord
 from orchestrator.steps.context import StepContext
 from orchestrator.store import Claim
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 #: Up to this share of a rate's wait is added at random, so the steps parked on one bucket do
 #: not all come back in the same instant.
 JITTER = 0.1

@@ -16,7 +16,7 @@ from orchestrator.ports import DeltaSink
 from orchestrator.store import Claim
 from orchestrator.untrusted import escape
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 
 
 class LiveStep:

@@ -41,7 +41,7 @@ from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
 from orchestrator.usage import Prices
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 S = RunStatus
 #: Room left in the 128-character call-id column for the suffix that makes an id unique.
 CALL_ID_BASE_MAX = 96

@@ -35,7 +35,7 @@ from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.untrusted import error_record
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 T = TypeVar("T")
 
 

@@ -36,7 +36,7 @@ from orchestrator.store.transient import retry_transient
 from orchestrator.tools import ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 S = RunStatus
 MAX_TOOL_THREADS = 8
 
