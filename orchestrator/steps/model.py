@@ -63,10 +63,13 @@ class ModelStep:
         "retry" for a reply parked to be tried again, or "throttled" for a step a limit
         parked before its call (`orchestrator.limits`)."""
         agent = self._agent(claim)
+        # 1. context
         prompt, new_system = self._context(agent, claim, flight)
+        # 2. admit
         ask = self.admission.ask(agent, claim.record, prompt)
         if self.admission.parked(claim, ask):
             return "throttled"
+        # 3. call
         try:
             reply = self._call(agent, prompt, claim)
         except ModelCallError as exc:
@@ -76,10 +79,12 @@ class ModelStep:
                 return "retry"
             raise
         self.admission.used(ask, reply)
+        # 4. check
         message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, agent.model.prices)
         if not self._checked(agent, claim, message, flight):
             self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
             return "retry"
+        # 5. commit
         return self._commit(claim, message, new_system)
 
     # ---------------------------------------------------------------- context
