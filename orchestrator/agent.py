@@ -125,7 +125,7 @@ class Agent:
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
-        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.flow`): a function of
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function of
         #: the run's record, None for a run it does not count; None: the run's `user_id`.
         self.concurrency_key = concurrency_key
         self._client = client

@@ -154,7 +154,7 @@ class Client:
         another user in it raises SessionOwnedError and writes nothing, and a run's history and
         session state are only ever its own user's. With RATCHET_MAX_RUNS_PER_KEY, also its
         concurrency key (or what its agent's `concurrency_key` makes of the run:
-        `orchestrator.flow`). `session_state`: a
+        `orchestrator.limits`). `session_state`: a
         dict merged over the session's stored state, key by key, as the run is written (Agno's
         `run(session_state=...)`); its tools read and change the result (`ToolContext.session_state`).
 

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import flow, tracing, validation
+from orchestrator import limits, tracing, validation
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
@@ -366,11 +366,11 @@ class RunControl:
         )  # fmt: skip
 
     def _release(self, record: RunRecord) -> None:
-        """A cancelled run frees its place among its key's runs (`orchestrator.flow`) for the
+        """A cancelled run frees its place among its key's runs (`orchestrator.limits`) for the
         next run waiting, whose step is published here (or by the sweeper, if that fails)."""
         if self.settings.max_runs_per_key is None:
             return
-        step = flow.release(self.settings, lambda: get_limiter(self.settings), record)
+        step = limits.release(self.settings, lambda: get_limiter(self.settings), record)
         if step is not None:
             try:
                 self.dispatcher.publish(step)

@@ -307,7 +307,7 @@ def get_limiter(settings: Settings) -> Limiter:
             module_name, _, attr = REDIS_LIMITER.partition(":")
             found = getattr(importlib.import_module(module_name), attr)(settings, url)
         else:
-            from orchestrator.flow import LocalLimiter
+            from orchestrator.limits import LocalLimiter
 
             if not settings.is_embedded_broker:
                 log.warning(

@@ -78,7 +78,7 @@ class Settings(BaseModel):
     #: The most entries a run's Redis stream keeps (trimmed approximately, oldest first); an entry
     #: is one live event, or the events of the run one batch of the sink carried.
     stream_maxlen: int = 100_000
-    #: Flow control (`orchestrator.flow`): at most this many runs of one concurrency key in
+    #: Limits (`orchestrator.limits`): at most this many runs of one concurrency key in
     #: progress at once, across every worker. A run's key is its `user_id`, or what its agent's
     #: `concurrency_key` makes of the run; a run without one, or a team's member, is not counted.
     #: None: no limit.

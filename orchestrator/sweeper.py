@@ -145,7 +145,7 @@ class Sweeper:
         """The places among their key's runs that runs which ended still hold: freed."""
         if self.settings.max_runs_per_key is None:
             return
-        limiter = self.runner.throttle.limiter
+        limiter = self.runner.admission.limiter
         try:
             places = limiter.held()
             statuses = self.store.statuses(sorted({p.run_id for p in places})) if places else {}

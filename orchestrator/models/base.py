@@ -56,7 +56,7 @@ class CallContext:
 
 @dataclass(frozen=True, kw_only=True)
 class RateLimit:
-    """A provider's limits on one model, kept by every worker together (`orchestrator.flow`): at
+    """A provider's limits on one model, kept by every worker together (`orchestrator.limits`): at
     most `requests` calls and `tokens` tokens (prompt and reply) per `per` seconds, None meaning
     no such limit. A call that would go past one waits parked, holding no worker. With neither
     number, only the provider's 429s are shared: every worker waits out a Retry-After."""

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class OpenAIChat(OpenAIModel):
     """A Chat Completions model. Sampling arguments left at None are not sent; `prices` (per million
     tokens) give each call's cost (`orchestrator.usage`); `rate_limit`, the provider's limits on
-    this model id, which every worker keeps together (`orchestrator.flow`)."""
+    this model id, which every worker keeps together (`orchestrator.limits`)."""
 
     def __init__(
         self,

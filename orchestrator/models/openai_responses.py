@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class OpenAIResponses(OpenAIModel):
     """A Responses API model. Sampling arguments left at None are not sent; `prices` (per million
     tokens) give each call's cost (`orchestrator.usage`); `rate_limit`, the provider's limits on
-    this model id, which every worker keeps together (`orchestrator.flow`)."""
+    this model id, which every worker keeps together (`orchestrator.limits`)."""
 
     api_type = "responses"
 

@@ -2,7 +2,10 @@
 
 - `runner`: `StepRunner`, the step protocol (claim, durable commit, publish, abort, the failure
   handler's flush) applied to every step a process runs.
-- `model`: `ModelStep`, one model call and the commit of its reply.
+- `model`: `ModelStep`, one model call and the commit of its reply, as stages run in order.
+- `admission`: its limiter stage (`orchestrator.limits`): the verdict, the park, the release.
+- `context`: `StepContext`, what the runner gives a step object (settings, store, its protocol).
+- `live`: the live events of a streamed run's step.
 - `tools`: `ToolStep`, a batch of tool calls run concurrently, at most once where a tool asks.
 - `inflight`: what each held step built but has not committed (the failure handler flushes it)
   and the claims the lease heartbeat renews.

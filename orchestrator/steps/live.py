@@ -16,7 +16,7 @@ from orchestrator.ports import DeltaSink
 from orchestrator.store import Claim
 from orchestrator.untrusted import escape
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 
 
 class LiveStep:
@@ -64,17 +64,22 @@ class LiveStep:
         except self.timeouts:
             raise
         except Exception as exc:
-            log.warning("run %s step %s: live events not flushed (%s); the run goes on", self.claim.record.run_id,
-                        self.claim.record.seq, exc)  # fmt: skip
+            record = self.claim.record
+            log.warning("run %s step %s: live events not flushed (%s); the run goes on", record.run_id, record.seq, exc)
 
     def _write(self, name: EventName, content: str | None) -> None:
         if self.broken:
             return
         record = self.claim.record
         event = RunEvent(
-            id=event_id(live_key(record.n_messages, record.epoch, self.k)), event=name, run_id=record.run_id,
-            seq=record.seq, attempt=record.epoch, created_at=self.clock(), content=content,
-        )  # fmt: skip
+            id=event_id(live_key(record.n_messages, record.epoch, self.k)),
+            event=name,
+            run_id=record.run_id,
+            seq=record.seq,
+            attempt=record.epoch,
+            created_at=self.clock(),
+            content=content,
+        )
         try:
             self.sink.write(event)
         except self.timeouts:

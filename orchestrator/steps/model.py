@@ -1,26 +1,38 @@
 """The model step: one model call for a run, and the commit of its reply.
 
-A final answer completes the run (and, for a team's member, reaches its team in the same
-transaction); tool calls queue the tool step. A failed call is parked for a retry as the agent's
-retry policy decides, or fails the step; so is a final answer that does not follow the agent's
-`output_schema` (`orchestrator.structured`), whose retry shows the model why.
+`ModelStep.run` runs its stages in order, each a method below:
+
+1. context: the prompt, from the run's system message, its session's history and its
+   transcript, and, on a retry of a reply that did not follow the agent's `output_schema`
+   (`orchestrator.structured`), the correction that shows the model why;
+2. admit: the limiter's verdict (`orchestrator.steps.admission`), which parks the step before
+   its call when a limit says wait;
+3. call: the model call; a streamed run's deltas are published, and all stored before anything
+   of the step commits. A failed call is parked for a retry as the agent's retry policy
+   decides, or fails the step;
+4. check: a final answer against the agent's output schema (parked for a retry that shows the
+   model why, or failing the step) and tool calls against its `max_tool_batches`;
+5. commit: a final answer completes the run (and, for a team's member, reaches its team in the
+   same transaction); tool calls queue the tool step, published after the commit.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from functools import partial
 
-from orchestrator import delegation, flow, structured, tracing
+from orchestrator import delegation, structured, tracing
 from orchestrator.agent import Agent, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply
+from orchestrator.ports import DeltaSink
 from orchestrator.routing import step_of
-from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
+from orchestrator.steps.admission import Admission
+from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
@@ -29,93 +41,111 @@ from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
 from orchestrator.usage import Prices
 
-if TYPE_CHECKING:
-    from orchestrator.steps.runner import StepRunner
-
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 S = RunStatus
 #: Room left in the 128-character call-id column for the suffix that makes an id unique.
 CALL_ID_BASE_MAX = 96
 
 
 class ModelStep:
-    """Calls the run's model and commits its reply, through its runner's step protocol."""
+    """Calls the run's model and commits its reply, through its runner's step protocol.
+    `sink`: where a streamed run's live events go (the runner builds it on first use)."""
 
-    def __init__(self, runner: StepRunner) -> None:
-        self.runner = runner
+    def __init__(self, steps: StepContext, admission: Admission, sink: Callable[[], DeltaSink]) -> None:
+        self.steps = steps
+        self.settings = steps.settings
+        self.store = steps.store
+        self.admission = admission
+        self.sink = sink
 
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Call the model on the run's transcript and commit the reply: "completed" or "tools",
-        "retry" for a failed call parked to be tried again, or "throttled" for a step a limit
-        parked before its call (`orchestrator.flow`)."""
+        "retry" for a reply parked to be tried again, or "throttled" for a step a limit
+        parked before its call (`orchestrator.limits`)."""
+        agent = self._agent(claim)
+        # 1. context
+        prompt, new_system = self._context(agent, claim, flight)
+        # 2. admit
+        ask = self.admission.ask(agent, claim.record, prompt)
+        if self.admission.parked(claim, ask):
+            return "throttled"
+        # 3. call
+        try:
+            reply = self._call(agent, prompt, claim)
+        except ModelCallError as exc:
+            self.admission.failed(ask, exc)
+            if self._retry(claim, agent, exc):
+                self.steps.end(claim)
+                return "retry"
+            raise
+        self.admission.used(ask, reply)
+        # 4. check
+        message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, agent.model.prices)
+        if not self._checked(agent, claim, message, flight):
+            self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
+            return "retry"
+        # 5. commit
+        return self._commit(claim, message, new_system)
+
+    # ---------------------------------------------------------------- context
+
+    def _agent(self, claim: Claim) -> Agent:
+        """The run's agent, with what the run's row lacks of it recorded: its kind, and on the
+        first step the session's default state."""
         record = claim.record
         agent = get_agent(record.agent_name)
         if record.kind != agent.kind:
             # Started by a producer that does not import the agents: only the worker knows a team.
-            self.runner.store.set_kind(claim, agent.kind)
+            self.store.set_kind(claim, agent.kind)
         if record.seq == 0 and agent.session_state:
             self._add_state_defaults(claim, agent)
+        return agent
+
+    def _add_state_defaults(self, claim: Claim, agent: Agent) -> None:
+        """A run's first step gives its session the keys of the agent's default state it lacks,
+        before any tool of the run can read it (again on a redelivery: adding what is missing
+        twice adds nothing)."""
+        store = self.store
+        retry_transient(
+            lambda: store.add_state_defaults(claim.record, agent.session_state),
+            landed=lambda: None,
+            within=self.settings.lease_seconds,
+            what=f"run {claim.run_id} default session state",
+        )
+
+    def _context(self, agent: Agent, claim: Claim, flight: InFlight) -> tuple[list[Message], str | None]:
+        """The prompt: the system message, the session's history, the transcript and the
+        schema correction; and the system message rendered by this step (None when the run
+        has one stored), which the commit stores."""
+        record = claim.record
         # Rendered once, on the first step, then stored with the run and reused as-is (as Agno does).
         new_system = _system_message(agent) if record.system_message is None else None
         flight.system_message = new_system
         system = record.system_message if record.system_message is not None else new_system
         prompt = [Message(role="system", content=system)] if system else []
         if agent.add_history_to_context:  # fixed at the run's first step, the same on every later attempt
-            prompt += self.runner.store.history(claim, agent.num_history_runs)
+            prompt += self.store.history(claim, agent.num_history_runs)
         prompt += claim.messages
         prompt += self._correction(agent, claim)
-        batches = claim.transcript.tool_batches
-        ask = flow.ask_for(self.runner.settings, agent, record, prompt)
-        if ask is not None and self.runner.throttle.parked(claim, ask):
-            return "throttled"
-        try:
-            reply = self._call(agent, prompt, claim)
-        except ModelCallError as exc:
-            if ask is not None:
-                self.runner.throttle.failed(ask, exc)
-            if self._retry(claim, agent, exc):
-                self.runner.end(claim)
-                return "retry"
-            raise
-        if ask is not None:
-            self.runner.throttle.used(ask, reply)
-        message = _assistant_message(reply, claim.transcript.call_ids, record.seq, agent.model.prices)
-        invalid = _invalid_output(agent, message)
-        if invalid is not None and self._retry(claim, agent, invalid):
-            self.runner.end(claim)  # the reply is not kept: the retry shows the model its error instead
-            return "retry"
-        # Kept for the failure handler until committed: a commit that fails for good must not
-        # lose a paid-for reply (its calls, flushed onto the ERROR row, are what continue runs).
-        flight.messages.append(message)
-        if invalid is not None:
-            raise invalid  # retries spent: the run goes to ERROR with the invalid reply on its row
-        if message.tool_calls and batches >= agent.max_tool_batches:
-            # The calls are answered as not run, so the run owes nothing and a new user message
-            # can continue it (the count starts again at each user message).
-            flight.messages.extend(not_run(c, "the run reached the agent's max_tool_batches") for c in message.calls)
-            raise ToolBatchLimitError(
-                f"{agent.name} asked for tool batch {batches + 1} since the user's last message; max_tool_batches "
-                f"is {agent.max_tool_batches}. Its calls were not run. Continue the run with a new user message, "
-                "or raise max_tool_batches on the agent, restart the workers and continue it"
-            )
-        return self._commit(claim, message, new_system)
+        return prompt, new_system
 
-    def _add_state_defaults(self, claim: Claim, agent: Agent) -> None:
-        """A run's first step gives its session the keys of the agent's default state it lacks,
-        before any tool of the run can read it (again on a redelivery: adding what is missing
-        twice adds nothing)."""
-        store = self.runner.store
-        retry_transient(
-            lambda: store.add_state_defaults(claim.record, agent.session_state),
-            landed=lambda: None,
-            within=self.runner.settings.lease_seconds,
-            what=f"run {claim.run_id} default session state",
-        )
+    def _correction(self, agent: Agent, claim: Claim) -> list[Message]:
+        """For a retry of a reply that did not follow the agent's output schema, the message that
+        shows the model why (built from the error the retry recorded, so every redelivery of the
+        step sends the same request; kept in flight, never stored)."""
+        if agent.output_schema is None or not claim.record.retries:
+            return []
+        # The retry parked at this seq recorded why (`Store.park_for_retry`): a read on retries only.
+        detail = self.store.retry_detail(claim.run_id, claim.record.seq)
+        message = structured.correction(detail.get("error"))
+        return [message] if message is not None else []
+
+    # ---------------------------------------------------------------- call
 
     def _call(self, agent: Agent, prompt: list[Message], claim: Claim) -> ModelReply:
         """The model call. A streamed run's gets the callback that publishes each delta, and its
         deltas are all stored when this returns or raises, before anything of the step commits."""
-        timeout = self.runner.settings.model_timeout
+        timeout = self.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         record = claim.record
         context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
@@ -129,77 +159,27 @@ class ModelStep:
 
     def _streamed(self, agent: Agent, prompt: list[Message], claim: Claim, context: CallContext) -> ModelReply:
         """The call of a streamed run: each delta published, and all stored before it returns or raises."""
-        live = LiveStep(self.runner.delta_sink, claim, self.runner.store.clock, timeouts=self.runner.timeouts)
+        live = LiveStep(self.sink(), claim, self.store.clock, timeouts=self.steps.timeouts)
         live.begin()
         try:
             return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
         finally:
             live.end()
 
-    def _correction(self, agent: Agent, claim: Claim) -> list[Message]:
-        """For a retry of a reply that did not follow the agent's output schema, the message that
-        shows the model why (built from the error the retry recorded, so every redelivery of the
-        step sends the same request; kept in flight, never stored)."""
-        if agent.output_schema is None or not claim.record.retries:
-            return []
-        # The retry parked at this seq recorded why (`Store.park_for_retry`): a read on retries only.
-        detail = self.runner.store.retry_detail(claim.run_id, claim.record.seq)
-        message = structured.correction(detail.get("error"))
-        return [message] if message is not None else []
-
-    def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
-        """Commit the reply and publish what follows: the tool step, or a member's woken team."""
-        done = not message.tool_calls
-        grace = self.runner.settings.publish_grace_seconds
-        status, next_step = (S.COMPLETED, None) if done else (S.QUEUED, "tools")
-        content = message.content if done else None
-        team = claim.record.parent_run_id if done else None
-        store = self.runner.store
-        woken = None
-        if team is None:
-            committed = self.runner.durably(
-                claim,
-                lambda: store.commit_step(
-                    claim, [message], status=status, next_step=next_step, publish_grace=grace, content=content,
-                    system_message=new_system,
-                ),
-            )  # fmt: skip
-        else:
-
-            def commit_and_fan_in() -> tuple[RunRecord, RunRecord | None]:
-                # A member's final answer reaches its team in the same transaction: no crash between.
-                with store.engine.begin() as conn:
-                    done_record = store.commit_step(
-                        claim, [message], status=status, next_step=next_step, publish_grace=grace,
-                        content=content, system_message=new_system, conn=conn,
-                    )  # fmt: skip
-                    return done_record, delegation.fan_in(store, conn, team, publish_grace=grace)
-
-            # If a retry finds the commit landed, its fan-in landed with it; the team's outbox
-            # marker then has the sweeper publish the leader's step.
-            committed, woken = self.runner.durably(claim, commit_and_fan_in, landed=lambda r: (r, None))
-            store.remember(committed, [message])
-        self.runner.end(claim)
-        if done:
-            self.runner.throttle.release(committed)
-            # A member's completion already reached its team in the commit (fan_in above).
-            if (step := delegation.wake_step(woken)) is not None:
-                self.runner.publish(step)
-            return "completed"
-        self.runner.publish(step_of(committed, calls=message.calls))
-        return "tools"
-
     def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
         """Park the run for another try of a failed call if the agent's retry policy says so."""
-        settings = self.runner.settings
+        settings = self.settings
         cap = settings.max_retry_after
         if exc.retryable and exc.retry_after is not None and exc.retry_after > cap:
             # A provider must not park a run for an hour out of sight: stop, say why, let the user decide.
             raise ModelCallError(
                 f"{exc}; the provider asked to wait {exc.retry_after:.0f}s before trying again, longer than "
                 f"RATCHET_MAX_RETRY_AFTER ({cap:g}s): continue the run later, or raise that setting",
-                retryable=False, status_code=exc.status_code, retry_after=exc.retry_after, kind=exc.kind,
-            ) from None  # fmt: skip
+                retryable=False,
+                status_code=exc.status_code,
+                retry_after=exc.retry_after,
+                kind=exc.kind,
+            ) from None
         decision = agent.retry_policy.decide(
             retries_so_far=claim.record.retries,
             limit=agent.retries,
@@ -209,9 +189,9 @@ class ModelStep:
         if not decision.retry:
             return False
         short = decision.delay <= settings.max_countdown
-        record = self.runner.durably(
+        record = self.steps.durably(
             claim,
-            lambda: self.runner.store.park_for_retry(
+            lambda: self.store.park_for_retry(
                 claim,
                 delay=decision.delay,
                 published=short,
@@ -223,8 +203,88 @@ class ModelStep:
             "run %s step %s: %s; retry %d in %.2fs", claim.run_id, record.seq, exc.kind, record.retries, decision.delay
         )
         if short:
-            self.runner.publish(step_of(record, countdown=decision.delay or None))
+            self.steps.publish(step_of(record, countdown=decision.delay or None))
         return True
+
+    # ---------------------------------------------------------------- check
+
+    def _checked(self, agent: Agent, claim: Claim, message: Message, flight: InFlight) -> bool:
+        """Check the reply before it is committed: False for a final answer that does not follow
+        the agent's output schema and was parked for a retry. Raises that error once its retries
+        are spent, or ToolBatchLimitError for tool calls past the agent's max_tool_batches."""
+        invalid = _invalid_output(agent, message)
+        if invalid is not None and self._retry(claim, agent, invalid):
+            return False
+        # Kept for the failure handler until committed: a commit that fails for good must not
+        # lose a paid-for reply (its calls, flushed onto the ERROR row, are what continue runs).
+        flight.messages.append(message)
+        if invalid is not None:
+            raise invalid  # retries spent: the run goes to ERROR with the invalid reply on its row
+        batches = claim.transcript.tool_batches
+        if message.tool_calls and batches >= agent.max_tool_batches:
+            # The calls are answered as not run, so the run owes nothing and a new user message
+            # can continue it (the count starts again at each user message).
+            flight.messages.extend(not_run(c, "the run reached the agent's max_tool_batches") for c in message.calls)
+            raise ToolBatchLimitError(
+                f"{agent.name} asked for tool batch {batches + 1} since the user's last message; max_tool_batches "
+                f"is {agent.max_tool_batches}. Its calls were not run. Continue the run with a new user message, "
+                "or raise max_tool_batches on the agent, restart the workers and continue it"
+            )
+        return True
+
+    # ---------------------------------------------------------------- commit
+
+    def _commit(self, claim: Claim, message: Message, new_system: str | None) -> str:
+        """Commit the reply and publish what follows: the tool step, or a member's woken team."""
+        done = not message.tool_calls
+        grace = self.settings.publish_grace_seconds
+        status, next_step = (S.COMPLETED, None) if done else (S.QUEUED, "tools")
+        content = message.content if done else None
+        team = claim.record.parent_run_id if done else None
+        store = self.store
+        woken = None
+        if team is None:
+            committed = self.steps.durably(
+                claim,
+                lambda: store.commit_step(
+                    claim,
+                    [message],
+                    status=status,
+                    next_step=next_step,
+                    publish_grace=grace,
+                    content=content,
+                    system_message=new_system,
+                ),
+            )
+        else:
+            # A member's final answer reaches its team in the same transaction: no crash between.
+            fan_in = partial(delegation.fan_in, store, team_run_id=team, publish_grace=grace)
+            # If a retry finds the commit landed, its fan-in landed with it; the team's outbox
+            # marker then has the sweeper publish the leader's step.
+            committed, woken = self.steps.durably(
+                claim,
+                lambda: store.commit_and_fan_in(
+                    claim,
+                    [message],
+                    fan_in=fan_in,
+                    status=status,
+                    next_step=next_step,
+                    publish_grace=grace,
+                    content=content,
+                    system_message=new_system,
+                ),
+                landed=lambda r: (r, None),
+            )
+            store.remember(committed, [message])
+        self.steps.end(claim)
+        if done:
+            self.admission.release(committed)
+            # A member's completion already reached its team in the commit (fan_in above).
+            if (step := delegation.wake_step(woken)) is not None:
+                self.steps.publish(step)
+            return "completed"
+        self.steps.publish(step_of(committed, calls=message.calls))
+        return "tools"
 
 
 def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, prices: Prices | None) -> Message:

@@ -7,8 +7,8 @@ fenced one leaves only a trace); the task's failure handler then calls `fail_ste
 the step's in-flight messages onto the run's ERROR row.
 
 What a step does between its claim and its commit is the business of a step object
-(`ModelStep`, `ToolStep`), which the runner owns and which calls back into it for each part of
-the protocol.
+(`ModelStep`, `ToolStep`), which the runner owns and gives its parts of the protocol
+(`steps.context.StepContext`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
+from orchestrator.steps.admission import Admission
+from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight, InFlightSteps
 from orchestrator.steps.model import ModelStep
-from orchestrator.steps.throttle import Throttle
 from orchestrator.steps.tools import ToolStep
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.untrusted import error_record
 
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 T = TypeVar("T")
 
 
@@ -68,10 +69,19 @@ class StepRunner:
         self.inflight = InFlightSteps()
         #: Renews the leases of the steps in `inflight`; started by the first claim.
         self.heartbeat = Heartbeat(self.store, settings, self.inflight.held)
-        #: Flow control (`orchestrator.flow`): the limiter's verdicts, parks and releases.
-        self.throttle = Throttle(self)
-        self._model = ModelStep(self)
-        self._tools = ToolStep(self)
+        steps = StepContext(
+            settings=settings,
+            store=self.store,
+            durably=self.durably,
+            end=self.end,
+            publish=self.publish,
+            timeouts=timeouts,
+            stopping=stopping,
+        )
+        #: The limits (`orchestrator.limits`): the limiter's verdicts, parks and releases.
+        self.admission = Admission(steps)
+        self._model = ModelStep(steps, self.admission, lambda: self.delta_sink)
+        self._tools = ToolStep(steps)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -267,7 +277,7 @@ class StepRunner:
         `record`, the run as just committed, saves reading it again."""
         if self.settings.max_runs_per_key is not None:
             record = record or self.store.get_record(run_id)
-            self.throttle.release(record)
+            self.admission.release(record)
         team = delegation.after_member_final(
             self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
         )

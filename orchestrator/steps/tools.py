@@ -19,7 +19,8 @@ import json
 import logging
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 from orchestrator import delegation, tracing
 from orchestrator.agent import Agent, get_agent
@@ -28,16 +29,14 @@ from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.routing import step_of
 from orchestrator.state import CallState, StateError, Turn
 from orchestrator.status import RunStatus
+from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import retry_transient
 from orchestrator.tools import ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
 
-if TYPE_CHECKING:
-    from orchestrator.steps.runner import StepRunner
-
-log = logging.getLogger("ratchet.engine")
+log = logging.getLogger("ratchet.steps")
 S = RunStatus
 MAX_TOOL_THREADS = 8
 
@@ -45,14 +44,16 @@ MAX_TOOL_THREADS = 8
 class ToolStep:
     """Runs a batch of tool calls and commits their results, through its runner's step protocol."""
 
-    def __init__(self, runner: StepRunner) -> None:
-        self.runner = runner
+    def __init__(self, steps: StepContext) -> None:
+        self.steps = steps
+        self.settings = steps.settings
+        self.store = steps.store
 
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Run the calls the run still owes: "model" once their results are committed, or
         "waiting" for a team whose batch delegated to its members."""
         run_id = claim.run_id
-        store = self.runner.store
+        store = self.store
         agent = get_agent(claim.record.agent_name)
         pending = unanswered_calls(claim.messages)
         guarded = [c for c in pending if (t := agent.tool(c.name)) is not None and t.at_most_once]
@@ -69,10 +70,10 @@ class ToolStep:
         pending, delegations = delegation.split(agent, pending)
         last = self._run_tools(claim, agent, pending, flight)
         changes = flight.changes_of(last)
-        grace = self.runner.settings.publish_grace_seconds
+        grace = self.settings.publish_grace_seconds
         if delegations:
             # Members start as child runs in the commit that parks the team WAITING.
-            steps = self.runner.durably(
+            steps = self.steps.durably(
                 claim,
                 lambda: delegation.start_members(
                     store, claim, last, delegations, publish_grace=grace, state_changes=changes
@@ -80,18 +81,18 @@ class ToolStep:
                 # Landed with the commit: the members' outbox markers have the sweeper publish them.
                 landed=lambda _: [],
             )
-            self.runner.end(claim)
+            self.steps.end(claim)
             for step in steps:
-                self.runner.publish(step)
+                self.steps.publish(step)
             return "waiting"
-        committed = self.runner.durably(
+        committed = self.steps.durably(
             claim,
             lambda: store.commit_step(
                 claim, last, status=S.QUEUED, next_step="model", publish_grace=grace, state_changes=changes
             ),
         )
-        self.runner.end(claim)
-        self.runner.publish(step_of(committed))
+        self.steps.end(claim)
+        self.steps.publish(step_of(committed))
         return "model"
 
     def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:
@@ -110,9 +111,9 @@ class ToolStep:
             return []
         if len(calls) == 1:
             # In this thread: the soft limit is raised inside the tool, which so does not finish.
-            flight.messages.append(self._call_tool(claim, agent, calls[0], flight, Batch(self.runner.store, claim)))
+            flight.messages.append(self._call_tool(claim, agent, calls[0], flight, Batch(self.store, claim)))
             return list(flight.messages)
-        batch = Batch(self.runner.store, claim, Turn())
+        batch = Batch(self.store, claim, Turn())
         pool = ThreadPoolExecutor(max_workers=min(MAX_TOOL_THREADS, len(calls)), thread_name_prefix="ratchet-tool")
         # Each call in a copy of this thread's context: its span is a child of the step's.
         pending: set[Future[Message]] = {
@@ -133,8 +134,10 @@ class ToolStep:
             if running:
                 log.warning(
                     "run %s: the step is ending with %d tool call(s) still running; waiting for them so their "
-                    "results are kept (the hard time limit ends the wait)", claim.run_id, len(running),
-                )  # fmt: skip
+                    "results are kept (the hard time limit ends the wait)",
+                    claim.run_id,
+                    len(running),
+                )
             batch.end()  # no running call may wait for a turn that a result left uncommitted holds
             _collect(running, flight, first_error=False)
             self._keep(claim, flight, batch)
@@ -150,23 +153,27 @@ class ToolStep:
         try:
             while flight.messages:
                 message = flight.messages[0]
-                if not self.runner.store.has_tool_result(claim.run_id, message.tool_call_id or ""):
+                if not self.store.has_tool_result(claim.run_id, message.tool_call_id or ""):
                     self._append_result(claim, message, flight, batch)
                 flight.messages.pop(0)
         except Exception as exc:  # fenced, or the database is gone: the flush (if any) carries the rest
-            log.warning("run %s: %d finished tool result(s) left for the failure handler (%s)",
-                        claim.run_id, len(flight.messages), type(exc).__name__)  # fmt: skip
+            log.warning(
+                "run %s: %d finished tool result(s) left for the failure handler (%s)",
+                claim.run_id,
+                len(flight.messages),
+                type(exc).__name__,
+            )
 
     def _append_result(self, claim: Claim, message: Message, flight: InFlight, batch: Batch) -> None:
         """Commit a result with its call's change of the session's state, then hand the batch's
         turn on: the next call reads the state with that change in it."""
-        store = self.runner.store
+        store = self.store
         call_id = message.tool_call_id or ""
         change = flight.state_changes.get(call_id)
         retry_transient(
             lambda: store.append_tool_result(claim, message, change),
             landed=lambda: True if store.has_tool_result(claim.run_id, call_id) else None,
-            within=self.runner.settings.lease_seconds,
+            within=self.settings.lease_seconds,
             what=f"run {claim.run_id} tool result {call_id}",
         )
         batch.release(call_id)
@@ -178,17 +185,10 @@ class ToolStep:
     def _run_tool(
         self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced
     ) -> Message:
+        """Run one call and return its result. An unknown tool, arguments its schema refuses, and
+        whatever the tool raises are the model's to read, not the run's."""
+        result = partial(_result, call, span)
         tool = agent.tool(call.name)
-        store = self.runner.store
-
-        def result(content: str, *, failure: str | None = None, args: dict[str, Any] | None = None) -> Message:
-            if failure is not None:
-                span.failed(failure)
-            return Message(
-                role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
-                content=storable_text(content), tool_call_error=failure is not None, tool_args=args,
-            )  # fmt: skip
-
         if tool is None:
             known = ", ".join(t.name for t in agent.all_tools()) or "none"
             return result(f"unknown tool {clip(call.name, 300)!r}; available tools: {known}", failure="unknown_tool")
@@ -197,31 +197,23 @@ class ToolStep:
         except ToolArgumentsError as exc:
             return result(str(exc), failure=type(exc).__name__, args=call.arguments_dict())
         if tool.at_most_once:
-            retry_transient(
-                lambda: store.record_tool_start(claim, call.id, call.name),
-                landed=lambda: True if call.id in store.started_tool_calls(claim.run_id) else None,
-                within=self.runner.settings.lease_seconds,
-                what=f"run {claim.run_id} start of {call.id}",
-            )
+            self._record_start(claim, call)
         context = ToolContext(
-            run_id=claim.run_id, tool_call_id=call.id, session_id=claim.record.session_id,
-            user_id=claim.record.user_id, state=batch.state_for(call.id),
-        )  # fmt: skip
+            run_id=claim.run_id,
+            tool_call_id=call.id,
+            session_id=claim.record.session_id,
+            user_id=claim.record.user_id,
+            state=batch.state_for(call.id),
+        )
         try:
             value = tool.call(args, context)
-        except self.runner.timeouts:  # the step's time is up: not the tool's error, the step's
+        except self.steps.timeouts:  # the step's time is up: not the tool's error, the step's
             raise
         except BaseException as exc:
-            if self.runner.stopping(exc):  # the process is going away: the call did not finish
+            if self.steps.stopping(exc):  # the process is going away: the call did not finish
                 raise
             batch.release(call.id)  # a call that raised changes nothing
-            # A tool's failure is the model's to read, not the run's; SystemExit included (a tool
-            # wrapping argparse exits 2), which would otherwise end the pool process and have
-            # the tool run again on every re-claim. Nothing below may raise: the tool ran.
-            text = safe_str(exc)
-            if not isinstance(exc, Exception):
-                text = f"the tool raised {type(exc).__name__}({text})"
-            log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
+            text = _raised(claim, call, exc)
             return result(text, failure=type(exc).__name__, args=_jsonable(args, call))
         try:
             change = context.state.change()
@@ -234,6 +226,17 @@ class ToolStep:
         else:
             flight.state_changes[call.id] = change
         return result(_render(value), args=_jsonable(args, call))
+
+    def _record_start(self, claim: Claim, call: ToolCall) -> None:
+        """Mark an at-most-once call as started before it runs (tried again through transient
+        errors, unless the start landed): a call that never reports is then not run again."""
+        store = self.store
+        retry_transient(
+            lambda: store.record_tool_start(claim, call.id, call.name),
+            landed=lambda: True if call.id in store.started_tool_calls(claim.run_id) else None,
+            within=self.settings.lease_seconds,
+            what=f"run {claim.run_id} start of {call.id}",
+        )
 
 
 class Batch:
@@ -267,18 +270,58 @@ class Batch:
 def not_run(call: ToolCall, why: str) -> Message:
     """The result of a call that was not run, and why (the model reads it; the run owes nothing)."""
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
-        tool_args=call.arguments_dict(), tool_call_error=True, content=f"this call was not run: {why}",
-    )  # fmt: skip
+        role="tool",
+        tool_call_id=call.id,
+        tool_name=storable_name(call.name, TOOL_NAME_MAX),
+        tool_args=call.arguments_dict(),
+        tool_call_error=True,
+        content=f"this call was not run: {why}",
+    )
 
 
 def _interrupted_message(call: ToolCall) -> Message:
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=storable_name(call.name, TOOL_NAME_MAX),
-        tool_args=call.arguments_dict(), tool_call_error=True,
+        role="tool",
+        tool_call_id=call.id,
+        tool_name=storable_name(call.name, TOOL_NAME_MAX),
+        tool_args=call.arguments_dict(),
+        tool_call_error=True,
         content="this call was interrupted before it reported a result and was not run again "
         "(at-most-once); its outcome is unknown",
-    )  # fmt: skip
+    )
+
+
+def _result(
+    call: ToolCall,
+    span: tracing.Traced,
+    content: str,
+    *,
+    failure: str | None = None,
+    args: dict[str, Any] | None = None,
+) -> Message:
+    """The call's result as the store will hold it; `failure` names what failed (also on its span)."""
+    if failure is not None:
+        span.failed(failure)
+    return Message(
+        role="tool",
+        tool_call_id=call.id,
+        tool_name=storable_name(call.name, TOOL_NAME_MAX),
+        content=storable_text(content),
+        tool_call_error=failure is not None,
+        tool_args=args,
+    )
+
+
+def _raised(claim: Claim, call: ToolCall, exc: BaseException) -> str:
+    """What the model reads of an exception its tool raised. A tool's failure is the model's to
+    read, not the run's; SystemExit included (a tool wrapping argparse exits 2), which would
+    otherwise end the pool process and have the tool run again on every re-claim. Nothing here
+    may raise: the tool ran."""
+    text = safe_str(exc)
+    if not isinstance(exc, Exception):
+        text = f"the tool raised {type(exc).__name__}({text})"
+    log.info("run %s: tool %s raised %s: %s", claim.run_id, call.name, type(exc).__name__, clip(text, 500))
+    return text
 
 
 def _jsonable(args: dict[str, Any], call: ToolCall) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Parking a claimed step: QUEUED again, to run after a delay, without its commit. A retry after
 a transient model failure (`Store.park_for_retry`), or a step a limit held back before its call
-(`Store.park_throttled`, `orchestrator.flow`). Either is a guarded move of the claim's holder,
+(`Store.park_throttled`, `orchestrator.limits`). Either is a guarded move of the claim's holder,
 and leaves an entry in the run's log saying why and who publishes the step (a countdown, or the
 sweeper once it is due)."""
 

@@ -27,7 +27,7 @@ are gone.
   run without one is as 0), then the order they were published in. Queues are not kept apart:
   every step runs here, whichever queue its agent or tool names (`StepRef.queue` shows it).
 - **Limits on the virtual clock.** The dispatcher's settings get a `LocalLimiter` of its own
-  (`orchestrator.flow`) whose clock runs on by the countdowns waited: a step parked for a
+  (`orchestrator.limits`) whose clock runs on by the countdowns waited: a step parked for a
   model's rate runs again once its countdown is due, with the rate's window that much further
   on, and nothing sleeps.
 - **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
@@ -59,7 +59,7 @@ from pathlib import Path
 from orchestrator.agent import use_client
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
-from orchestrator.flow import LocalLimiter
+from orchestrator.limits import LocalLimiter
 from orchestrator.ports import StepRef, set_dispatcher, set_limiter
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
@@ -91,7 +91,7 @@ class InMemoryDispatcher:
         self._order = itertools.count()
         self._draining = False
         self._lock = threading.Lock()
-        #: Flow control's limits, on wall time plus the countdowns waited (see above).
+        #: The limiter, on wall time plus the countdowns waited (see above).
         self.limiter = LocalLimiter(slot_seconds=settings.run_slot_seconds, clock=lambda: time.monotonic() + self.now)
         set_limiter(settings, self.limiter)
 

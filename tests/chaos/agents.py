@@ -219,7 +219,7 @@ Agent(
     add_history_to_context=True,
 )
 
-#: A model every worker may call at most once per RATE_WINDOW seconds (flow control's rates).
+#: A model every worker may call at most once per RATE_WINDOW seconds (the limiter's rates).
 RATE_WINDOW = 1.0
 LIMITED_AGENT = "chaos-limited"
 Agent(

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from orchestrator import Agent, RunStatus
-from orchestrator.flow import LocalLimiter
+from orchestrator.limits import LocalLimiter
 from orchestrator.models.base import RateLimit
 from orchestrator.ports import Ask, Limiter, Place, StepRef, set_limiter
 from orchestrator.settings import Settings

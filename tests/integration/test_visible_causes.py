@@ -62,7 +62,7 @@ def test_a_worker_that_does_not_know_a_run_says_so_at_warning_naming_its_databas
     settings: Settings, worker: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     run_id = str(uuid.uuid4())
-    with caplog.at_level(logging.WARNING, logger="ratchet.engine"):
+    with caplog.at_level(logging.WARNING, logger="ratchet.steps"):
         CeleryDispatcher(settings).publish(StepRef(run_id=run_id, seq=0, kind="model"))
         wait_until(
             lambda: any(run_id in r.getMessage() for r in caplog.records), timeout=20, what="the worker's warning"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Agent, RunStatus, Team, ports
-from orchestrator.flow import LocalLimiter
+from orchestrator.limits import LocalLimiter
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
 from orchestrator.ports import Ask, StepRef, Verdict, set_limiter

@@ -71,7 +71,7 @@ FORBIDDEN = {
     "sweeper": {"control", "client"},
     "control": {"client", "steps", "sweeper"},
     "routing": {"steps", "delegation", "control", "client", "sweeper"},
-    "flow": {"store", "steps", "delegation", "control", "client", "sweeper"},
+    "limits": {"store", "steps", "delegation", "control", "client", "sweeper"},
     # Called by the store's callers, the steps and the run control: it imports none of them.
     "tracing": {"store", "models", "steps", "delegation", "control", "client", "sweeper", "agent", "team", "tools"},
 }

@@ -1,8 +1,9 @@
-"""The limiter on Redis (`orchestrator.ports.Limiter`): flow control's limits, shared by every
-worker, each check one atomic Lua script, so one round trip (`orchestrator.flow` says what the
+"""The limiter on Redis (`orchestrator.ports.Limiter`): the limits, shared by every
+worker, each check one atomic Lua script, so one round trip (`orchestrator.limits` says what the
 limits mean).
 
-Keys, under `ratchet:flow:`, each expiring once it has nothing left to say:
+Keys, under `ratchet:flow:` (named when the limits were called flow control, and kept so that
+workers of older and newer versions share them), each expiring once it has nothing left to say:
 
 - `slots:{key}`: a sorted set of the runs of a concurrency key in progress, scored by when
   their place expires (RATCHET_RUN_SLOT_SECONDS after their last model step began);
@@ -40,7 +41,7 @@ from orchestrator.models.base import RateLimit
 from orchestrator.ports import Ask, Place, StepKind, StepRef, Verdict
 from orchestrator.settings import Settings
 
-log = logging.getLogger("ratchet.flow")
+log = logging.getLogger("ratchet.limiter")
 PREFIX = "ratchet:flow:"
 #: Seconds a limiter call may take before the step goes on unthrottled.
 LIMITER_TIMEOUT = 2.0
@@ -379,7 +380,7 @@ class RedisLimiter:
         self._down_until = now + LOG_EVERY
         if now - self._warned >= LOG_EVERY:
             self._warned = now
-            log.warning("flow control: Redis failed (%s: %s); %s (it fails open)", type(exc).__name__, exc, what)
+            log.warning("limiter: Redis failed (%s: %s); %s (it fails open)", type(exc).__name__, exc, what)
 
 
 def _text(value: Any) -> str:

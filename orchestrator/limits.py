@@ -1,7 +1,8 @@
-"""Flow control: limits every worker keeps together, which park a step instead of holding a worker.
+"""The limits every worker keeps together, which park a step instead of holding a worker.
 
-Two kinds of limit, both checked by a model step after its claim and before its call, in one
-call of the limiter (`ports.Limiter`; on Redis, one round trip):
+Two kinds of limit, both checked by a model step after its claim and before its call
+(`orchestrator.steps.admission`), in one call of the limiter (`ports.Limiter`; on Redis, one
+round trip):
 
 - **Runs in progress per key.** With RATCHET_MAX_RUNS_PER_KEY set, at most that many runs of
   one key are in progress at once. A run's key is its `user_id`, or what its agent's
@@ -38,7 +39,6 @@ without a Redis (each then keeps its own).
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +52,6 @@ from orchestrator.ports import Ask, Limiter, Place, StepRef, Verdict
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
 
-log = logging.getLogger("ratchet.flow")
 #: How long a 429 without a Retry-After blocks its model.
 DEFAULT_BLOCK = 1.0
 #: Characters of a prompt counted as one token in a call's estimate.
@@ -85,9 +84,13 @@ def ask_for(settings: Settings, agent: Agent, record: RunRecord, prompt: Sequenc
         return None
     tokens = estimate_tokens(prompt, agent.tool_specs()) if rate is not None and rate.tokens is not None else 0
     return Ask(
-        run_id=record.run_id, key=key, limit=limit or 0 if key is not None else 0,
-        model=agent.model.id if rate is not None else None, rate=rate, tokens=tokens,
-    )  # fmt: skip
+        run_id=record.run_id,
+        key=key,
+        limit=limit or 0 if key is not None else 0,
+        model=agent.model.id if rate is not None else None,
+        rate=rate,
+        tokens=tokens,
+    )
 
 
 def estimate_tokens(prompt: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
