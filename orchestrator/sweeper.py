@@ -34,7 +34,6 @@ from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
-from orchestrator.store.teams import teams_to_fan_in
 from orchestrator.untrusted import storable_text
 
 log = logging.getLogger("ratchet.sweeper")
@@ -80,10 +79,7 @@ class Sweeper:
         for record in due:
             if record.next_step is not None:
                 self._each(report, record.run_id, self._due, record)
-        # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
-        with self.store.quick_engine.connect() as conn:
-            waiting = teams_to_fan_in(conn)
-        for team_id in waiting:
+        for team_id in self.store.teams.to_fan_in():
             self._each(report, team_id, self._fan_in, team_id)
         self._free_places(report)
         if report:

@@ -41,6 +41,7 @@ from orchestrator.store.postgres import PostgresBackend
 from orchestrator.store.reading import StoreReads
 from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
+from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus
@@ -64,6 +65,8 @@ class Store(StoreReads):
         self.transcripts = TranscriptCache()
         #: Messages of the session histories this process's steps read (`history`).
         self.histories = HistoryCache()
+        #: Team runs and their members: member starts and fan-ins (`store/teams.py`).
+        self.teams = Teams(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -74,6 +77,11 @@ class Store(StoreReads):
                 engine = open_migrated(url, auto_migrate=auto_migrate, sqlite_synchronous=sqlite_synchronous)
                 store = _cache[url] = cls(engine)
             return store
+
+    @property
+    def display_url(self) -> str:
+        """The database's URL with its password hidden: what a log may show."""
+        return self.engine.url.render_as_string(hide_password=True)
 
     def final_watcher(self) -> FinalWatcher | None:
         """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
@@ -151,6 +159,13 @@ class Store(StoreReads):
         """Record something that happened to a run (in the caller's transaction)."""
         text = json.dumps(detail, default=str) if detail else None
         conn.execute(insert(events).values(run_id=run_id, at=self.clock(), kind=kind, seq=seq, detail=text))
+
+    def record_fenced(self, claim: Claim) -> None:
+        """Log, in a transaction of its own, that the claimed step was fenced: another holder
+        owns the run now, so nothing else of the step is written (a worker that came back late)."""
+        held = claim.record
+        with self.engine.begin() as conn:
+            self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner)
 
     # ---------------------------------------------------------------- the guarded move
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from orchestrator import Agent, RunStatus, Team
-from orchestrator.delegation import Delegation, fan_in, start_members
+from orchestrator.delegation import Delegation, decide, start_members
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat
 from orchestrator.store import Store, forget_stores
@@ -86,11 +86,11 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     with store.engine.connect() as conn_a, store.engine.connect() as conn_b:
         tx_a = conn_a.begin()
         finish(a.name, conn_a)
-        assert fan_in(store, conn_a, team_id, publish_grace=30) is None
+        assert store.teams.fan_in_within(conn_a, team_id, decide, publish_grace=30) is None
         tx_b = conn_b.begin()
         finish(b.name, conn_b)
         tx_a.commit()
-        woken = fan_in(store, conn_b, team_id, publish_grace=30)
+        woken = store.teams.fan_in_within(conn_b, team_id, decide, publish_grace=30)
         tx_b.commit()
 
     # Then b's fan-in saw a's answer and moved the team on, with each answer once
