@@ -120,12 +120,15 @@ def start_members(
     team's user). Returns the members' first steps to publish."""
     new = [
         NewMember(
-            run_id=str(uuid.uuid4()), agent_name=member.name, kind=member.kind, task=d.task,
+            run_id=str(uuid.uuid4()),
+            agent_name=member.name,
+            kind=member.kind,
+            task=d.task,
             parent_tool_call_id=d.call.id,
         )
         for d in delegations
         for member in d.members
-    ]  # fmt: skip
+    ]
     members = store.teams.start_members(
         claim, results, new, publish_grace=publish_grace, starting=_starting, state_changes=state_changes
     )
@@ -195,9 +198,15 @@ def commit_and_fan_in(
     """A member's final commit and its team's fan-in in one transaction (no crash between):
     the member's row, and the team's as the fan-in left it (`wake_step` of it to publish)."""
     return store.teams.commit_step_and_fan_in(
-        claim, new_messages, decide, status=status, next_step=None, publish_grace=publish_grace,
-        content=content, system_message=system_message,
-    )  # fmt: skip
+        claim,
+        new_messages,
+        decide,
+        status=status,
+        next_step=None,
+        publish_grace=publish_grace,
+        content=content,
+        system_message=system_message,
+    )
 
 
 def wake_step(team: RunRecord | None) -> StepRef | None:
@@ -244,9 +253,13 @@ def _result(call: ToolCall, members: Sequence[RunRecord]) -> Message:
         )
         error = all(e for _, e in answers)
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=call.arguments_dict(),
-        content=content, tool_call_error=error,
-    )  # fmt: skip
+        role="tool",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        tool_args=call.arguments_dict(),
+        content=content,
+        tool_call_error=error,
+    )
 
 
 def _answer(member: RunRecord) -> tuple[str, bool]:

@@ -85,8 +85,13 @@ class Sweeper:
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, failed %s",
-                report.requeued, report.republished, report.poisoned, report.fanned_in, report.freed, report.failed,
-            )  # fmt: skip
+                report.requeued,
+                report.republished,
+                report.poisoned,
+                report.fanned_in,
+                report.freed,
+                report.failed,
+            )
         return report
 
     @staticmethod
@@ -113,10 +118,16 @@ class Sweeper:
                 self.runner.after_final(failed.run_id, failed)
             return
         moved = self.store.move(
-            record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
-            event="lease_expired", lease_owner=None, lease_expires_at=None,
+            record.run_id,
+            src=(S.RUNNING,),
+            dst=S.QUEUED,
+            epoch=record.epoch,
+            bump_epoch=True,
+            event="lease_expired",
+            lease_owner=None,
+            lease_expires_at=None,
             publish_grace=self.settings.publish_grace_seconds,
-        )  # fmt: skip
+        )
         if moved is not None:
             report.requeued.append(moved.run_id)
             self.runner.publish(step_of(moved, calls=owed(self.store, moved.run_id)))

@@ -44,7 +44,7 @@ def test_every_transaction_of_the_store_runs_read_committed(strict_db: str) -> N
 
     # Single statements (a new run, the claim, the step's commit) and transactions alike
     run_id = new_run(store)
-    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30, max_attempts=5)
     assert claim is not None
     store.commit_step(claim, [Message(role="assistant", content="hi")], status=S.COMPLETED, next_step=None,
                       publish_grace=30, content="hi")  # fmt: skip
@@ -69,7 +69,7 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
     team_id = _waiting_team(store, team, [a, b])
     claims = {
-        c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30)
+        c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30, max_attempts=5)
         for c in store.children(team_id)
     }
 
@@ -102,14 +102,14 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
 def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
     """A team run that delegated one call per member, through the code the tool step uses."""
     run_id = new_run(store, team.name, "team")
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
     store.commit_step(
         claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
         status=S.QUEUED, next_step="tools", publish_grace=30,
     )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
     start_members(store, claim, [], delegations, publish_grace=30)
