@@ -10,6 +10,11 @@ Writes that change a run go through `move` (`writes.move`): the status from `sta
 applied as one guarded UPDATE (status, and the epoch when the caller holds one). Zero rows updated
 means somebody else moved the run first: a no-op or a `FencedError`, never a clobber. Messages are
 appended, never rewritten, each row stamped with the step and epoch that wrote it.
+
+Every transaction is one of the store's named operations (`Store`'s, or `Store.teams`' for a
+team's members): no caller holds a connection. The store returns rows and records; what a reader
+sees of them (run events, a timeline's steps) is derived above it, in `orchestrator.events` and
+`orchestrator.timeline`.
 """
 
 from __future__ import annotations
