@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrator import validation
+from orchestrator import timeline, validation
 from orchestrator.control import RunControl
 from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
@@ -249,7 +249,8 @@ class Client:
         batch, fan-in), attempt, status, when it could start and ended, its tokens, its failed
         tool calls, its error, and for the step in progress the worker and task holding it
         (`orchestrator.timeline` says what is derived how). RunNotFoundError if there is no such run."""
-        return self.store.get_steps(validation.known_run_id(run_id))
+        rows = self.store.step_rows(validation.known_run_id(run_id))
+        return timeline.derive_steps(rows.record, rows.messages, rows.log)
 
     # ---------------------------------------------------------------- retention
 

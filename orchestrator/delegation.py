@@ -10,14 +10,15 @@ How one delegation goes (DESIGN.md, "Teams"):
    published after the commit (their outbox marker covers a crash in between). The team holds
    no worker while it waits.
 2. **Members** run like any run, with their own model-call and tool-batch tasks on the pool.
-3. **Fan-in.** `fan_in` runs in the same transaction as a member's final commit when it
-   completes (no gap for a crash to fall into), and in the transaction after the ERROR row when
-   it fails. Under the team row's lock it looks at the delegation calls the team still owes:
-   when every member of every call has ended, it appends one tool result per call (a
-   `delegate_task_to_members` call gets all its members' answers in one result) and moves the
-   team WAITING -> QUEUED for the leader's next model call; when a member ended in ERROR it
-   moves the team WAITING -> ERROR, naming the member run and its error, and a team that is
-   itself a member passes that on to its own team.
+3. **Fan-in.** A fan-in runs in the same transaction as a member's final commit when it
+   completes (`commit_and_fan_in`: no gap for a crash to fall into), and in the transaction
+   after the ERROR row when it fails (`fan_in_now`). Under the team row's lock the store hands
+   `decide` the team's messages and member runs; `decide` looks at the delegation calls the team
+   still owes: when every member of every call has ended, one tool result per call (a
+   `delegate_task_to_members` call gets all its members' answers in one result), which the store
+   appends as it moves the team WAITING -> QUEUED for the leader's next model call; when a member
+   ended in ERROR, the error that moves the team WAITING -> ERROR, naming the member run, and a
+   team that is itself a member passes that on to its own team.
 4. **Recovery.** The sweeper fans in (`fan_in_now`) the teams a crash left WAITING with every
    member ended (a worker killed between a member's ERROR row and its fan-in).
 5. **Producers.** `orchestrator.control` continues a team in ERROR by continuing its failed
@@ -25,8 +26,9 @@ How one delegation goes (DESIGN.md, "Teams"):
    leader resumes and completed members are not re-run; it cancels a team's members with the
    team, and fans in a member cancelled on its own, whose team reads a tool error for it.
 
-This module works on the store alone and publishes nothing: it returns the steps to publish
-(`start_members`, `wake_step`) to its caller, the engine, the sweeper or the run control.
+This module holds no connection and publishes nothing: the store (`Store.teams`) owns the transactions and
+statements, and the steps to publish (`start_members`, `wake_step`) go back to its caller, the
+engine, the sweeper or the run control.
 
 Exactly once: the team's results are appended only by the move out of WAITING, which one
 transaction wins (PostgreSQL: the row lock serialises; SQLite: BEGIN IMMEDIATE does), and the
@@ -39,9 +41,9 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-
-from sqlalchemy import Connection
+from typing import Any
 
 from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
@@ -52,9 +54,8 @@ from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
-from orchestrator.store import Claim, Store, writes
-from orchestrator.store.tables import runs
-from orchestrator.store.teams import LIVE, lock_run
+from orchestrator.store import Claim, Store
+from orchestrator.store.teams import LIVE, FanIn, NewMember
 from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
 
 log = logging.getLogger("ratchet.delegation")
@@ -115,101 +116,97 @@ def start_members(
 ) -> list[StepRef]:
     """Commit the batch's last results (and what their calls changed in the session's state),
     create the member runs and park the team WAITING, all in one transaction fenced by the claim
-    (a streamed team's members are streamed too; members run for the team's user). Returns the
-    members' first steps to publish."""
-    with store.engine.begin() as conn:
-        team = store.commit_step(
-            claim, results, status=S.WAITING, next_step=None, publish_grace=publish_grace,
-            state_changes=state_changes, conn=conn,
-        )  # fmt: skip
-        members: list[RunRecord] = []
-        for d in delegations:
-            for member in d.members:
-                run_id = str(uuid.uuid4())
-                # In the trace of the leader's step (or of the team, where this worker traces nothing).
-                with tracing.starting(member.name, run_id, team=team) as trace_context:
-                    created = store.create_run(
-                        run_id=run_id, session_id=team.session_id, agent_name=member.name,
-                        kind=member.kind, input_messages=[Message(role="user", content=d.task)],
-                        publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
-                        stream=team.stream, user_id=team.user_id, priority=team.priority,
-                        trace_context=trace_context, conn=conn,
-                    )  # fmt: skip
-                members.append(created)
-        store.log_event(
-            conn, team.run_id, "delegate", team.seq, members={m.run_id: m.agent_name for m in members},
-            **writes.position(team),
-        )  # fmt: skip
-    log.info("run %s: delegated to %s", team.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
+    (`Teams.start_members`: a streamed team's members are streamed too; members run for the
+    team's user). Returns the members' first steps to publish."""
+    new = [
+        NewMember(
+            run_id=str(uuid.uuid4()),
+            agent_name=member.name,
+            kind=member.kind,
+            task=d.task,
+            parent_tool_call_id=d.call.id,
+        )
+        for d in delegations
+        for member in d.members
+    ]
+    members = store.teams.start_members(
+        claim, results, new, publish_grace=publish_grace, starting=_starting, state_changes=state_changes
+    )
+    log.info("run %s: delegated to %s", claim.run_id, ", ".join(f"{m.agent_name} ({m.run_id})" for m in members))
     return [step_of(m) for m in members]
+
+
+def _starting(member: NewMember, team: RunRecord) -> AbstractContextManager[str | None]:
+    # In the trace of the leader's step (or of the team, where this worker traces nothing).
+    return tracing.starting(member.agent_name, member.run_id, team=team)
 
 
 # ---------------------------------------------------------------- fan-in
 
 
-def fan_in(store: Store, conn: Connection, team_run_id: str, *, publish_grace: float) -> RunRecord | None:
-    """In the caller's transaction: move a WAITING team on if its members allow it.
-
-    Returns the team's row after the move (QUEUED: publish `wake_step` of it after the commit;
-    ERROR: nothing to publish), or None when nothing moved (not WAITING, members still live)."""
-    team = lock_run(conn, team_run_id)
-    if team is None or team.status != S.WAITING:
-        return None
-    owed = unanswered_calls(store.get_messages(team_run_id, conn))
+def decide(team: RunRecord, messages: list[Message], members: list[RunRecord]) -> FanIn | None:
+    """What a fan-in does to the WAITING `team`, from its messages and its member runs (oldest
+    first): None while a call it owes has a live member and none failed; else the results of
+    the calls whose members all ended, and the team's error if one ended in ERROR (the team
+    stops then, not when the member's siblings are done)."""
     by_call: dict[str, list[RunRecord]] = defaultdict(list)
-    for child in store.children(team_run_id, conn):
+    for child in members:
         if child.parent_tool_call_id is not None:
             by_call[child.parent_tool_call_id].append(child)
     results: list[Message] = []
     failed: list[RunRecord] = []
     waiting = False
-    for call in owed:
-        members = by_call.get(call.id, [])
-        errored = [m for m in members if m.status == S.ERROR]
-        if errored:  # the team stops now, not when the member's siblings are done
+    for call in unanswered_calls(messages):
+        called = by_call.get(call.id, [])
+        errored = [m for m in called if m.status == S.ERROR]
+        if errored:
             failed += errored
-        elif any(m.status in LIVE for m in members):
+        elif any(m.status in LIVE for m in called):
             waiting = True
         else:
-            results.append(_result(call, _in_member_order(team, members)))
+            results.append(_result(call, _in_member_order(team, called)))
     if failed:
-        return _fail_team(store, conn, team, failed, results, publish_grace=publish_grace)
-    if waiting:
-        return None
-    return store.move(
-        team_run_id, src=(S.WAITING,), dst=S.QUEUED, event="fan_in", new_messages=results, conn=conn,
-        seq=runs.c.seq + 1, next_step="model", attempts=0, retries=0, publish_grace=publish_grace,
-    )  # fmt: skip
+        return FanIn(results=results, error=_member_error(failed), member_run_id=failed[0].run_id)
+    return None if waiting else FanIn(results=results)
 
 
-def _fail_team(
-    store: Store,
-    conn: Connection,
-    team: RunRecord,
-    failed: list[RunRecord],
-    results: list[Message],
-    *,
-    publish_grace: float,
-) -> RunRecord | None:
+def _member_error(failed: list[RunRecord]) -> dict[str, str]:
     first = failed[0]
     more = f" (and {len(failed) - 1} more member runs in ERROR)" if len(failed) > 1 else ""
-    error = MemberRunError(
+    return MemberRunError(
         f"member run {first.run_id} ({first.agent_name}) ended in ERROR: "
         f"{first.error_type or 'Error'}: {first.error_message or ''}{more}"
     ).to_record()
-    # The answers of members that did finish are kept, so a continue re-runs none of them.
-    moved = store.move(
-        team.run_id, src=(S.WAITING,), dst=S.ERROR, new_messages=results, conn=conn,
-        error_type=error["type"], error_message=error["message"], next_step=None,
-    )  # fmt: skip
-    if moved is not None:
-        where = writes.position(moved)
-        store.log_event(conn, team.run_id, "error", moved.seq, member_run_id=first.run_id, **error, **where)
-        if moved.parent_run_id is not None:
-            # A team that is itself a member fails its own team too (leaf before ancestor: the
-            # same lock order as every fan-in, so no deadlock).
-            fan_in(store, conn, moved.parent_run_id, publish_grace=publish_grace)
-    return moved
+
+
+def fan_in(store: Store, conn: Any, team_run_id: str, *, publish_grace: float) -> RunRecord | None:
+    """In the caller's transaction: what steps/model.py's member commit still calls until it
+    uses `commit_and_fan_in` (the step helper replaces it; then this goes)."""
+    return store.teams.fan_in_within(conn, team_run_id, decide, publish_grace=publish_grace)
+
+
+def commit_and_fan_in(
+    store: Store,
+    claim: Claim,
+    new_messages: Sequence[Message],
+    *,
+    status: RunStatus,
+    publish_grace: float,
+    content: str | None = None,
+    system_message: str | None = None,
+) -> tuple[RunRecord, RunRecord | None]:
+    """A member's final commit and its team's fan-in in one transaction (no crash between):
+    the member's row, and the team's as the fan-in left it (`wake_step` of it to publish)."""
+    return store.teams.commit_step_and_fan_in(
+        claim,
+        new_messages,
+        decide,
+        status=status,
+        next_step=None,
+        publish_grace=publish_grace,
+        content=content,
+        system_message=system_message,
+    )
 
 
 def wake_step(team: RunRecord | None) -> StepRef | None:
@@ -220,9 +217,12 @@ def wake_step(team: RunRecord | None) -> StepRef | None:
 
 
 def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRecord | None:
-    """`fan_in` in a transaction of its own."""
-    with store.engine.begin() as conn:
-        return fan_in(store, conn, team_run_id, publish_grace=publish_grace)
+    """Move a WAITING team on if its members allow it (`decide`), in a transaction of its own.
+
+    Returns the team's row after the move (QUEUED: publish `wake_step` of it; ERROR: nothing to
+    publish; a team that is itself a member fails its own team too), or None when nothing moved
+    (not WAITING, members still live)."""
+    return store.teams.fan_in(team_run_id, decide, publish_grace=publish_grace)
 
 
 def after_member_final(
@@ -253,9 +253,13 @@ def _result(call: ToolCall, members: Sequence[RunRecord]) -> Message:
         )
         error = all(e for _, e in answers)
     return Message(
-        role="tool", tool_call_id=call.id, tool_name=call.name, tool_args=call.arguments_dict(),
-        content=content, tool_call_error=error,
-    )  # fmt: skip
+        role="tool",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        tool_args=call.arguments_dict(),
+        content=content,
+        tool_call_error=error,
+    )
 
 
 def _answer(member: RunRecord) -> tuple[str, bool]:

@@ -166,6 +166,12 @@ def drop_restarted(events: Iterable[RunEvent]) -> list[RunEvent]:
     return [e for e in events if e.event != "RunContent" or e.key > later.get(e.key[0], START)]
 
 
+def since(after: Key | None) -> int:
+    """The first message index whose events can come after `after` (rows below cannot yield a
+    later key): where the rows `derive` needs start."""
+    return max(after[0] - 1, 0) if after is not None else 0
+
+
 def derive(
     record: RunRecord,
     messages: Sequence[Any],
@@ -203,24 +209,40 @@ def _from_message(record: RunRecord, row: Any, members: Sequence[RunRecord]) -> 
     if message.role == "assistant":
         return [
             _event(
-                record, message_key(idx, j), "ToolCallStarted", seq, epoch, at,
+                record,
+                message_key(idx, j),
+                "ToolCallStarted",
+                seq,
+                epoch,
+                at,
                 tool=EventTool(tool_call_id=c.id, tool_name=c.name, tool_args=c.arguments_dict()),
             )
             for j, c in enumerate(message.calls)
-        ]  # fmt: skip
+        ]
     if message.role != "tool":
         return []
     out = [
         _event(
-            record, message_key(idx, j), "MemberRunCompleted", seq, epoch, at, member_run_id=m.run_id,
-            member_agent=m.agent_name, content=m.content, status=m.status.value,
+            record,
+            message_key(idx, j),
+            "MemberRunCompleted",
+            seq,
+            epoch,
+            at,
+            member_run_id=m.run_id,
+            member_agent=m.agent_name,
+            content=m.content,
+            status=m.status.value,
         )
         for j, m in enumerate(m for m in members if m.parent_tool_call_id == message.tool_call_id)
-    ]  # fmt: skip
+    ]
     tool = EventTool(
-        tool_call_id=message.tool_call_id or "", tool_name=message.tool_name or "", tool_args=message.tool_args,
-        result=message.content, tool_call_error=message.tool_call_error,
-    )  # fmt: skip
+        tool_call_id=message.tool_call_id or "",
+        tool_name=message.tool_name or "",
+        tool_args=message.tool_args,
+        result=message.content,
+        tool_call_error=message.tool_call_error,
+    )
     return [*out, _event(record, message_key(idx, len(out)), "ToolCallCompleted", seq, epoch, at, tool=tool)]
 
 
@@ -252,8 +274,15 @@ def _from_logged(record: RunRecord, logged: Sequence[Any]) -> list[RunEvent]:
         else:
             add(p, epoch, name, seq, at, status=detail.get("to"))
     if record.status == RunStatus.COMPLETED:
-        add(record.n_messages, record.epoch, "RunCompleted", record.seq, record.updated_at,
-            content=record.content, status=record.status.value)  # fmt: skip
+        add(
+            record.n_messages,
+            record.epoch,
+            "RunCompleted",
+            record.seq,
+            record.updated_at,
+            content=record.content,
+            status=record.status.value,
+        )
     return out
 
 

@@ -7,7 +7,7 @@ names the implementation, which is imported by name the first time a step is pub
 importing `orchestrator` never imports Celery. The delta sink is `workers.redis.delta_sink.RedisDeltaSink`
 when the broker is Redis (imported by name, likewise), else a table of the run store. The
 limiter is `workers.redis.limiter.RedisLimiter` when RATCHET_LIMITER_URL or the broker names a Redis,
-else `orchestrator.flow.LocalLimiter`, which each process keeps for itself.
+else `orchestrator.limits.LocalLimiter`, which each process keeps for itself.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def wire_finals(settings: Settings, store: Store) -> FinalChannel | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Ask:
-    """What a model step asks of the limiter before its call (`orchestrator.flow`)."""
+    """What a model step asks of the limiter before its call (`orchestrator.limits`)."""
 
     run_id: str
     #: The run's concurrency key, and the most runs of that key in progress at once (0: none).

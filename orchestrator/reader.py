@@ -1,6 +1,6 @@
 """Following a run: its durable events and, for a streamed run, its live ones, merged in id order.
 
-Each poll reads the run's durable events in one snapshot of the store (`Store.run_events`), then
+Each poll reads the run's durable events in one snapshot of the store (`durable_events`), then
 the live events its delta sink got since the last poll. The order of the two reads matters: a
 step writes its deltas before it commits, so every delta that sorts before a durable event the
 snapshot shows is in the sink by the time it is read. A delta of a claim the snapshot does not
@@ -27,13 +27,22 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 
+from orchestrator import events
 from orchestrator.errors import RunWaitTimeout
 from orchestrator.events import Key, RunEvent, parse_id
 from orchestrator.ports import DeltaSink
+from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
 
 log = logging.getLogger("ratchet.reader")
+
+
+def durable_events(store: Store, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
+    """The run's row and its durable events after `after` in id order, derived from rows the
+    store read in one snapshot (`Store.event_rows`)."""
+    rows = store.event_rows(run_id, since=events.since(after))
+    return rows.record, events.derive(rows.record, rows.messages, rows.logged, rows.members, after=after)
 
 
 def delays() -> Iterator[float]:
@@ -70,7 +79,7 @@ class Follower:
         if self.woken and (early := self._early()) is not None:
             return early
         for _ in range(2):
-            record, durable = self.store.run_events(self.run_id, after=self.last)
+            record, durable = durable_events(self.store, self.run_id, after=self.last)
             if not record.stream:
                 break
             live = self._read_live()

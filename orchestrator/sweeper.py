@@ -34,7 +34,6 @@ from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
-from orchestrator.store.teams import teams_to_fan_in
 from orchestrator.untrusted import storable_text
 
 log = logging.getLogger("ratchet.sweeper")
@@ -80,17 +79,19 @@ class Sweeper:
         for record in due:
             if record.next_step is not None:
                 self._each(report, record.run_id, self._due, record)
-        # A read: on the quick engine (on SQLite a plain BEGIN, not the write lock every sweep).
-        with self.store.quick_engine.connect() as conn:
-            waiting = teams_to_fan_in(conn)
-        for team_id in waiting:
+        for team_id in self.store.teams.to_fan_in():
             self._each(report, team_id, self._fan_in, team_id)
         self._free_places(report)
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, failed %s",
-                report.requeued, report.republished, report.poisoned, report.fanned_in, report.freed, report.failed,
-            )  # fmt: skip
+                report.requeued,
+                report.republished,
+                report.poisoned,
+                report.fanned_in,
+                report.freed,
+                report.failed,
+            )
         return report
 
     @staticmethod
@@ -117,10 +118,16 @@ class Sweeper:
                 self.runner.after_final(failed.run_id, failed)
             return
         moved = self.store.move(
-            record.run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True,
-            event="lease_expired", lease_owner=None, lease_expires_at=None,
+            record.run_id,
+            src=(S.RUNNING,),
+            dst=S.QUEUED,
+            epoch=record.epoch,
+            bump_epoch=True,
+            event="lease_expired",
+            lease_owner=None,
+            lease_expires_at=None,
             publish_grace=self.settings.publish_grace_seconds,
-        )  # fmt: skip
+        )
         if moved is not None:
             report.requeued.append(moved.run_id)
             self.runner.publish(step_of(moved, calls=owed(self.store, moved.run_id)))

@@ -33,16 +33,11 @@ from typing import Any, Literal
 from orchestrator.messages import metrics_of
 from orchestrator.run import LogEntry, RunError, RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.usage import USAGE_COLUMNS, Metrics
+from orchestrator.usage import Metrics
 
 S = RunStatus
 Task = Literal["model", "tools", "fan_in"]
 StepStatus = Literal["done", "failed", "retried", "running", "queued"]
-#: The columns of `ratchet_messages` a timeline reads (not the content).
-COLUMNS = (
-    "idx", "role", "seq", "epoch", "created_at", "step_started_at", "tool_calls", "tool_call_id", "tool_call_error",
-    *USAGE_COLUMNS,
-)  # fmt: skip
 #: Log entries after which a step can start: when one of them is its latest, it is its `ready_at`.
 _OPENS = ("continue", "retry", "fan_in", "lease_expired")
 
@@ -87,9 +82,10 @@ class Step:
 
 
 def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]) -> list[Step]:
-    """The run's steps in order from its message rows (the `COLUMNS`, in idx order), its log
-    (oldest first) and its row. Built as dicts, each made a `Step` once at the end: a run of
-    a thousand messages has hundreds of steps, and this is on the page's first load."""
+    """The run's steps in order from its message rows (their stamps, not their content, in idx
+    order: the store's `StepRows`), its log (oldest first) and its row. Built as dicts, each
+    made a `Step` once at the end: a run of a thousand messages has hundreds of steps, and this
+    is on the page's first load."""
     details = [(e, e.detail or {}) for e in log if e.seq is not None]
     continued = {(e.seq, d.get("epoch")) for e, d in details if e.kind == "continue"}
     fanned = {(e.seq, d.get("epoch")) for e, d in details if e.kind == "fan_in" or "member_run_id" in d}
@@ -153,11 +149,17 @@ def _written(group: list[Any], fanned: set[tuple[Any, Any]]) -> dict[str, Any]:
     if any(u is not None for u in usage):
         metrics = usage[0] if len(usage) == 1 else Metrics.total(usage)
     return dict(
-        seq=first.seq, task=task, status="done", epoch=first.epoch, position=first.idx, messages=len(group),
-        ended_at=max(r.created_at for r in group), metrics=metrics,
+        seq=first.seq,
+        task=task,
+        status="done",
+        epoch=first.epoch,
+        position=first.idx,
+        messages=len(group),
+        ended_at=max(r.created_at for r in group),
+        metrics=metrics,
         started_at=min((r.step_started_at for r in group if r.step_started_at is not None), default=None),
         tool_errors=sum(bool(r.tool_call_error) for r in group),
-    )  # fmt: skip
+    )
 
 
 def _failed(steps: list[dict[str, Any]], rows: Sequence[Any], seq: int, at: float, detail: dict[str, Any]) -> None:
@@ -180,9 +182,12 @@ def _current(record: RunRecord, steps: list[dict[str, Any]]) -> None:
     running = record.status == S.RUNNING
     worker, task_id = _owner(record.lease_owner) if running else (None, None)
     now = dict(
-        status="running" if running else "queued", ended_at=None, worker=worker, task_id=task_id,
+        status="running" if running else "queued",
+        ended_at=None,
+        worker=worker,
+        task_id=task_id,
         attempt=max(record.attempts if running else record.attempts + 1, 1),
-    )  # fmt: skip
+    )
     for step in steps:  # a tool batch in progress has written some results already
         if running and (step["seq"], step["epoch"]) == (record.seq, record.epoch):
             step.update(now)
@@ -230,4 +235,4 @@ def _owner(owner: str | None) -> tuple[str | None, str | None]:
     return (f"{parts[0]}:{parts[1]}", parts[2]) if len(parts) == 3 else (owner, None)
 
 
-__all__ = ["COLUMNS", "Step", "derive_steps"]
+__all__ = ["Step", "derive_steps"]

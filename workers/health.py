@@ -31,11 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-
 from orchestrator import validation
-from orchestrator.errors import InvalidInputError
+from orchestrator.errors import ConfigurationError, InvalidInputError
 from orchestrator.settings import Settings
 
 CHECKS = ("database", "broker", "workers", "beat")
@@ -136,26 +133,20 @@ def _line(exc: BaseException) -> str:
 
 
 def _database(settings: Settings, timeout: float) -> Check:
-    from orchestrator.store.database import open_engine, revisions
+    from orchestrator.store import database
 
-    url = make_url(settings.database_url)
-    shown = url.render_as_string(hide_password=True)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
-        return Check("database", False, f"no SQLite database at {url.database}: run `ratchet migrate`, or fix "
+    shown = database.shown_url(settings.database_url)
+    path = database.sqlite_file(settings.database_url)
+    if path is not None and not Path(path).exists():
+        return Check("database", False, f"no SQLite database at {path}: run `ratchet migrate`, or fix "
                      "RATCHET_DATABASE_URL")  # fmt: skip
-    extra: dict[str, Any] = {}
-    if url.get_backend_name() != "sqlite":  # SQLite has no server to wait for
-        extra["connect_args"] = {"connect_timeout": max(1, round(timeout))}
-    engine = open_engine(settings.database_url, **extra)
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        current, head = revisions(engine)
+        current, head = database.probe(settings.database_url, timeout=timeout)
+    except ConfigurationError:
+        raise  # a URL Ratchet cannot use: said as that, not as a database that is down
     except Exception as exc:
         return Check("database", False, f"cannot query {shown}: {_line(exc)}; is the database up, and "
                      "RATCHET_DATABASE_URL right?")  # fmt: skip
-    finally:
-        engine.dispose()
     if current is None:
         return Check("database", False, f"{shown} has no Ratchet tables: run `ratchet migrate`")
     if current != head:

@@ -142,7 +142,7 @@ class StepRunner:
             log.warning(
                 "run %s step %s (%s): no such run in this worker's database %s; the task was dropped. "
                 "Check that producers and workers use the same RATCHET_DATABASE_URL and broker",
-                run_id, seq, kind, self.store.engine.url.render_as_string(hide_password=True),
+                run_id, seq, kind, self.store.display_url,
             )  # fmt: skip
             return
         log.info("run %s step %s (%s): dropped (a duplicate or stale delivery)", run_id, seq, kind)
@@ -200,12 +200,8 @@ class StepRunner:
             # Another holder owns the run now: nothing of this step may be written, and no
             # failure handler runs. The event shows operators a worker that came back too late.
             self.end(claim)
-            held = claim.record
             try:
-                with self.store.engine.begin() as conn:
-                    self.store.log_event(
-                        conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner
-                    )
+                self.store.record_fenced(claim)
             except Exception:
                 log.exception("run %s: could not record that epoch %s was fenced", claim.run_id, claim.epoch)
             return

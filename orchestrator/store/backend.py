@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from orchestrator.events import Key, RunEvent
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.store import reads
@@ -86,9 +85,10 @@ class Backend(ABC):
         """The run with its transcript and its member runs."""
         return reads.get_output(conn, run_id)
 
-    def run_events(self, run_id: str, after: Key | None) -> tuple[RunRecord, list[RunEvent]]:
-        """The run's row and its durable events after `after`, in id order, from one snapshot."""
-        return self.snapshot(lambda c: reads.run_events(c, run_id, after))
+    def event_rows(self, run_id: str, since: int) -> reads.EventRows:
+        """The run's row and the rows of its durable events (its messages from `since` on), from
+        one snapshot."""
+        return self.snapshot(lambda c: reads.event_rows(c, run_id, since))
 
     @abstractmethod
     def on_final(self, conn: Connection, run_id: str) -> None:

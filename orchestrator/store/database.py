@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
 from orchestrator.errors import ConfigurationError
@@ -136,6 +136,46 @@ def revisions(engine: Engine) -> tuple[str | None, str]:
     head = script.get_current_head()
     assert head is not None  # the package ships its migrations
     return current, head
+
+
+def upgrade(url: str) -> str:
+    """`ratchet migrate`: apply every pending migration to the database at `url`; its URL with
+    the password hidden, to say which."""
+    engine = open_engine(url)
+    try:
+        migrate(engine)
+        return engine.url.render_as_string(hide_password=True)
+    finally:
+        engine.dispose()
+
+
+def shown_url(url: str) -> str:
+    """The database URL with its password hidden: what a message may show."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL (None for another database, or SQLite in memory)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    return parsed.database or None
+
+
+def probe(url: str, *, timeout: float) -> tuple[str | None, str]:
+    """A health check's look at the database at `url`: connect (giving up after `timeout`
+    seconds where there is a server to wait for), run a query, and read its migration revision
+    and the latest one (`revisions`). Raises what the connection or the query raised."""
+    extra: dict[str, Any] = {}
+    if make_url(url).get_backend_name() != "sqlite":  # SQLite has no server to wait for
+        extra["connect_args"] = {"connect_timeout": max(1, round(timeout))}
+    engine = open_engine(url, **extra)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return revisions(engine)
+    finally:
+        engine.dispose()
 
 
 def is_migrated(engine: Engine) -> bool:

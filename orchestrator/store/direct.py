@@ -150,9 +150,15 @@ class Direct:
             return exc
         dropped = dialect.is_disconnect(exc, dbapi, cursor)
         wrapped = DBAPIError.instance(
-            self.sql, parameters, exc, driver_error, hide_parameters=conn.engine.hide_parameters,
-            connection_invalidated=dropped, dialect=dialect, ismulti=many,
-        )  # fmt: skip
+            self.sql,
+            parameters,
+            exc,
+            driver_error,
+            hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=dropped,
+            dialect=dialect,
+            ismulti=many,
+        )
         if dropped:
             # As `Connection.execute` does: every connection the pool opened before this one is
             # recycled on its next checkout (a restart or a failover dropped them all), so a

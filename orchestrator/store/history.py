@@ -137,9 +137,13 @@ class Part(NamedTuple):
 def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
     """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above)."""
     params = dict(
-        b_session_id=record.session_id, b_agent=record.agent_name, b_user_id=record.user_id,
-        b_run_id=record.run_id, b_created=record.created_at, b_limit=num_runs,
-    )  # fmt: skip
+        b_session_id=record.session_id,
+        b_agent=record.agent_name,
+        b_user_id=record.user_id,
+        b_run_id=record.run_id,
+        b_created=record.created_at,
+        b_limit=num_runs,
+    )
     rows = conn.execute(CHOSEN[record.parent_run_id is None], params).all()
     return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
 
@@ -150,10 +154,16 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
     if conn.dialect.name == "postgresql":
         record = claim.record
         params = dict(
-            b_session_id=record.session_id, b_agent=record.agent_name, b_user_id=record.user_id,
-            b_run_id=record.run_id, b_created=record.created_at, b_limit=num_runs, b_epoch=record.epoch,
-            b_now=now, b_owner=record.lease_owner,
-        )  # fmt: skip
+            b_session_id=record.session_id,
+            b_agent=record.agent_name,
+            b_user_id=record.user_id,
+            b_run_id=record.run_id,
+            b_created=record.created_at,
+            b_limit=num_runs,
+            b_epoch=record.epoch,
+            b_now=now,
+            b_owner=record.lease_owner,
+        )
         row = direct.first(conn, FIX_PG[record.parent_run_id is None], params)
         if row is None:
             raise FencedError(

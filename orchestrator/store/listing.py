@@ -42,9 +42,22 @@ from orchestrator.store.tables import runs
 
 #: The columns a summary shows: not the transcript, the prompt or the answer.
 SUMMARY = (
-    "run_id", "session_id", "agent_name", "kind", "status", "parent_run_id", "forked_from", "user_id", "error_type",
-    "error_message", "seq", "retries", "n_messages", "created_at", "updated_at",
-)  # fmt: skip
+    "run_id",
+    "session_id",
+    "agent_name",
+    "kind",
+    "status",
+    "parent_run_id",
+    "forked_from",
+    "user_id",
+    "error_type",
+    "error_message",
+    "seq",
+    "retries",
+    "n_messages",
+    "created_at",
+    "updated_at",
+)
 #: The statuses a run moves between at every step: kept out of the listing indexes.
 STEPPING = (RunStatus.QUEUED, RunStatus.RUNNING)
 #: The listing indexes' condition (schema.py, migration 0007), as each query of theirs carries it.
@@ -54,10 +67,13 @@ Key = tuple[float, str]
 _CURSOR_VERSION = 1
 #: The optional conditions of a filter: its field, the column, how it compares, the bound type.
 _CONDITIONS = (
-    ("agent", "agent_name", "==", String), ("session_id", "session_id", "==", String),
-    ("user_id", "user_id", "==", String), ("since", "created_at", ">=", Float), ("until", "created_at", "<", Float),
+    ("agent", "agent_name", "==", String),
+    ("session_id", "session_id", "==", String),
+    ("user_id", "user_id", "==", String),
+    ("since", "created_at", ">=", Float),
+    ("until", "created_at", "<", Float),
     ("updated_before", "updated_at", "<", Float),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,9 +132,13 @@ def ordered(
 
 @lru_cache(maxsize=512)
 def _statement(
-    columns: tuple[str, ...], given: tuple[str, ...], kinds: tuple[str, ...], members: bool, after: bool,
+    columns: tuple[str, ...],
+    given: tuple[str, ...],
+    kinds: tuple[str, ...],
+    members: bool,
+    after: bool,
     newest_first: bool,
-) -> Select[Any]:  # fmt: skip
+) -> Select[Any]:
     """The statement of one shape of listing, with its values as bound parameters. `kinds`: one
     range a status, "settled" (in the listing indexes) or "stepping" (not), or one "any"."""
     where = []

@@ -202,12 +202,13 @@ def _messages_query(after: float, upto: float | None, run_ids: Collection[str]) 
     rows = select(_AGENT, m.c.role, seconds, *usage).select_from(_with_agent(m)).where(*where).subquery()
     stamped = rows.c.seconds.is_not(None)
     return select(
-        rows.c.agent, rows.c.role,
+        rows.c.agent,
+        rows.c.role,
         *(func.sum(rows.c[c]).label(c) for c in USAGE_COLUMNS),
         func.sum(case((stamped, 1), else_=0)).label("steps"),
         func.sum(rows.c.seconds).label("seconds"),
         *(func.sum(case((rows.c.seconds <= b, 1), else_=0)).label(f"le={b:g}") for b in BUCKETS),
-    ).group_by(rows.c.agent, rows.c.role)  # fmt: skip
+    ).group_by(rows.c.agent, rows.c.role)
 
 
 def _add(conn: Connection, sums: Mapping[Key, float]) -> None:

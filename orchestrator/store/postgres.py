@@ -19,7 +19,6 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from orchestrator.errors import RunNotFoundError
-from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
@@ -59,9 +58,13 @@ class PostgresBackend(Backend):
         instead."""
         level = "AUTOCOMMIT" if self.autocommit else PG_ISOLATION
         return create_engine(
-            engine.url, isolation_level=level, pool_pre_ping=False, pool_size=5, max_overflow=20,
+            engine.url,
+            isolation_level=level,
+            pool_pre_ping=False,
+            pool_size=5,
+            max_overflow=20,
             hide_parameters=engine.hide_parameters,  # a new run's statement carries its input
-        )  # fmt: skip
+        )
 
     def quick(self, work: Callable[[Connection], T]) -> T:
         """On a pool without pre-ping: when the server dropped the connection (a restart, a
@@ -117,8 +120,10 @@ class PostgresBackend(Backend):
         except IntegrityError:
             landed = self.quick(lambda conn: reads.find_record(conn, values["run_id"]))
             if landed is None or (landed.created_at, landed.session_id, landed.agent_name) != (
-                values["created_at"], values["session_id"], values["agent_name"],
-            ):  # fmt: skip
+                values["created_at"],
+                values["session_id"],
+                values["agent_name"],
+            ):
                 raise
             return landed
 
@@ -157,19 +162,18 @@ class PostgresBackend(Backend):
         transcript = statements.messages_from_json(row.messages_json)
         return reads.output_of(conn, RunRecord.from_row(row), transcript, from_json(row.session_state_json))
 
-    def run_events(self, run_id: str, after: Key | None) -> tuple[RunRecord, list[RunEvent]]:
+    def event_rows(self, run_id: str, since: int) -> reads.EventRows:
         # What a reader polls: one statement (its own snapshot) on the quick pool, not a
         # REPEATABLE READ transaction of three reads. A team's member runs are read with it
         # in the transaction, as before.
-        since = reads.events_since(after)
         row = self.quick(lambda c: direct.first(c, statements.RUN_EVENTS_PG, {"b_run_id": run_id, "b_since": since}))
         if row is None:
             raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
         record = RunRecord.from_row(row)
         if record.kind == "team":
-            return super().run_events(run_id, after)
+            return super().event_rows(run_id, since)
         tail, logged = statements.event_rows(row.messages_json), statements.logged_rows(row.events_json)
-        return record, derive(record, tail, logged, after=after)
+        return reads.EventRows(record=record, messages=tail, logged=logged)
 
     def on_final(self, conn: Connection, run_id: str) -> None:
         notify_final(conn, run_id)

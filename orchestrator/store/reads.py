@@ -8,22 +8,55 @@ run with its transcript in one round trip instead (`PostgresBackend.output`), th
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Row, select
 
 from orchestrator.errors import RunNotFoundError
-from orchestrator.events import Key, RunEvent, derive
 from orchestrator.messages import Message
-from orchestrator.run import LogEntry, RetryWait, RunOutput, RunRecord, Session
+from orchestrator.run import LogEntry, RetryWait, RunOutput, RunPage, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
-from orchestrator.store import direct, sessions, statements
+from orchestrator.store import direct, listing, sessions, statements
 from orchestrator.store.tables import events, messages, runs, tool_starts
-from orchestrator.timeline import COLUMNS, Step, derive_steps
+from orchestrator.usage import USAGE_COLUMNS
+
+if TYPE_CHECKING:
+    from orchestrator.store.backend import Backend
 
 S = RunStatus
+T = TypeVar("T")
+#: The columns of `ratchet_messages` a run's steps are derived from (`StepRows`): where each
+#: message is and who wrote it, not its content.
+STAMPS = (
+    "idx", "role", "seq", "epoch", "created_at", "step_started_at", "tool_calls", "tool_call_id", "tool_call_error",
+    *USAGE_COLUMNS,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventRows:
+    """What a run's durable events are derived from (`orchestrator.events.derive`), read in one
+    snapshot: its row, its message rows from an index on (idx order; each with `idx`, `seq`,
+    `epoch` and the message's columns), its `ratchet_events` rows (id order) and, for a team,
+    its member runs."""
+
+    record: RunRecord
+    messages: Sequence[Any]
+    logged: Sequence[Any]
+    members: Sequence[RunRecord] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRows:
+    """What a run's steps are derived from (`orchestrator.timeline.derive_steps`), read in one
+    snapshot: its row, its messages' `STAMPS` (idx order) and its log (oldest first)."""
+
+    record: RunRecord
+    messages: Sequence[Any]
+    log: list[LogEntry]
 
 
 def get_record(conn: Connection, run_id: str) -> RunRecord:
@@ -156,30 +189,23 @@ def _log_entries(conn: Connection, run_id: str) -> list[LogEntry]:
     ]
 
 
-def get_steps(conn: Connection, run_id: str) -> list[Step]:
-    """The run's steps in order (`orchestrator.timeline`), from its row, its messages' stamps
-    (not their content) and its log; RunNotFoundError if there is no such run."""
+def step_rows(conn: Connection, run_id: str) -> StepRows:
+    """The run's row, its messages' stamps and its log; RunNotFoundError if there is no such run."""
     record = get_record(conn, run_id)
-    columns = [messages.c[name] for name in COLUMNS]
+    columns = [messages.c[name] for name in STAMPS]
     rows = conn.execute(select(*columns).where(messages.c.run_id == run_id).order_by(messages.c.idx)).all()
-    return derive_steps(record, rows, _log_entries(conn, run_id))
+    return StepRows(record=record, messages=rows, log=_log_entries(conn, run_id))
 
 
-def run_events(conn: Connection, run_id: str, after: Key | None = None) -> tuple[RunRecord, list[RunEvent]]:
-    """The run's row and its durable events after `after`, in id order (`events.derive`). Read in
-    one snapshot (`Backend.snapshot`): rows read by separate statements at READ COMMITTED could
-    miss an event that a later statement's rows sort after."""
+def event_rows(conn: Connection, run_id: str, since: int) -> EventRows:
+    """The run's row and the rows of its durable events, its messages from index `since` on.
+    Read in one snapshot (`Backend.snapshot`): rows read by separate statements at READ
+    COMMITTED could miss an event that a later statement's rows sort after."""
     record = get_record(conn, run_id)
-    rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": run_id, "b_since": events_since(after)})
+    rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": run_id, "b_since": since})
     logged = direct.rows(conn, statements.EVENTS, {"b_run_id": run_id})
     members = children(conn, run_id) if record.kind == "team" else []
-    return record, derive(record, rows, logged, members, after=after)
-
-
-def events_since(after: Key | None) -> int:
-    """The first message index whose events can come after `after` (rows below cannot yield a
-    later key)."""
-    return max(after[0] - 1, 0) if after is not None else 0
+    return EventRows(record=record, messages=rows, logged=logged, members=members)
 
 
 def children(conn: Connection, run_id: str) -> list[RunRecord]:
@@ -203,11 +229,108 @@ def has_tool_result(conn: Connection, run_id: str, tool_call_id: str) -> bool:
 def due_runs(conn: Connection, *, now: float, limit: int) -> tuple[list[RunRecord], list[RunRecord]]:
     """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
     expired = conn.execute(
-        select(runs).where(runs.c.status == S.RUNNING.value, runs.c.lease_expires_at < now)
-        .order_by(runs.c.lease_expires_at).limit(limit)
-    )  # fmt: skip
+        select(runs)
+        .where(runs.c.status == S.RUNNING.value, runs.c.lease_expires_at < now)
+        .order_by(runs.c.lease_expires_at)
+        .limit(limit)
+    )
     due = conn.execute(
-        select(runs).where(runs.c.status == S.QUEUED.value, runs.c.publish_after <= now)
-        .order_by(runs.c.publish_after).limit(limit)
-    )  # fmt: skip
+        select(runs)
+        .where(runs.c.status == S.QUEUED.value, runs.c.publish_after <= now)
+        .order_by(runs.c.publish_after)
+        .limit(limit)
+    )
     return [RunRecord.from_row(r) for r in expired], [RunRecord.from_row(r) for r in due]
+
+
+class Reader:
+    """The run store's reads, each a function above on its backend's quick pool (or in one
+    snapshot), or on the caller's connection where the store's own transaction gives one.
+    `Store` is a `Reader` that also writes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    def _read(self, conn: Connection | None, read: Callable[[Connection], T]) -> T:
+        return read(conn) if conn is not None else self._backend.quick(read)
+
+    def get_record(self, run_id: str, conn: Connection | None = None) -> RunRecord:
+        """The run's row, or RunNotFoundError."""
+        return self._read(conn, lambda c: get_record(c, run_id))
+
+    def statuses(self, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+        """The status of each of these runs this database holds (a run it does not is left out)."""
+        return self._backend.quick(lambda c: statuses(c, run_ids))
+
+    def get_messages(self, run_id: str, conn: Connection | None = None) -> list[Message]:
+        """The run's stored messages in order (the system message lives on the run row)."""
+        return self._read(conn, lambda c: get_messages(c, run_id))
+
+    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
+        """The run's direct child runs, oldest first."""
+        return self._read(conn, lambda c: children(c, run_id))
+
+    def get_output(self, run_id: str) -> RunOutput:
+        """The run with its transcript and its member runs (recursively)."""
+        return self._backend.quick(lambda c: self._backend.output(c, run_id))
+
+    def final_output(self, run_id: str) -> RunOutput | None:
+        """The run's output if it stopped, else None, in one read: what a waiter polls."""
+        return self._backend.quick(lambda c: final_output(c, run_id))
+
+    def get_session(self, session_id: str, user_id: str | None = None) -> Session | None:
+        """The session, its state and its top-level runs, oldest first; None if the session does
+        not exist, or is not `user_id`'s when one is given (then only that user's runs)."""
+        return self._backend.quick(lambda c: get_session(c, session_id, user_id))
+
+    def session_state(self, session_id: str) -> dict[str, Any]:
+        """The session's state as stored now ({} when none was set)."""
+        return self._backend.quick(lambda c: sessions.read_state(c, session_id))
+
+    def user_state(self, session_id: str, user_id: str) -> dict[str, Any]:
+        """The session's state if the session is `user_id`'s, else {} (`sessions.user_state`)."""
+        return self._backend.quick(lambda c: sessions.user_state(c, session_id, user_id))
+
+    def run_state(self, run: RunRecord) -> dict[str, Any]:
+        """The session state `run`'s tools see: its session's as stored now, or {} when the
+        session is another user's (a run written before sessions took one user: `sessions`)."""
+        return self._backend.quick(lambda c: sessions.run_state(c, run))
+
+    def retry_detail(self, run_id: str, seq: int) -> dict[str, Any]:
+        """What the retry parked at step `seq` recorded ({} if none): one indexed row."""
+        return self._backend.quick(lambda c: retry_detail(c, run_id, seq))
+
+    def get_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events (errors, retries, continues, sweeps), oldest first."""
+        return self._backend.quick(lambda c: get_events(c, run_id))
+
+    def get_log(self, run_id: str) -> list[LogEntry]:
+        """The run's log (retries, errors, recoveries, fences, continues...), oldest first, read
+        with the run in one snapshot; RunNotFoundError if there is no such run."""
+        return self._backend.snapshot(lambda c: get_log(c, run_id))
+
+    def step_rows(self, run_id: str) -> StepRows:
+        """What the run's steps are derived from (`orchestrator.timeline`): its row, its messages'
+        stamps and its log, read in one snapshot; RunNotFoundError if there is no such run."""
+        return self._backend.snapshot(lambda c: step_rows(c, run_id))
+
+    def list_runs(self, filter: listing.RunFilter, *, limit: int, cursor: str | None = None) -> RunPage:
+        """One page of the runs `filter` selects, newest first, after `cursor` (`store/listing.py`)."""
+        return self._backend.quick(lambda c: listing.list_runs(c, filter, limit=limit, cursor=cursor))
+
+    def event_rows(self, run_id: str, since: int = 0) -> EventRows:
+        """What the run's durable events are derived from (`orchestrator.events`): its row and
+        the rows of its events, its messages from index `since` on, read in one snapshot."""
+        return self._backend.event_rows(run_id, since)
+
+    def started_tool_calls(self, run_id: str) -> set[str]:
+        """Ids of at-most-once calls that were started (finished or not)."""
+        return self._backend.quick(lambda c: started_tool_calls(c, run_id))
+
+    def has_tool_result(self, run_id: str, tool_call_id: str) -> bool:
+        """Whether a result of this tool call is stored (a retried append looks before writing)."""
+        return self._backend.quick(lambda c: has_tool_result(c, run_id, tool_call_id))
+
+    def due_runs(self, *, now: float, limit: int = 200) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Runs the sweeper must act on: (RUNNING with an expired lease, QUEUED and due to publish)."""
+        return self._backend.quick(lambda c: due_runs(c, now=now, limit=limit))

@@ -83,9 +83,15 @@ class SqliteBackend(Backend):
             note_final(conn, record.run_id)
         start = record.n_messages - len(new_messages)
         writes.insert_messages(
-            conn, record.run_id, start, new_messages, params["b_now"], seq=seq, epoch=record.epoch,
+            conn,
+            record.run_id,
+            start,
+            new_messages,
+            params["b_now"],
+            seq=seq,
+            epoch=record.epoch,
             step_started_at=params["b_started"],
-        )  # fmt: skip
+        )
         return record
 
     def on_final(self, conn: Connection, run_id: str) -> None:

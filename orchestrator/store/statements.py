@@ -48,7 +48,6 @@ from orchestrator.store.tables import events, messages, runs, sessions
 from orchestrator.usage import USAGE_COLUMNS
 
 S = RunStatus
-NO_CAP = 2**31 - 1
 
 #: Take the run for step (seq, kind): QUEUED, or RUNNING with an expired lease; bump the epoch.
 CLAIM = (
@@ -151,13 +150,24 @@ def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, start
         .table_valued(*_APPENDED, with_ordinality="ord")
         .render_derived(name="m")
     )
-    return insert(messages).from_select(
-        ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at"],
-        select(
-            source.c.run_id, first_idx + rows.c.ord - 1, *(rows.c[c] for c in _APPENDED),
-            bindparam("b_now", type_=Float), seq, epoch, started if started is not None else null(),
-        ).select_from(source).join(rows, true()),
-    ).cte(f"{source.name}_messages")  # fmt: skip
+    return (
+        insert(messages)
+        .from_select(
+            ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at"],
+            select(
+                source.c.run_id,
+                first_idx + rows.c.ord - 1,
+                *(rows.c[c] for c in _APPENDED),
+                bindparam("b_now", type_=Float),
+                seq,
+                epoch,
+                started if started is not None else null(),
+            )
+            .select_from(source)
+            .join(rows, true()),
+        )
+        .cte(f"{source.name}_messages")
+    )
 
 
 def _commit_pg(notify: bool) -> Select[Any]:
@@ -168,9 +178,12 @@ def _commit_pg(notify: bool) -> Select[Any]:
     first = moved.c.n_messages - bindparam("b_count", type_=Integer)
     # Written by the claimed step: its seq (the move advances the run's) at the claim's epoch.
     appended = _append_messages(
-        moved, first, seq=bindparam("b_step", type_=Integer), epoch=bindparam("b_epoch", type_=Integer),
+        moved,
+        first,
+        seq=bindparam("b_step", type_=Integer),
+        epoch=bindparam("b_epoch", type_=Integer),
         started=bindparam("b_started", type_=Float),
-    )  # fmt: skip
+    )
     return select(*columns).add_cte(appended)
 
 
@@ -288,7 +301,7 @@ RUN_EVENTS_PG = _run_events_pg()
 
 
 def event_rows(values: list[list[Any]] | None) -> list[Any]:
-    """`RUN_EVENTS_PG`'s `messages_json` as rows with the attributes `events.derive` reads."""
+    """`RUN_EVENTS_PG`'s `messages_json` as rows of `ratchet_messages` (`EVENT_MESSAGE_COLUMNS`)."""
     return [_EventMessageRow(*v) for v in values or ()]
 
 

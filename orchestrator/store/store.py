@@ -10,6 +10,11 @@ Writes that change a run go through `move` (`writes.move`): the status from `sta
 applied as one guarded UPDATE (status, and the epoch when the caller holds one). Zero rows updated
 means somebody else moved the run first: a no-op or a `FencedError`, never a clobber. Messages are
 appended, never rewritten, each row stamped with the step and epoch that wrote it.
+
+Every transaction is one of the store's named operations (`Store`'s, or `Store.teams`' for a
+team's members): no caller holds a connection. The store returns rows and records; what a reader
+sees of them (run events, a timeline's steps) is derived above it, in `orchestrator.events` and
+`orchestrator.timeline`.
 """
 
 from __future__ import annotations
@@ -29,33 +34,33 @@ from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
 from orchestrator.store import history as session_history
-from orchestrator.store import metrics, parking, sessions, statements, writes
+from orchestrator.store import metrics, reads, sessions, writes
 from orchestrator.store.backend import Backend
-from orchestrator.store.claims import Claim
+from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
 from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.postgres import PostgresBackend
-from orchestrator.store.reading import StoreReads
 from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
+from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
 
 S = RunStatus
 T = TypeVar("T")
 
 
-class Store(StoreReads):
-    """Reads and guarded writes of the run store. Thread-safe; one per process and URL."""
+class Store(reads.Reader):
+    """The run store: its reads (`reads.Reader`) and its guarded writes. Thread-safe; one per
+    process and URL."""
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+        backend: Backend = PostgresBackend(engine) if engine.dialect.name == "postgresql" else SqliteBackend(engine)
+        super().__init__(backend)
         self.engine = engine
         self.clock = clock
-        self._backend: Backend = (
-            PostgresBackend(engine) if engine.dialect.name == "postgresql" else SqliteBackend(engine)
-        )
         #: Reads, and the claim on PostgreSQL.
         self.quick_engine = self._backend.quick_engine
         #: Writes that need not survive an OS crash: the claim and lease renewals (SQLite).
@@ -64,6 +69,8 @@ class Store(StoreReads):
         self.transcripts = TranscriptCache()
         #: Messages of the session histories this process's steps read (`history`).
         self.histories = HistoryCache()
+        #: Team runs and their members: member starts and fan-ins (`store/teams.py`).
+        self.teams = Teams(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -74,6 +81,11 @@ class Store(StoreReads):
                 engine = open_migrated(url, auto_migrate=auto_migrate, sqlite_synchronous=sqlite_synchronous)
                 store = _cache[url] = cls(engine)
             return store
+
+    @property
+    def display_url(self) -> str:
+        """The database's URL with its password hidden: what a log may show."""
+        return self.engine.url.render_as_string(hide_password=True)
 
     def final_watcher(self) -> FinalWatcher | None:
         """The process's listener for runs reaching a final status (PostgreSQL; None on SQLite)."""
@@ -129,16 +141,23 @@ class Store(StoreReads):
         input, atomically: on PostgreSQL in one statement (autocommitted unless `conn`, the
         caller's transaction, is given), on SQLite in one transaction. `session_state`: merged
         over the session's stored state, key by key, in the same transaction."""
-        now = self.clock()
-        values: dict[str, Any] = dict(
-            run_id=run_id, session_id=session_id, agent_name=agent_name, kind=kind,
-            parent_run_id=parent_run_id, parent_tool_call_id=parent_tool_call_id, forked_from=forked_from,
-            status=S.QUEUED.value, epoch=0, seq=0, next_step="model", n_messages=len(input_messages),
-            system_message=system_message, lease_owner=None, lease_expires_at=None, attempts=0, retries=0,
-            publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
-            error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
-            priority=priority, trace_context=trace_context, request_digest=request_digest,
-        )  # fmt: skip
+        fields = dict(
+            run_id=run_id,
+            session_id=session_id,
+            agent_name=agent_name,
+            kind=kind,
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
+            forked_from=forked_from,
+            system_message=system_message,
+            stream=stream,
+            user_id=user_id,
+            history=history,
+            priority=priority,
+            trace_context=trace_context,
+            request_digest=request_digest,
+        )
+        values = writes.new_run(fields, now=self.clock(), n_messages=len(input_messages), publish_grace=publish_grace)
         changes = [StateChange(set=dict(session_state))] if session_state else []
         if conn is None and not changes:
             return self._backend.create_alone(values, input_messages)
@@ -151,6 +170,13 @@ class Store(StoreReads):
         """Record something that happened to a run (in the caller's transaction)."""
         text = json.dumps(detail, default=str) if detail else None
         conn.execute(insert(events).values(run_id=run_id, at=self.clock(), kind=kind, seq=seq, detail=text))
+
+    def record_fenced(self, claim: Claim) -> None:
+        """Log, in a transaction of its own, that the claimed step was fenced: another holder
+        owns the run now, so nothing else of the step is written (a worker that came back late)."""
+        held = claim.record
+        with self.engine.begin() as conn:
+            self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner)
 
     # ---------------------------------------------------------------- the guarded move
 
@@ -176,28 +202,33 @@ class Store(StoreReads):
         and epoch it leaves the run at) and logs `event`. A move to QUEUED sets the outbox
         marker: `publish_grace` when the caller publishes the step after the move, None when the
         sweeper is to; `delay`: not before then (see `outbox`)."""
-        if conn is None:
-            with self.engine.begin() as c:
-                return self.move(
-                    run_id, src=src, dst=dst, epoch=epoch, bump_epoch=bump_epoch, event=event,
-                    new_messages=new_messages, publish_grace=publish_grace, delay=delay, conn=c,
-                    extra_where=extra_where, **values,
-                )  # fmt: skip
         if new_messages:
             values["n_messages"] = runs.c.n_messages + len(new_messages)
-        record = writes.move(
-            conn, run_id, src=src, dst=dst, now=self.clock(), epoch=epoch, bump_epoch=bump_epoch,
-            extra_where=extra_where, publish_grace=publish_grace, delay=delay, values=values,
-        )  # fmt: skip
-        if record is None:
-            return None
-        start = record.n_messages - len(new_messages)
-        writes.insert_messages(conn, run_id, start, new_messages, record.updated_at, seq=record.seq, epoch=record.epoch)
-        if event:
-            self.log_event(conn, run_id, event, record.seq, to=dst.value, **writes.position(record))
-        if dst.is_final:
-            self._backend.on_final(conn, run_id)
-        return record
+        with nullcontext(conn) if conn is not None else self.engine.begin() as c:
+            record = writes.move(
+                c,
+                run_id,
+                src=src,
+                dst=dst,
+                now=self.clock(),
+                epoch=epoch,
+                bump_epoch=bump_epoch,
+                extra_where=extra_where,
+                publish_grace=publish_grace,
+                delay=delay,
+                values=values,
+            )
+            if record is None:
+                return None
+            start = record.n_messages - len(new_messages)
+            writes.insert_messages(
+                c, run_id, start, new_messages, record.updated_at, seq=record.seq, epoch=record.epoch
+            )
+            if event:
+                self.log_event(c, run_id, event, record.seq, to=dst.value, **writes.position(record))
+            if dst.is_final:
+                self._backend.on_final(c, run_id)
+            return record
 
     def mark_due(self, run_id: str, *, epoch: int, publish_grace: float | None = None) -> bool:
         """Set a QUEUED run's outbox marker again (not a move): `publish_grace` when the caller
@@ -208,7 +239,7 @@ class Store(StoreReads):
     # ---------------------------------------------------------------- worker writes
 
     def claim(
-        self, run_id: str, seq: int, kind: str, *, owner: str, lease_seconds: float, max_attempts: int | None = None
+        self, run_id: str, seq: int, kind: str, *, owner: str, lease_seconds: float, max_attempts: int
     ) -> Claim | None:
         """Take the run for step (seq, kind): bump the epoch, set the lease. None if stale or busy.
 
@@ -217,9 +248,14 @@ class Store(StoreReads):
         run is as it was, the step's commit (fenced by epoch and owner) fails, the sweeper republishes."""
         now = self.clock()
         params = dict(
-            b_run_id=run_id, b_now=now, b_seq=seq, b_kind=kind, b_owner=owner[:255],
-            b_expires=now + lease_seconds, b_cap=statements.NO_CAP if max_attempts is None else max_attempts,
-        )  # fmt: skip
+            b_run_id=run_id,
+            b_now=now,
+            b_seq=seq,
+            b_kind=kind,
+            b_owner=owner[:255],
+            b_expires=now + lease_seconds,
+            b_cap=max_attempts,
+        )
         return self._backend.lazy(lambda conn: self._backend.claim(conn, params, self.transcripts))
 
     def commit_step(
@@ -247,18 +283,32 @@ class Store(StoreReads):
         if conn is None:
             with self.engine.begin() if state_changes else self._backend.single_statement() as c:
                 committed = self.commit_step(
-                    claim, new_messages, status=status, next_step=next_step, publish_grace=publish_grace,
-                    content=content, system_message=system_message, state_changes=state_changes, conn=c,
-                )  # fmt: skip
+                    claim,
+                    new_messages,
+                    status=status,
+                    next_step=next_step,
+                    publish_grace=publish_grace,
+                    content=content,
+                    system_message=system_message,
+                    state_changes=state_changes,
+                    conn=c,
+                )
             self.remember(committed, new_messages)
             return committed
         now = self.clock()
         params: dict[str, Any] = dict(
-            b_run_id=claim.run_id, b_epoch=claim.epoch, b_owner=claim.record.lease_owner, b_now=now,
-            b_status=transition((S.RUNNING,), status), b_next=next_step, b_count=len(new_messages),
+            b_run_id=claim.run_id,
+            b_epoch=claim.epoch,
+            b_owner=claim.record.lease_owner,
+            b_now=now,
+            b_status=transition((S.RUNNING,), status),
+            b_next=next_step,
+            b_count=len(new_messages),
             b_publish_after=due_at(status, now, publish_grace=publish_grace),
-            b_content=content, b_system=system_message, b_started=claim.record.updated_at,
-        )  # fmt: skip
+            b_content=content,
+            b_system=system_message,
+            b_started=claim.record.updated_at,
+        )
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
             raise FencedError(
@@ -343,7 +393,7 @@ class Store(StoreReads):
         timeout. The retry gets the next seq, so a stray copy of the failed attempt's task (a
         republish, a redelivery) is stale and cannot call the model again before the backoff."""
         counts = dict(seq=runs.c.seq + 1, retries=runs.c.retries + 1, attempts=0)
-        return parking.park(self, claim, "retry", delay, published, publish_grace, counts, error=error)
+        return self._park(claim, "retry", delay, published, publish_grace, counts, error=error)
 
     def park_throttled(
         self, claim: Claim, *, delay: float, published: bool, reason: str, publish_grace: float
@@ -352,7 +402,49 @@ class Store(StoreReads):
         not a retry, and its claim does not count toward the poison limit. It keeps its seq: a
         stray copy of its task only asks the limiter again. `published` as for a retry."""
         counts = dict(attempts=runs.c.attempts - 1)
-        return parking.park(self, claim, "throttled", delay, published, publish_grace, counts, reason=reason)
+        return self._park(claim, "throttled", delay, published, publish_grace, counts, reason=reason)
+
+    def _park(
+        self,
+        claim: Claim,
+        event: str,
+        delay: float,
+        published: bool,
+        publish_grace: float,
+        counts: dict[str, Any],
+        **why: Any,
+    ) -> RunRecord:
+        """Move the claimed run RUNNING -> QUEUED (with `counts`: its seq, retries, attempts), its
+        outbox marker due after `delay` (and `publish_grace` more when the caller publishes it),
+        and log `event` with `why`; FencedError if the claim was lost."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            record = self.move(
+                claim.run_id,
+                src=(S.RUNNING,),
+                dst=S.QUEUED,
+                epoch=claim.epoch,
+                extra_where=held(claim, now),
+                publish_grace=publish_grace if published else None,
+                delay=delay,
+                conn=conn,
+                lease_owner=None,
+                lease_expires_at=None,
+                **counts,
+            )
+            if record is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the step was parked")
+            self.log_event(
+                conn,
+                claim.run_id,
+                event,
+                record.seq,
+                delay=round(delay, 3),
+                **why,
+                by="countdown" if published else "sweeper",
+                **writes.position(record),
+            )
+            return record
 
     def fail(
         self,
@@ -376,14 +468,25 @@ class Store(StoreReads):
         values = writes.error_values(error, system_message)
         with self.engine.begin() as conn:
             record = self.move(
-                run_id, src=(S.RUNNING,), dst=S.ERROR, epoch=epoch, new_messages=inflight, conn=conn,
-                extra_where=None if owner is None else runs.c.lease_owner == owner, **values,
-            )  # fmt: skip
+                run_id,
+                src=(S.RUNNING,),
+                dst=S.ERROR,
+                epoch=epoch,
+                new_messages=inflight,
+                conn=conn,
+                extra_where=None if owner is None else runs.c.lease_owner == owner,
+                **values,
+            )
             if record is not None:
                 self.log_event(
-                    conn, run_id, "error", record.seq, type=values["error_type"], message=values["error_message"],
+                    conn,
+                    run_id,
+                    "error",
+                    record.seq,
+                    type=values["error_type"],
+                    message=values["error_message"],
                     **writes.position(record),
-                )  # fmt: skip
+                )
                 sessions.apply(conn, record, state_changes)
             return record
 

@@ -1,22 +1,239 @@
-"""The store's reads for team runs and their member runs (used by `orchestrator.delegation`).
+"""The store's side of teams (`Store.teams`): member runs started, and the fan-in applied.
 
-Writes still go through `Store`'s guarded moves; these are the two reads the fan-in needs that
-are more than a plain select: the team row locked for the length of the caller's transaction,
-and the sweeper's search for teams a crash left waiting.
+`orchestrator.delegation` decides what a delegation means (which members a call goes to, what
+their answers say to the leader, when a failed member fails its team); this component owns the
+transactions and statements that carry it out, so no caller ever holds a connection:
+
+- `start_members`: the team's batch committed, its member runs written and the team parked
+  WAITING, in one transaction fenced by the team's claim;
+- `fan_in`: under the team row's lock, the team's owed calls and its members' rows handed to the
+  caller's `Decide`, and the `FanIn` it returns applied as one guarded move (WAITING -> QUEUED
+  with the results, or WAITING -> ERROR naming the failed member, then that team's own team);
+- `commit_step_and_fan_in`: a member's final commit and its team's fan-in in one transaction;
+- `to_fan_in`: the teams a crash left WAITING with every member ended (the sweeper's search).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sqlalchemy import Connection, and_, exists, not_, or_, select
 from sqlalchemy.orm import aliased
 
+from orchestrator.messages import Message
 from orchestrator.run import RunRecord
+from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
+from orchestrator.store import writes
+from orchestrator.store.backend import Backend
+from orchestrator.store.claims import Claim
 from orchestrator.store.tables import runs
+
+if TYPE_CHECKING:
+    from orchestrator.store.store import Store
 
 S = RunStatus
 #: Statuses in which a member run may still end by itself.
 LIVE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewMember:
+    """A member run a delegation starts; the rest of its row (session, user, stream, priority,
+    parent) is its team's."""
+
+    run_id: str
+    agent_name: str
+    kind: str
+    #: The task the leader gave it: the member's user message.
+    task: str
+    #: The leader's delegation call this member answers.
+    parent_tool_call_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FanIn:
+    """What a fan-in does to a WAITING team: append `results` (one tool result per call whose
+    members all ended), and with `error` (a member failed: `MemberRunError.to_record()`, naming
+    `member_run_id`) move the team to ERROR instead of QUEUED."""
+
+    results: list[Message]
+    error: dict[str, str] | None = None
+    member_run_id: str | None = None
+
+
+#: The caller's decision, from the team's row, its messages and its member runs (oldest first):
+#: the fan-in to apply, or None while members it waits for are live. A pure function: it runs
+#: under the team row's lock.
+Decide = Callable[[RunRecord, list[Message], list[RunRecord]], FanIn | None]
+#: Around the write of each member run: the trace context to store with it (`tracing.starting`).
+Starting = Callable[[NewMember, RunRecord], AbstractContextManager[str | None]]
+
+
+class Teams:
+    """The writes and reads of team runs and their members, on the store's guarded moves."""
+
+    def __init__(self, store: Store, backend: Backend) -> None:
+        self.store = store
+        self._backend = backend
+
+    def start_members(
+        self,
+        claim: Claim,
+        results: Sequence[Message],
+        members: Sequence[NewMember],
+        *,
+        publish_grace: float,
+        starting: Starting,
+        state_changes: Sequence[StateChange] = (),
+    ) -> list[RunRecord]:
+        """Commit the team's batch's last `results` (and what their calls changed in the session's
+        state), write the `members` QUEUED and park the team WAITING, in one transaction fenced by
+        the claim, and log the delegation. Returns the members' rows, whose first steps the caller
+        publishes."""
+        store = self.store
+        with store.engine.begin() as conn:
+            team = store.commit_step(
+                claim,
+                results,
+                status=S.WAITING,
+                next_step=None,
+                publish_grace=publish_grace,
+                state_changes=state_changes,
+                conn=conn,
+            )
+            created: list[RunRecord] = []
+            for member in members:
+                with starting(member, team) as trace_context:
+                    created.append(self._create_member(conn, team, member, publish_grace, trace_context))
+            detail = {m.run_id: m.agent_name for m in created}
+            store.log_event(conn, team.run_id, "delegate", team.seq, members=detail, **writes.position(team))
+        return created
+
+    def _create_member(
+        self, conn: Connection, team: RunRecord, member: NewMember, publish_grace: float, trace_context: str | None
+    ) -> RunRecord:
+        # Members run for the team's user, in its session; a streamed team's members are streamed too.
+        return self.store.create_run(
+            run_id=member.run_id,
+            session_id=team.session_id,
+            agent_name=member.agent_name,
+            kind=member.kind,
+            input_messages=[Message(role="user", content=member.task)],
+            publish_grace=publish_grace,
+            parent_run_id=team.run_id,
+            parent_tool_call_id=member.parent_tool_call_id,
+            stream=team.stream,
+            user_id=team.user_id,
+            priority=team.priority,
+            trace_context=trace_context,
+            conn=conn,
+        )
+
+    def fan_in(self, team_run_id: str, decide: Decide, *, publish_grace: float) -> RunRecord | None:
+        """Move a WAITING team on if `decide` says its members allow it, in a transaction of its
+        own. The team's row after the move (QUEUED: the caller publishes its leader's step;
+        ERROR: nothing to publish), or None when nothing moved."""
+        with self.store.engine.begin() as conn:
+            return self._fan_in(conn, team_run_id, decide, publish_grace)
+
+    def commit_step_and_fan_in(
+        self,
+        claim: Claim,
+        new_messages: Sequence[Message],
+        decide: Decide,
+        *,
+        status: RunStatus,
+        next_step: str | None,
+        publish_grace: float,
+        content: str | None = None,
+        system_message: str | None = None,
+    ) -> tuple[RunRecord, RunRecord | None]:
+        """A member's final commit (`Store.commit_step`) and its team's fan-in in one
+        transaction, so no crash falls between them: the member's row, and its team's as
+        `fan_in` left it. Keeps the messages in this process's transcript cache once committed."""
+        assert claim.record.parent_run_id is not None, "only a member run has a team to fan in"
+        with self.store.engine.begin() as conn:
+            committed = self.store.commit_step(
+                claim,
+                new_messages,
+                status=status,
+                next_step=next_step,
+                publish_grace=publish_grace,
+                content=content,
+                system_message=system_message,
+                conn=conn,
+            )
+            team = self._fan_in(conn, claim.record.parent_run_id, decide, publish_grace)
+        self.store.remember(committed, new_messages)
+        return committed, team
+
+    def fan_in_within(
+        self, conn: Connection, team_run_id: str, decide: Decide, *, publish_grace: float
+    ) -> RunRecord | None:
+        """`fan_in` in the store's caller's transaction `conn` (a commit of the store's own
+        that carries it; tests that interleave two transactions)."""
+        return self._fan_in(conn, team_run_id, decide, publish_grace)
+
+    def _fan_in(self, conn: Connection, team_run_id: str, decide: Decide, publish_grace: float) -> RunRecord | None:
+        store = self.store
+        team = lock_run(conn, team_run_id)
+        if team is None or team.status != S.WAITING:
+            return None
+        fan_in = decide(team, store.get_messages(team_run_id, conn), store.children(team_run_id, conn))
+        if fan_in is None:
+            return None
+        if fan_in.error is not None:
+            return self._fail_team(conn, team, fan_in, decide, publish_grace)
+        return store.move(
+            team_run_id,
+            src=(S.WAITING,),
+            dst=S.QUEUED,
+            event="fan_in",
+            new_messages=fan_in.results,
+            conn=conn,
+            seq=runs.c.seq + 1,
+            next_step="model",
+            attempts=0,
+            retries=0,
+            publish_grace=publish_grace,
+        )
+
+    def _fail_team(
+        self, conn: Connection, team: RunRecord, fan_in: FanIn, decide: Decide, publish_grace: float
+    ) -> RunRecord | None:
+        assert fan_in.error is not None
+        error = fan_in.error
+        # The answers of members that did finish are kept, so a continue re-runs none of them.
+        moved = self.store.move(
+            team.run_id,
+            src=(S.WAITING,),
+            dst=S.ERROR,
+            new_messages=fan_in.results,
+            conn=conn,
+            error_type=error["type"],
+            error_message=error["message"],
+            next_step=None,
+        )
+        if moved is not None:
+            where = writes.position(moved)
+            detail = {"member_run_id": fan_in.member_run_id, **error, **where}
+            self.store.log_event(conn, team.run_id, "error", moved.seq, **detail)
+            if moved.parent_run_id is not None:
+                # A team that is itself a member fails its own team too (leaf before ancestor:
+                # the same lock order as every fan-in, so no deadlock).
+                self._fan_in(conn, moved.parent_run_id, decide, publish_grace)
+        return moved
+
+    def to_fan_in(self, *, limit: int = 200) -> list[str]:
+        """WAITING runs whose fan-in is due: no delegated member is live any more, or one ended in
+        ERROR. A fan-in that ran leaves its team QUEUED or ERROR, so these are the ones a crash
+        interrupted (or that are being fanned in right now: doing it again is a no-op). A read,
+        on the quick pool (on SQLite a plain BEGIN, not the write lock every sweep)."""
+        return self._backend.quick(lambda conn: teams_to_fan_in(conn, limit=limit))
 
 
 def lock_run(conn: Connection, run_id: str) -> RunRecord | None:
@@ -30,9 +247,7 @@ def lock_run(conn: Connection, run_id: str) -> RunRecord | None:
 
 
 def teams_to_fan_in(conn: Connection, *, limit: int = 200) -> list[str]:
-    """WAITING runs whose fan-in is due: no delegated member is live any more, or one ended in
-    ERROR. A fan-in that ran leaves its team QUEUED or ERROR, so these are the ones a crash
-    interrupted (or that are being fanned in right now: doing it again is a no-op)."""
+    """`Teams.to_fan_in` as a function of a connection."""
     child = aliased(runs)
     delegated = and_(child.c.parent_run_id == runs.c.run_id, child.c.parent_tool_call_id.is_not(None))
     live = exists().where(delegated, child.c.status.in_([s.value for s in LIVE]))

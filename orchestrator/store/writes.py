@@ -46,6 +46,30 @@ def insert_messages(
         direct.many(conn, statements.INSERT_MESSAGES, rows)
 
 
+def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grace: float) -> dict[str, Any]:
+    """The row of a new run: `fields`, what its creator chose (ids, agent, parent, options), and
+    what every run starts with: QUEUED at seq and epoch 0, its first step a model call, no lease,
+    its `n_messages` input messages counted and its outbox marker set (`publish_grace`)."""
+    return dict(
+        fields,
+        status=S.QUEUED.value,
+        epoch=0,
+        seq=0,
+        next_step="model",
+        n_messages=n_messages,
+        lease_owner=None,
+        lease_expires_at=None,
+        attempts=0,
+        retries=0,
+        publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace),
+        content=None,
+        error_type=None,
+        error_message=None,
+        created_at=now,
+        updated_at=now,
+    )
+
+
 def move(
     conn: Connection,
     run_id: str,
@@ -90,8 +114,9 @@ def error_values(error: dict[str, str], system_message: str | None) -> dict[str,
     values: dict[str, Any] = dict(
         error_type=clip(error.get("type", "Error"), ERROR_TYPE_MAX),
         error_message=clip(error.get("message", ""), ERROR_MESSAGE_MAX),
-        lease_owner=None, lease_expires_at=None,
-    )  # fmt: skip
+        lease_owner=None,
+        lease_expires_at=None,
+    )
     if system_message is not None:
         values["system_message"] = func.coalesce(runs.c.system_message, system_message)
     return values
@@ -113,12 +138,14 @@ def count_tool_result(conn: Connection, claim: Claim, now: float) -> int | None:
     row = conn.execute(
         update(runs)
         .where(
-            runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value,
+            runs.c.run_id == claim.run_id,
+            runs.c.epoch == claim.epoch,
+            runs.c.status == S.RUNNING.value,
             held(claim, now),
         )
         .values(n_messages=runs.c.n_messages + 1, updated_at=now)
         .returning(runs.c.n_messages)
-    ).first()  # fmt: skip
+    ).first()
     return None if row is None else int(row.n_messages)
 
 
@@ -127,13 +154,15 @@ def record_tool_start(conn: Connection, claim: Claim, tool_call_id: str, tool_na
     found = conn.execute(
         select(runs.c.run_id)
         .where(
-            runs.c.run_id == claim.run_id, runs.c.epoch == claim.epoch, runs.c.status == S.RUNNING.value,
+            runs.c.run_id == claim.run_id,
+            runs.c.epoch == claim.epoch,
+            runs.c.status == S.RUNNING.value,
             held(claim, now),
         )
         # Locked until the start row commits, so no claim can take the run in between and miss
         # the start (SQLite: BEGIN IMMEDIATE already serialises the two).
         .with_for_update()
-    ).first()  # fmt: skip
+    ).first()
     if found is None:
         return False
     conn.execute(

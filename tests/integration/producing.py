@@ -20,7 +20,7 @@ S = RunStatus
 def complete(store: Store, run_id: str, answer: str = "done") -> RunRecord:
     """Claim the run's first step and commit a final answer: the run is COMPLETED."""
     record = store.get_record(run_id)
-    claim = store.claim(run_id, record.seq, record.next_step or "model", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, record.seq, record.next_step or "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None, f"run {run_id} could not be claimed ({record.status})"
     return store.commit_step(
         claim, [Message(role="assistant", content=answer)], status=RunStatus.COMPLETED, next_step=None,
@@ -31,7 +31,7 @@ def complete(store: Store, run_id: str, answer: str = "done") -> RunRecord:
 def fail(store: Store, run_id: str) -> RunRecord:
     """Claim the run's first step and fail it: the run is in ERROR, and continue resumes it."""
     record = store.get_record(run_id)
-    claim = store.claim(run_id, record.seq, record.next_step or "model", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, record.seq, record.next_step or "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None, f"run {run_id} could not be claimed ({record.status})"
     failed = store.fail(run_id, epoch=claim.epoch, error={"type": "Boom", "message": "the step failed"})
     assert failed is not None
@@ -54,14 +54,14 @@ def start_delegation(store: Store, team_id: str, n: int) -> list[str]:
     t = uuid.uuid4().hex[:6]
     agents = [Agent(name=f"m{i}-{t}", model=OpenAIChat(id="m")) for i in range(n)]
     Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=agents)
-    claim = store.claim(team_id, 0, "model", owner="test", lease_seconds=30)
+    claim = store.claim(team_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     calls = [ToolCall(id=f"call-{i}", name=TO_MEMBER, arguments="{}") for i in range(n)]
     store.commit_step(
         claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
         status=S.QUEUED, next_step="tools", publish_grace=30,
     )  # fmt: skip
-    claim = store.claim(team_id, 1, "tools", owner="test", lease_seconds=30)
+    claim = store.claim(team_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     delegations = [Delegation(call=c, task="t", members=(a,)) for c, a in zip(calls, agents, strict=True)]
     steps = start_members(store, claim, [], delegations, publish_grace=30)

@@ -45,7 +45,7 @@ def seed(
     src = S.QUEUED
     for dst in PATHS[status]:
         if dst == S.RUNNING:
-            claim = store.claim(run_id, 0, "model", owner=f"w-{run_id[:8]}", lease_seconds=600)
+            claim = store.claim(run_id, 0, "model", owner=f"w-{run_id[:8]}", lease_seconds=600, max_attempts=5)
             assert claim is not None
             if started:
                 store.record_tool_start(claim, "call-1", "charge_card")

@@ -130,7 +130,7 @@ def test_a_runs_steps_are_the_clients_over_http_as_they_ran_on_each_database(set
         app = create_app(settings, client=Client(settings, store=store, dispatcher=inline))
         assert store.get_record(failed).status == S.ERROR
         running = seed(store, S.QUEUED)
-        assert store.claim(running, 0, "model", owner="host-b:77:task-3", lease_seconds=30) is not None
+        assert store.claim(running, 0, "model", owner="host-b:77:task-3", lease_seconds=30, max_attempts=5) is not None
 
         answered = call(app, "GET", f"/runs/{failed}/steps")
         on_http = [(s["task"], s["status"], s["tool_errors"]) for s in answered.json()["steps"]]

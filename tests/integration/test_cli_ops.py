@@ -97,7 +97,7 @@ def test_show_steps_prints_each_step_and_the_worker_of_the_one_in_progress(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_id = seed(store, S.QUEUED)
-    assert store.claim(run_id, 0, "model", owner="host-c:9:task-1", lease_seconds=30) is not None
+    assert store.claim(run_id, 0, "model", owner="host-c:9:task-1", lease_seconds=30, max_attempts=5) is not None
 
     assert main(["show", run_id, "--steps"]) == 0
     out = capsys.readouterr().out

@@ -46,7 +46,7 @@ def test_a_run_created_claimed_and_committed_directly_reads_back_as_sqlalchemy_r
         run_id=run_id, session_id=f"s-{run_id}", agent_name="nobody", kind="agent", stream=True, priority=3,
         input_messages=[Message(role="user", content="héllo \U0001f600")], publish_grace=60, user_id="u1",
     )  # fmt: skip
-    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     assert claim is not None
     reply = Message(
         role="assistant", content=None, tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"q": 1}').to_openai()],
@@ -143,7 +143,7 @@ def test_an_exit_in_the_middle_of_a_direct_statement_drops_its_connection(pg_url
     try:
         # When an exit arrives while the driver waits for the statement's answer
         with pytest.raises(SystemExit):
-            store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+            store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -170,7 +170,7 @@ def test_a_watched_engine_runs_the_statements_through_sqlalchemy(settings: Setti
         event.listen(engine, "before_cursor_execute", watch)
     try:
         run_id = new_run(store)
-        claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+        claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     finally:
         for engine in engines:
             event.remove(engine, "before_cursor_execute", watch)
@@ -199,7 +199,7 @@ def test_a_direct_statement_on_a_connection_the_server_dropped_is_sent_again_on_
     # When the claim runs: the driver's error comes out as SQLAlchemy's for a dropped connection
     # (the transaction's end on the dead connection says so too), and the quick pool's retry
     # sends the claim once more on a new connection
-    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
 
     assert claim is not None and claim.record.epoch == 1
     assert backend() != dropped
@@ -237,7 +237,7 @@ def test_after_the_server_dropped_every_pooled_connection_the_next_start_and_cla
     # When a run starts and another's step is claimed: the first dead connection found makes the
     # pool recycle the others, so the one retry each gets runs on a live connection
     started = new_run(store)
-    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
 
     assert store.get_record(started).status == RunStatus.QUEUED
     assert claim is not None and claim.record.epoch == 1

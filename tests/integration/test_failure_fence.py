@@ -16,7 +16,7 @@ def test_a_failure_handler_whose_claim_was_lost_cannot_fail_the_new_holders_run(
     # Given a run claimed by w2 at the epoch number w1's lost claim had
     store = Store.open(settings.database_url)
     run_id = new_run(store, text="hi")
-    claim = store.claim(run_id, 0, "model", owner="w2", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w2", lease_seconds=30, max_attempts=5)
     assert claim is not None
 
     # When w1's failure handler writes its ERROR row at that epoch

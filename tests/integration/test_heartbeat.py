@@ -45,7 +45,7 @@ def held_step(store: Store, *, lease_seconds: float = 30.0, clock: Clock | None 
         run_id=run_id, session_id=f"s-{run_id[:8]}", agent_name="nobody", kind="agent",
         input_messages=[Message(role="user", content="hello")], publish_grace=60,
     )  # fmt: skip
-    claim = store.claim(run_id, 0, "model", owner=f"host:1:{run_id}", lease_seconds=lease_seconds)
+    claim = store.claim(run_id, 0, "model", owner=f"host:1:{run_id}", lease_seconds=lease_seconds, max_attempts=5)
     assert claim is not None
     return InFlight(epoch=claim.epoch, run_id=run_id, owner=f"host:1:{run_id}", claimed_at=claim.record.updated_at)
 

@@ -35,7 +35,7 @@ def test_every_message_row_records_the_step_and_the_attempt_that_wrote_it(settin
     # Given a run whose first step (seq 0, claimed at epoch 1) asked for two tool calls
     store = Store.open(settings.database_url)
     run_id = new_run(store, text="question")
-    model = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    model = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     assert model is not None and model.epoch == 1
     calls = [ToolCall(id=c, name="lookup").to_openai() for c in ("c1", "c2")]
     store.commit_step(
@@ -44,13 +44,13 @@ def test_every_message_row_records_the_step_and_the_attempt_that_wrote_it(settin
     )  # fmt: skip
 
     # When the tool step's first attempt commits one result and loses its lease to the sweeper,
-    first = store.claim(run_id, 1, "tools", owner="w2", lease_seconds=30)
+    first = store.claim(run_id, 1, "tools", owner="w2", lease_seconds=30, max_attempts=5)
     assert first is not None
     store.append_tool_result(first, result("c1"))
     taken = store.move(run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=first.epoch, bump_epoch=True, publish_grace=60)
     assert taken is not None
     # and the second attempt commits the other result, then fails with a message in flight
-    second = store.claim(run_id, 1, "tools", owner="w3", lease_seconds=30)
+    second = store.claim(run_id, 1, "tools", owner="w3", lease_seconds=30, max_attempts=5)
     assert second is not None and second.epoch == first.epoch + 2
     store.append_tool_result(second, result("c2"))
     failed = store.fail(
@@ -117,7 +117,7 @@ def test_the_migration_leaves_older_messages_unstamped_and_new_writes_stamped(ol
 
     # When the store opens it (and migrates it to the newest revision) and the run takes a step
     store = Store.open(old_database)
-    claim = store.claim("old", 0, "model", owner="w1", lease_seconds=30)
+    claim = store.claim("old", 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     assert claim is not None and [m.content for m in claim.messages] == ["from before"]
     store.commit_step(
         claim, [Message(role="assistant", content="from after")], status=S.COMPLETED, next_step=None,

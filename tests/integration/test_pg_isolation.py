@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from orchestrator import Agent, RunStatus, Team
-from orchestrator.delegation import Delegation, fan_in, start_members
+from orchestrator.delegation import Delegation, decide, start_members
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat
 from orchestrator.store import Store, forget_stores
@@ -44,7 +44,7 @@ def test_every_transaction_of_the_store_runs_read_committed(strict_db: str) -> N
 
     # Single statements (a new run, the claim, the step's commit) and transactions alike
     run_id = new_run(store)
-    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30, max_attempts=5)
     assert claim is not None
     store.commit_step(claim, [Message(role="assistant", content="hi")], status=S.COMPLETED, next_step=None,
                       publish_grace=30, content="hi")  # fmt: skip
@@ -69,7 +69,7 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
     team_id = _waiting_team(store, team, [a, b])
     claims = {
-        c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30)
+        c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30, max_attempts=5)
         for c in store.children(team_id)
     }
 
@@ -86,11 +86,11 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     with store.engine.connect() as conn_a, store.engine.connect() as conn_b:
         tx_a = conn_a.begin()
         finish(a.name, conn_a)
-        assert fan_in(store, conn_a, team_id, publish_grace=30) is None
+        assert store.teams.fan_in_within(conn_a, team_id, decide, publish_grace=30) is None
         tx_b = conn_b.begin()
         finish(b.name, conn_b)
         tx_a.commit()
-        woken = fan_in(store, conn_b, team_id, publish_grace=30)
+        woken = store.teams.fan_in_within(conn_b, team_id, decide, publish_grace=30)
         tx_b.commit()
 
     # Then b's fan-in saw a's answer and moved the team on, with each answer once
@@ -102,14 +102,14 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
 def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
     """A team run that delegated one call per member, through the code the tool step uses."""
     run_id = new_run(store, team.name, "team")
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
     store.commit_step(
         claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
         status=S.QUEUED, next_step="tools", publish_grace=30,
     )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
     start_members(store, claim, [], delegations, publish_grace=30)

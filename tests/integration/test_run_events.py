@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from orchestrator import Agent, Client, InvalidInputError, RunNotFoundError, RunStatus, Team
 from orchestrator.events import MAX_PART, RunEvent, drop_restarted, parse_id
 from orchestrator.ports import get_delta_sink
+from orchestrator.reader import durable_events
 from orchestrator.settings import Settings
 from orchestrator.steps.live import LiveStep
 from orchestrator.store.tables import deltas
@@ -189,7 +190,7 @@ def test_a_streamed_runs_deltas_add_up_to_its_content_and_a_reader_resumes_after
     for i, event in enumerate(events):
         assert list(inline.client.stream(run.run_id, after=event.id)) == events[i + 1 :]
     # The durable events alone are what a run not streamed would show.
-    assert [e for e in events if e.event != "RunContent"] == inline.store.run_events(run.run_id)[1]
+    assert [e for e in events if e.event != "RunContent"] == durable_events(inline.store, run.run_id)[1]
 
 
 def test_a_retried_call_of_a_streamed_run_says_step_restarted_after_its_retry(inline: InMemoryDispatcher) -> None:
@@ -334,7 +335,7 @@ def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_
 
     agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="all there")))
     run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
-    durable = inline.store.run_events(run_id)[1]
+    durable = durable_events(inline.store, run_id)[1]
     gone = RedisDeltaSink(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
 
     events = list(follow(Follower(inline.store, gone, run_id), timeout=30))
@@ -343,14 +344,14 @@ def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_
 
 
 class CountingStore:
-    """A real store whose `run_events` reads are counted: how often a reader took a snapshot."""
+    """A real store whose `event_rows` reads are counted: how often a reader took a snapshot."""
 
     def __init__(self, store: object) -> None:
         self.store, self.reads = store, 0
 
-    def run_events(self, run_id: str, after: object = None) -> object:
+    def event_rows(self, run_id: str, since: int = 0) -> object:
         self.reads += 1
-        return self.store.run_events(run_id, after=after)  # type: ignore[attr-defined]
+        return self.store.event_rows(run_id, since=since)  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -176,7 +176,7 @@ def test_a_first_run_stores_an_empty_history_and_a_lost_claim_stores_none(manual
 
     # A claim whose lease ran out before the history was fixed: its holder stores nothing and is told
     later = agent.start("again", session_id=session)
-    lost = manual.store.claim(later.run_id, 0, "model", owner="host:1:slow", lease_seconds=-1)
+    lost = manual.store.claim(later.run_id, 0, "model", owner="host:1:slow", lease_seconds=-1, max_attempts=5)
     assert lost is not None
     with pytest.raises(FencedError, match="lost before its history was fixed"):
         manual.store.history(lost, 3)

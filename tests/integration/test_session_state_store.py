@@ -39,13 +39,13 @@ def tool_step(store: Store, session_id: str, *call_ids: str) -> Claim:
         run_id=run_id, session_id=session_id, agent_name="nobody", kind="agent",
         input_messages=[Message(role="user", content="go")], publish_grace=60,
     )  # fmt: skip
-    model = store.claim(run_id, 0, "model", owner="test-model", lease_seconds=30)
+    model = store.claim(run_id, 0, "model", owner="test-model", lease_seconds=30, max_attempts=5)
     assert model is not None
     calls = [ToolCall(id=c, name="tally").to_openai() for c in call_ids]
     store.commit_step(
         model, [Message(role="assistant", tool_calls=calls)], status=S.QUEUED, next_step="tools", publish_grace=60
     )
-    claim = store.claim(run_id, 1, "tools", owner="test-tools", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="test-tools", lease_seconds=30, max_attempts=5)
     assert claim is not None
     return claim
 

@@ -74,7 +74,7 @@ def test_a_claim_commits_without_its_fsync_and_the_steps_commit_with_it(tmp_path
     run_id = new_run(store, text="hi")
 
     # When a step is claimed and committed
-    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="w1", lease_seconds=30, max_attempts=5)
     assert claim is not None
     store.commit_step(
         claim, [Message(role="assistant", content="hello")], status=RunStatus.COMPLETED, next_step=None,

@@ -87,7 +87,7 @@ def test_a_checkpoint_inserts_only_the_new_messages_and_never_rewrites_earlier_o
     store = Store.open(settings.database_url)
     run_id = new_run(store)
     for step in range(3):
-        claim = store.claim(run_id, step, "model", owner="t", lease_seconds=30)
+        claim = store.claim(run_id, step, "model", owner="t", lease_seconds=30, max_attempts=5)
         assert claim is not None
         call = ToolCall(id=f"c{step}", name="noop")
         with statements(store) as seen:
@@ -123,13 +123,13 @@ def test_a_claim_lost_in_a_database_crash_cannot_let_two_holders_share_an_epoch(
     # Given worker A's claim, which PostgreSQL commits without waiting for its WAL flush
     store = Store.open(settings.database_url)
     run_id = new_run(store)
-    a = store.claim(run_id, 0, "model", owner="host:1:task-a", lease_seconds=30)
+    a = store.claim(run_id, 0, "model", owner="host:1:task-a", lease_seconds=30, max_attempts=5)
     assert a is not None
     # When a crash loses that claim (the row is back as it was) and worker B claims the same step
     with store.engine.begin() as conn:
         conn.execute(text("update ratchet_runs set status='QUEUED', epoch=epoch-1, lease_owner=null where run_id=:r"),
                      {"r": run_id})  # fmt: skip
-    b = store.claim(run_id, 0, "model", owner="host:2:task-b", lease_seconds=30)
+    b = store.claim(run_id, 0, "model", owner="host:2:task-b", lease_seconds=30, max_attempts=5)
     assert b is not None and b.epoch == a.epoch  # the epoch number is reused
     # Then A, still running, is fenced by owner; B commits
     reply = [Message(role="assistant", content="done")]
@@ -157,7 +157,7 @@ def test_postgres_claims_commit_without_waiting_for_the_wal_and_leave_no_session
     run_id = new_run(store)
     claim_params = dict(
         b_run_id=run_id, b_now=0.0, b_seq=0, b_kind="model", b_owner="host:1:t", b_expires=30.0,
-        b_cap=statements_module.NO_CAP, b_since=0,
+        b_cap=5, b_since=0,
     )  # fmt: skip
     with store.engine.connect() as conn:
         with conn.begin() as tx:
@@ -166,7 +166,7 @@ def test_postgres_claims_commit_without_waiting_for_the_wal_and_leave_no_session
             tx.rollback()
         assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
     # Through the store, the claim is committed when claim() returns: another connection sees it
-    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30, max_attempts=5)
     assert claim is not None
     with store.engine.connect() as conn:
         seen = conn.execute(text("select status, lease_owner from ratchet_runs where run_id=:r"), {"r": run_id}).one()
@@ -192,7 +192,7 @@ def test_a_connection_the_server_dropped_costs_no_read_claim_or_commit(pg_url: s
     admin.dispose()
     # Then reads, the claim and the step's commit go on, each on a new connection
     assert store.get_output(run_id).status == RunStatus.QUEUED
-    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30, max_attempts=5)
     assert claim is not None and [m.content for m in claim.messages] == ["hello"]
     store.commit_step(claim, [Message(role="assistant", content="done")], status=RunStatus.COMPLETED,
                       next_step=None, publish_grace=60, content="done")  # fmt: skip
@@ -208,14 +208,14 @@ def test_postgres_commits_a_step_in_one_statement_and_wakes_waiters_only_on_a_fi
     assert woken is not None
     call = ToolCall(id="c0", name="noop")
     # A step that is not final: one statement, no notice
-    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30, max_attempts=5)
     assert claim is not None
     with statements(store) as seen:
         store.commit_step(claim, [Message(role="assistant", tool_calls=[call.to_openai()])],
                           status=RunStatus.QUEUED, next_step="tools", publish_grace=60)  # fmt: skip
     assert len(seen) == 1 and seen[0].startswith("WITH MOVED AS (UPDATE RATCHET_RUNS")
     # A fenced final commit writes nothing and wakes nobody
-    claim = store.claim(run_id, 1, "tools", owner="host:1:t", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="host:1:t", lease_seconds=30, max_attempts=5)
     assert claim is not None
     stale = Claim(record=replace(claim.record, lease_owner="host:2:old"), transcript=claim.transcript)
     with pytest.raises(FencedError):
@@ -262,7 +262,7 @@ def test_a_claim_and_a_read_return_the_committed_transcript_whatever_the_process
         (a, "model", [Message(role="assistant", content="done — ok")], None),
     ]  # fmt: skip
     for seq, (store, kind, new, next_step) in enumerate(steps):
-        claim = store.claim(run_id, seq, kind, owner=f"host:{seq}:t", lease_seconds=30)
+        claim = store.claim(run_id, seq, kind, owner=f"host:{seq}:t", lease_seconds=30, max_attempts=5)
         assert claim is not None
         # What the claim hands the step is what is stored, though `a` cached part of it (the cache
         # keeps messages as the step made them, without the row's timestamp)
@@ -288,7 +288,7 @@ def test_a_cached_prefix_that_disagrees_with_the_store_is_dropped_and_the_transc
     # A cache that claims more messages than the run has committed (it cannot happen to committed
     # rows; if it ever did, the store must be believed)
     store.transcripts.extend(run_id, 0, [Message(role="user", content=t) for t in ("bogus", "prefix")])
-    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="host:1:t", lease_seconds=30, max_attempts=5)
     assert claim is not None
     assert [m.content for m in claim.messages] == ["the stored one"]
     assert [m.content for m in store.transcripts.known(run_id).messages] == ["the stored one"]
@@ -321,7 +321,7 @@ def test_every_write_of_the_outbox_marker_follows_where_it_leaves_the_run(settin
     assert store.get_record(run_id).publish_after == now
     # A move to QUEUED whose writer publishes the step, and one that leaves it to the sweeper
     for grace, due in ((30.0, now + 30), (None, now)):
-        assert store.claim(run_id, 0, "model", owner="t", lease_seconds=30) is not None
+        assert store.claim(run_id, 0, "model", owner="t", lease_seconds=30, max_attempts=5) is not None
         moved = store.move(run_id, src=(RunStatus.RUNNING,), dst=RunStatus.QUEUED, bump_epoch=True, publish_grace=grace)
         assert moved is not None and moved.publish_after == due
     # Any other status has nothing to publish, and nobody writes the marker by hand

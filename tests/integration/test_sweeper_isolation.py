@@ -51,7 +51,7 @@ def running(sweeper: Sweeper, agent: str = "nobody", *, claims: int = 1, lease: 
     for i in range(claims):
         if i:
             store.move(run_id, src=(S.RUNNING,), dst=S.QUEUED, epoch=None, lease_owner=None, lease_expires_at=None)
-        assert store.claim(run_id, 0, "model", owner=f"dead-{i}", lease_seconds=lease) is not None
+        assert store.claim(run_id, 0, "model", owner=f"dead-{i}", lease_seconds=lease, max_attempts=5) is not None
     return run_id
 
 

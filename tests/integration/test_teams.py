@@ -318,7 +318,7 @@ def test_concurrent_fan_ins_append_each_members_answer_exactly_once(settings: Se
     team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
     team_id = _waiting_team(store, team, [a, b])
     for child in store.children(team_id):
-        claim = store.claim(child.run_id, child.seq, "model", owner="test", lease_seconds=30)
+        claim = store.claim(child.run_id, child.seq, "model", owner="test", lease_seconds=30, max_attempts=5)
         assert claim is not None
         store.commit_step(
             claim, [Message(role="assistant", content=f"answer of {child.agent_name}")],
@@ -395,14 +395,14 @@ def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
         run_id=run_id, session_id=f"s-{run_id}", agent_name=team.name, kind="team",
         input_messages=[Message(role="user", content="go")], publish_grace=30,
     )  # fmt: skip
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
     store.commit_step(
         claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
         status=S.QUEUED, next_step="tools", publish_grace=30,
     )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
     start_members(store, claim, [], delegations, publish_grace=30)

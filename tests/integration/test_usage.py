@@ -207,7 +207,7 @@ def test_usage_of_rows_from_before_the_migration_reads_as_unknown_not_zero(old_d
 
     # When the store migrates it and the run takes a step whose call reported usage
     store = Store.open(old_database)
-    claim = store.claim("old", 1, "model", owner="w1", lease_seconds=30)
+    claim = store.claim("old", 1, "model", owner="w1", lease_seconds=30, max_attempts=5)
     assert claim is not None
     after = Metrics(input_tokens=10, output_tokens=4, cache_read_tokens=0, reasoning_tokens=1, cost=None)
     store.commit_step(

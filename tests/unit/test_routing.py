@@ -187,13 +187,13 @@ def test_a_continue_and_the_sweepers_republish_route_a_batch_as_its_first_publis
     assert inline.sweep().republished == [run_id]
     assert steps(inline)[-1] == tools_step
 
-    claim = store.claim(run_id, 1, "tools", owner="crashed", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="crashed", lease_seconds=30, max_attempts=5)
     assert claim is not None
     clock.advance(31)  # its worker died: the lease expires, the sweeper takes the step back
     assert inline.sweep().requeued == [run_id]
     assert steps(inline)[-1] == ("tools", 1, "gpu", 5)
 
-    claim = store.claim(run_id, 1, "tools", owner="failing", lease_seconds=30)
+    claim = store.claim(run_id, 1, "tools", owner="failing", lease_seconds=30, max_attempts=5)
     assert claim is not None
     store.fail(run_id, epoch=claim.epoch, error={"type": "Boom", "message": "the batch failed"})
     inline.client.continue_run(run_id)  # resumes in place, at the batch it owes

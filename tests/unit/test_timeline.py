@@ -77,7 +77,7 @@ def test_a_step_the_sweeper_took_back_counts_its_lost_attempt_and_the_one_in_pro
     assert [(s.task, s.status, s.attempt) for s in inline.client.get_steps(run_id)] == [("model", "queued", 1)]
 
     # A worker takes the step, then dies: its lease says who it was while it holds the step
-    claim = inline.store.claim(run_id, 0, "model", owner="host-a:4242:task-9", lease_seconds=30)
+    claim = inline.store.claim(run_id, 0, "model", owner="host-a:4242:task-9", lease_seconds=30, max_attempts=5)
     assert claim is not None
     (running,) = inline.client.get_steps(run_id)
     assert (running.status, running.worker, running.task_id, running.attempt) == ("running", "host-a:4242", "task-9", 1)

@@ -241,12 +241,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from orchestrator.store.database import migrate, open_engine
+    from orchestrator.store.database import upgrade
 
-    settings = Settings.from_env()
-    engine = open_engine(settings.database_url)
-    migrate(engine)
-    print(f"migrated {engine.url.render_as_string(hide_password=True)}")
+    print(f"migrated {upgrade(Settings.from_env().database_url)}")
     return 0
 
 
