@@ -43,7 +43,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
@@ -177,12 +176,6 @@ def _member_error(failed: list[RunRecord]) -> dict[str, str]:
         f"member run {first.run_id} ({first.agent_name}) ended in ERROR: "
         f"{first.error_type or 'Error'}: {first.error_message or ''}{more}"
     ).to_record()
-
-
-def fan_in(store: Store, conn: Any, team_run_id: str, *, publish_grace: float) -> RunRecord | None:
-    """In the caller's transaction: what steps/model.py's member commit still calls until it
-    uses `commit_and_fan_in` (the step helper replaces it; then this goes)."""
-    return store.teams.fan_in_within(conn, team_run_id, decide, publish_grace=publish_grace)
 
 
 def commit_and_fan_in(

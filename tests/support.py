@@ -10,11 +10,15 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection
 
-from orchestrator.messages import Message
+from orchestrator import Agent, Team
+from orchestrator.delegation import Delegation, start_members
+from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
 from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
+from orchestrator.status import RunStatus as S
 from orchestrator.store import Store
+from orchestrator.team import TO_MEMBER
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
 
@@ -96,3 +100,20 @@ def migrate_to(url: str, revision: str, rows: Callable[[Connection], None]) -> N
             rows(conn)
     finally:
         engine.dispose()
+
+
+def waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
+    """A team run that delegated one call per member, through the code the tool step uses."""
+    run_id = new_run(store, team.name, "team")
+    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
+    assert claim is not None
+    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
+    store.commit_step(
+        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
+        status=S.QUEUED, next_step="tools", publish_grace=30,
+    )  # fmt: skip
+    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
+    assert claim is not None
+    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
+    start_members(store, claim, [], delegations, publish_grace=30)
+    return run_id

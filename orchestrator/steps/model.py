@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from functools import partial
 
 from orchestrator import delegation, structured, tracing
 from orchestrator.agent import Agent, get_agent
@@ -258,17 +257,15 @@ class ModelStep:
             )
         else:
             # A member's final answer reaches its team in the same transaction: no crash between.
-            fan_in = partial(delegation.fan_in, store, team_run_id=team, publish_grace=grace)
             # If a retry finds the commit landed, its fan-in landed with it; the team's outbox
             # marker then has the sweeper publish the leader's step.
             committed, woken = self.steps.durably(
                 claim,
-                lambda: store.commit_and_fan_in(
+                lambda: delegation.commit_and_fan_in(
+                    store,
                     claim,
                     [message],
-                    fan_in=fan_in,
                     status=status,
-                    next_step=next_step,
                     publish_grace=grace,
                     content=content,
                     system_message=new_system,

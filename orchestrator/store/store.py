@@ -490,34 +490,6 @@ class Store(reads.Reader):
                 sessions.apply(conn, record, state_changes)
             return record
 
-    def commit_and_fan_in(
-        self,
-        claim: Claim,
-        new_messages: Sequence[Message],
-        *,
-        fan_in: Callable[[Connection], RunRecord | None],
-        status: RunStatus,
-        next_step: str | None,
-        publish_grace: float,
-        content: str | None = None,
-        system_message: str | None = None,
-    ) -> tuple[RunRecord, RunRecord | None]:
-        """A team member's final `commit_step` and its team's `fan_in` in one transaction, so no
-        crash comes between them: the committed run, and the team as the fan-in left it (None
-        if it did not move). The caller calls `remember` once it committed."""
-        with self.engine.begin() as conn:
-            committed = self.commit_step(
-                claim,
-                new_messages,
-                status=status,
-                next_step=next_step,
-                publish_grace=publish_grace,
-                content=content,
-                system_message=system_message,
-                conn=conn,
-            )
-            return committed, fan_in(conn)
-
 
 _cache_lock = threading.Lock()
 _cache: dict[str, Store] = {}

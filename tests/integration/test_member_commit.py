@@ -1,74 +1,69 @@
 """A team member's final commit and its team's fan-in are one transaction
-(`Store.commit_and_fan_in`), on both databases: no crash can come between them."""
+(`delegation.commit_and_fan_in`, `Store.teams`), on both databases: no crash can come between."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Connection
 
+from orchestrator import Agent, Team
+from orchestrator.delegation import commit_and_fan_in
 from orchestrator.messages import Message
+from orchestrator.models import OpenAIChat
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus as S
 from orchestrator.store import Claim, Store
+from orchestrator.store.teams import FanIn
+from tests.support import waiting_team
 
 
-def _claimed(store: Store) -> Claim:
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id,
-        session_id=f"s-{run_id[:6]}",
-        agent_name="member",
-        kind="agent",
-        input_messages=[Message(role="user", content="go")],
-        publish_grace=30,
-    )
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30)
+def _member_claimed(store: Store) -> tuple[str, Claim]:
+    """A team waiting on its one member, and that member's first step claimed."""
+    t = uuid.uuid4().hex[:6]
+    member = Agent(name=f"member-{t}", model=OpenAIChat(id="m"))
+    team_id = waiting_team(store, Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[member]), [member])
+    (child,) = store.children(team_id)
+    claim = store.claim(child.run_id, child.seq, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
-    return claim
+    return team_id, claim
 
 
-def _commit(
-    store: Store, claim: Claim, fan_in: Callable[[Connection], RunRecord | None]
-) -> tuple[RunRecord, RunRecord | None]:
-    return store.commit_and_fan_in(
-        claim,
-        [Message(role="assistant", content="done")],
-        fan_in=fan_in,
-        status=S.COMPLETED,
-        next_step=None,
-        publish_grace=30,
-        content="done",
+def test_the_members_answer_and_the_teams_wake_land_together(db_url: str) -> None:
+    store = Store.open(db_url)
+    team_id, claim = _member_claimed(store)
+
+    committed, woken = commit_and_fan_in(
+        store, claim, [Message(role="assistant", content="done")], status=S.COMPLETED, publish_grace=30, content="done"
     )
 
-
-def test_the_fan_in_runs_in_the_commits_transaction_and_sees_the_member_completed(db_url: str) -> None:
-    store = Store.open(db_url)
-    claim = _claimed(store)
-    seen: list[S] = []
-
-    def fan_in(conn: Connection) -> RunRecord | None:
-        seen.append(store.get_record(claim.run_id, conn).status)
-        return None
-
-    committed, woken = _commit(store, claim, fan_in)
-
-    assert (committed.status, woken, seen) == (S.COMPLETED, None, [S.COMPLETED])
-    assert [m.content for m in store.get_messages(claim.run_id)] == ["go", "done"]
+    assert committed.status == S.COMPLETED
+    assert woken is not None and (woken.run_id, woken.status) == (team_id, S.QUEUED)
+    assert [m.content for m in store.get_messages(team_id) if m.role == "tool"] == ["done"]
 
 
 def test_a_fan_in_that_fails_leaves_the_members_step_uncommitted(db_url: str) -> None:
     store = Store.open(db_url)
-    claim = _claimed(store)
+    team_id, claim = _member_claimed(store)
+    seen: list[S] = []
 
-    def fan_in(conn: Connection) -> RunRecord | None:
+    def decide(team: RunRecord, messages: list[Message], members: list[RunRecord]) -> FanIn | None:
+        seen.extend(m.status for m in members)  # the member's commit is visible to its fan-in
         raise RuntimeError("the team could not be moved")
 
     with pytest.raises(RuntimeError, match="could not be moved"):
-        _commit(store, claim, fan_in)
+        store.teams.commit_step_and_fan_in(
+            claim,
+            [Message(role="assistant", content="done")],
+            decide,
+            status=S.COMPLETED,
+            next_step=None,
+            publish_grace=30,
+            content="done",
+        )
 
+    assert seen == [S.COMPLETED]
     record = store.get_record(claim.run_id)
     assert (record.status, record.seq, record.epoch) == (S.RUNNING, 0, claim.epoch)
-    assert [m.content for m in store.get_messages(claim.run_id)] == ["go"]
+    assert [m.role for m in store.get_messages(claim.run_id)] == ["user"]
+    assert store.get_record(team_id).status == S.WAITING

@@ -12,13 +12,12 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from orchestrator import Agent, RunStatus, Team
-from orchestrator.delegation import Delegation, decide, start_members
-from orchestrator.messages import Message, ToolCall
+from orchestrator.delegation import decide
+from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.store import Store, forget_stores
-from orchestrator.team import TO_MEMBER
 from tests.isolation import PgDatabases
-from tests.support import new_run
+from tests.support import new_run, waiting_team
 
 pytestmark = pytest.mark.postgres
 S = RunStatus
@@ -67,7 +66,7 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     t = uuid.uuid4().hex[:6]
     a, b = Agent(name=f"a-{t}", model=OpenAIChat(id="a")), Agent(name=f"b-{t}", model=OpenAIChat(id="b"))
     team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
-    team_id = _waiting_team(store, team, [a, b])
+    team_id = waiting_team(store, team, [a, b])
     claims = {
         c.agent_name: store.claim(c.run_id, c.seq, "model", owner=f"w-{c.agent_name}", lease_seconds=30, max_attempts=5)
         for c in store.children(team_id)
@@ -97,20 +96,3 @@ def test_two_members_finishing_at_the_same_time_fan_in_their_team_once(strict_db
     assert woken is not None and woken.status == S.QUEUED
     results = sorted(m.content or "" for m in store.get_messages(team_id) if m.role == "tool")
     assert results == [f"answer of {a.name}", f"answer of {b.name}"]
-
-
-def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
-    """A team run that delegated one call per member, through the code the tool step uses."""
-    run_id = new_run(store, team.name, "team")
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
-    store.commit_step(
-        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
-        status=S.QUEUED, next_step="tools", publish_grace=30,
-    )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
-    start_members(store, claim, [], delegations, publish_grace=30)
-    return run_id
