@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
     from celery import Celery
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: The repository's examples/ (workers/cli/commands.py is two folders below it).
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
 SIGPIPE_EXIT = 141
 
