@@ -22,7 +22,9 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     #: A team run waiting for its member runs; holds no worker.
     WAITING = "WAITING"
-    #: A tool needs a human decision; continue resumes it in place with the decisions.
+    #: Reserved for a run waiting on a person's decision. Nothing moves a run here in this release
+    #: (no move of `TRANSITIONS` enters it); the value stays so that the statuses which name it
+    #: (a live run, a cancellable one, what `wait()` stops at) already hold it.
     PAUSED = "PAUSED"
     #: A step failed for good; the row keeps every message and the error. Continue resumes in place.
     ERROR = "ERROR"
@@ -47,10 +49,12 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     # claim; a team delegating; a poison or unrecoverable step found before it starts; cancel
     S.QUEUED: frozenset({S.RUNNING, S.ERROR, S.CANCELLED}),
     # commit (next step queued), final answer, failure, team waits on members, re-claim after an
-    # expired lease (RUNNING -> RUNNING with a new epoch), cancel, park for a human
-    S.RUNNING: frozenset({S.QUEUED, S.COMPLETED, S.ERROR, S.WAITING, S.RUNNING, S.CANCELLED, S.PAUSED}),
+    # expired lease (RUNNING -> RUNNING with a new epoch), cancel
+    S.RUNNING: frozenset({S.QUEUED, S.COMPLETED, S.ERROR, S.WAITING, S.RUNNING, S.CANCELLED}),
     # the last member finished (leader's next step queued), a member failed, cancel
     S.WAITING: frozenset({S.QUEUED, S.ERROR, S.CANCELLED}),
+    # unreachable (nothing enters PAUSED); its moves out are those cancel, which lists it among the
+    # live statuses, and continue make of any stopped run
     S.PAUSED: frozenset({S.QUEUED, S.CANCELLED}),
     # continue in place (or back to WAITING when a team's failed member is continued); cancel
     S.ERROR: frozenset({S.QUEUED, S.WAITING, S.CANCELLED}),

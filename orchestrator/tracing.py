@@ -212,9 +212,13 @@ def starting(
     if team is not None:
         attributes["ratchet.parent_run_id"] = team.run_id
     span = tracer.start_span(
-        f"ratchet.start_run {agent_name}", kind=api.SpanKind.PRODUCER, attributes=attributes, links=links,
-        record_exception=False, set_status_on_exception=False,
-    )  # fmt: skip
+        f"ratchet.start_run {agent_name}",
+        kind=api.SpanKind.PRODUCER,
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
     return Starting(span, None)
 
 
@@ -294,17 +298,25 @@ def step(record: RunRecord, kind: str) -> Traced:
     trace_id, span_id, flags = _parsed(record)
     remote = api.SpanContext(trace_id, span_id, True, api.TraceFlags(flags))
     attributes: dict[str, Any] = {
-        "ratchet.run_id": record.run_id, "ratchet.step.kind": kind, "ratchet.step.seq": record.seq,
-        "ratchet.step.attempt": record.attempts, "ratchet.step.epoch": record.epoch,
-        "ratchet.step.retries": record.retries, "ratchet.worker": record.lease_owner or "",
-        "gen_ai.agent.name": record.agent_name, "gen_ai.conversation.id": record.session_id,
-    }  # fmt: skip
+        "ratchet.run_id": record.run_id,
+        "ratchet.step.kind": kind,
+        "ratchet.step.seq": record.seq,
+        "ratchet.step.attempt": record.attempts,
+        "ratchet.step.epoch": record.epoch,
+        "ratchet.step.retries": record.retries,
+        "ratchet.worker": record.lease_owner or "",
+        "gen_ai.agent.name": record.agent_name,
+        "gen_ai.conversation.id": record.session_id,
+    }
     if record.parent_run_id is not None:
         attributes["ratchet.parent_run_id"] = record.parent_run_id
     span = tracer.start_span(
-        f"ratchet.step.{kind} {record.agent_name}", context=api.set_span_in_context(api.NonRecordingSpan(remote)),
-        attributes=attributes, record_exception=False, set_status_on_exception=False,
-    )  # fmt: skip
+        f"ratchet.step.{kind} {record.agent_name}",
+        context=api.set_span_in_context(api.NonRecordingSpan(remote)),
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
     return _Current(span)
 
 
@@ -314,10 +326,12 @@ def model_call(model: Model, record: RunRecord, *, stream: bool, structured: boo
     if tracer is None:
         return OFF
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": model.id,
-        "gen_ai.conversation.id": record.session_id, "gen_ai.agent.name": record.agent_name,
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model.id,
+        "gen_ai.conversation.id": record.session_id,
+        "gen_ai.agent.name": record.agent_name,
         "ratchet.run_id": record.run_id,
-    }  # fmt: skip
+    }
     if model.provider is not None:
         # gen_ai.system is the name conventions before 1.37 gave it; backends still read it.
         attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = model.provider
@@ -327,9 +341,12 @@ def model_call(model: Model, record: RunRecord, *, stream: bool, structured: boo
         attributes["gen_ai.output.type"] = "json"
     attributes.update(model.span_attributes())
     span = tracer.start_span(
-        f"chat {model.id}", kind=_otel().SpanKind.CLIENT, attributes=attributes,
-        record_exception=False, set_status_on_exception=False,
-    )  # fmt: skip
+        f"chat {model.id}",
+        kind=_otel().SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
     return _Current(span)
 
 
@@ -340,9 +357,12 @@ def tool_call(call: ToolCall, run_id: str) -> Traced:
         return OFF
     name = storable_name(call.name, TOOL_NAME_MAX)
     attributes = {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call.id,
-        "gen_ai.tool.type": "function", "ratchet.run_id": run_id,
-    }  # fmt: skip
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+        "ratchet.run_id": run_id,
+    }
     span = tracer.start_span(
         f"execute_tool {name}", attributes=attributes, record_exception=False, set_status_on_exception=False
     )
@@ -361,5 +381,13 @@ def _set_error(span: Span, kind: str) -> None:
 
 
 __all__ = [
-    "active", "derived", "flush", "model_call", "run_context", "starting", "step", "tool_call", "use_tracer_provider",
-]  # fmt: skip
+    "active",
+    "derived",
+    "flush",
+    "model_call",
+    "run_context",
+    "starting",
+    "step",
+    "tool_call",
+    "use_tracer_provider",
+]

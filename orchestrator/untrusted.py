@@ -1,6 +1,6 @@
 """Making what a model or a tool returns storable, and errors describable.
 
-Everything a model or a tool produces is untrusted (DESIGN.md, "Untrusted data"): it may hold
+Everything a model or a tool produces is untrusted (ARCHITECTURE.md, "What comes from outside"): it may hold
 characters no database column can take (NUL on PostgreSQL; lone surrogates, which `os.listdir`
 and `surrogateescape` produce, on both) or names and ids longer than their columns. Such text is
 escaped, never dropped, and the message says so; names and ids are clipped or mapped to what the
@@ -15,7 +15,7 @@ import re
 
 #: What no column can hold: NUL (PostgreSQL text) and lone surrogates (UTF-8 on both databases).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-#: Column widths of the message columns that hold model-chosen names (see `store.schema`).
+#: Column widths of the message columns that hold model-chosen names (see `store.tables`).
 TOOL_NAME_MAX = 256
 TOOL_CALL_ID_MAX = 128
 ERROR_TYPE_MAX = 128

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, quote_plus
 
+#: Where the adapters read the API key when none is passed, at each call.
+API_KEY_VAR = "OPENAI_API_KEY"
+
 # sk-, sk-proj-, and the masked forms OpenAI echoes back ("sk-abc***wxyz"), URL-encoded or not,
 # or inside a JSON string ("/" escaped as "\/").
 _KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_*\-/+=%\\]+")

@@ -1,4 +1,4 @@
-"""Shared code of the OpenAI adapters: clients, the API key, and error classification.
+"""Shared code of the OpenAI adapters: the base class, its client and the API key.
 
 The API key is read when a call is made, never at construction, so a model object can be built
 where no key exists (a producer) and a key fixed on the workers takes effect on the next call.
@@ -10,9 +10,8 @@ Ratchet's settings are not read here: a worker reads them once, at start, and pa
 timeout of each call in `CallContext.timeout`.
 
 A key that cannot go into an HTTP header is refused before any client is built, and whatever the
-call raises reaches logs and the broker only as a `ModelCallError` whose text holds no key. An
-exception the caller's runtime injects into the call (Celery's soft time limit) is not the call's
-error: it propagates as it is, even from an SDK that wraps it as a connection error.
+call raises reaches logs and the broker only as a `ModelCallError` whose text holds no key
+(`orchestrator.models.failures` classifies it).
 
 `openai` is imported lazily: importing an agent definition should not cost the SDK's import time
 in processes that never call the model.
@@ -20,21 +19,19 @@ in processes that never call the model.
 
 from __future__ import annotations
 
-import json
-import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
-from orchestrator.models._keys import key_problem, redact
+from orchestrator.models._keys import API_KEY_VAR, key_problem
 from orchestrator.models._spans import request_attributes
+from orchestrator.models._streaming import StreamReader, stream_reply
 from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, RateLimit, ToolSpec
+from orchestrator.models.failures import guarded_call, read_guarded
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 from orchestrator.usage import Prices
 
@@ -42,186 +39,10 @@ if TYPE_CHECKING:
     import openai
     from openai import RequestOptions
 
-    from orchestrator.models._streaming import StreamReader
-
 #: `request_params` keys that `create()` takes as request options rather than body parameters.
 _SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-API_KEY_VAR = "OPENAI_API_KEY"
 BASE_URL_VAR = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
-
-_KIND_BY_STATUS = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    409: "ConflictError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-}
-# Packages whose exceptions are network failures: the cause of a real APIConnectionError.
-_TRANSPORT_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "h2", "anyio", "ssl", "socket"})
-# What the HTTP call itself may raise besides openai's errors: Python's error categories and the
-# HTTP and SDK stack's own types. Anything else (Celery's SoftTimeLimitExceeded) was injected by
-# the caller's runtime and is not the call's to classify.
-_CALL_ERRORS = (
-    ArithmeticError, AssertionError, AttributeError, LookupError, OSError, RuntimeError, TypeError, ValueError,
-)  # fmt: skip
-_STACK_PACKAGES = _TRANSPORT_PACKAGES | {"openai", "pydantic", "pydantic_core", "jiter"}
-_CONTEXT_LENGTH_HINTS = ("context_length_exceeded", "context length", "maximum context", "context window")
-
-T = TypeVar("T")
-
-
-def retryable_status(status: int) -> bool:
-    """Whether an HTTP status may succeed on a retry: 408, 409, 429 and 5xx do; other 4xx are final."""
-    return status in (408, 409, 429) or status >= 500
-
-
-def kind_for_status(status: int) -> str:
-    """The openai exception class name the SDK raises for a status."""
-    return _KIND_BY_STATUS.get(status, "InternalServerError" if status >= 500 else "APIStatusError")
-
-
-def is_context_length_error(code: str | None, message: str) -> bool:
-    """Whether a provider error says the conversation no longer fits the model (final: retrying cannot help)."""
-    text = f"{code or ''} {message}".lower()
-    return any(hint in text for hint in _CONTEXT_LENGTH_HINTS)
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    millis = _finite(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return max(0.0, millis / 1000)
-    raw = lowered.get("retry-after")
-    if raw is None:
-        return None
-    seconds = _finite(raw)
-    if seconds is not None:
-        return max(0.0, seconds)
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def malformed(model: Model, what: str) -> ModelCallError:
-    """The error for a reply that cannot be read (retryable: the next sample may be fine)."""
-    return ModelCallError(f"{model.describe()}: malformed reply: {what}", retryable=True, kind="MalformedReply")
-
-
-def injected_cause(exc: BaseException) -> BaseException | None:
-    """The exception an SDK older than 3.14.1 wrapped as `APIConnectionError` although it is no
-    network failure (Celery's SoftTimeLimitExceeded raised during the call), else None."""
-    import openai
-
-    cause = exc.__cause__
-    if not isinstance(exc, openai.APIConnectionError) or cause is None or isinstance(cause, OSError):
-        return None
-    return None if _package(cause) in _TRANSPORT_PACKAGES else cause
-
-
-def is_call_error(exc: BaseException) -> bool:
-    """Whether the HTTP call itself raised `exc` (a bad header, a body that is not JSON, an SDK
-    bug), as opposed to the caller's runtime interrupting it."""
-    return isinstance(exc, _CALL_ERRORS) or _package(exc) in _STACK_PACKAGES
-
-
-def translate_call_error(exc: BaseException, *, model: Model, api_key: str | None) -> ModelCallError:
-    """A `ModelCallError` for a non-openai exception from the call, with no key in its text."""
-    kind = type(exc).__name__
-    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
-        # A 200 whose body is not JSON: a proxy's page, a reply cut short. The next try may be fine.
-        # Redacted before it is cut: a cut through the key would leave a piece redact cannot match.
-        start = redact(exc.doc, api_key)[:80] if isinstance(exc, json.JSONDecodeError) else ""
-        return malformed(
-            model,
-            f"the body is not JSON ({kind}: {exc}; it starts {_safe(start)!r})",
-        )
-    detail = _safe(redact(str(exc), api_key)[:300])
-    return ModelCallError(
-        f"{model.describe()}: the call failed before a reply could be read: {kind}: {detail} "
-        "(check the model's settings: base_url, default_headers, request_params)",
-        retryable=False,
-        kind=kind,
-    )
-
-
-def translate_error(
-    exc: Exception, *, model: Model, api_key: str | None, timeout: float | None = None
-) -> ModelCallError:
-    """Classify an openai exception into a `ModelCallError` whose text holds no key."""
-    import openai
-
-    kind = type(exc).__name__
-    detail = redact(str(getattr(exc, "message", None) or exc), api_key)
-    where = model.describe()
-    if isinstance(exc, openai.APIResponseValidationError):
-        return malformed(model, detail)
-    if isinstance(exc, openai.APITimeoutError) and timeout is not None:
-        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
-        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
-    if isinstance(exc, openai.APIConnectionError):
-        # Includes APITimeoutError: the request may not have reached the provider, or it was slow.
-        return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        retryable = retryable_status(status) and not is_context_length_error(exc.code, detail)
-        hint = ""
-        if status in (401, 403):
-            hint = f" (check {API_KEY_VAR} in the environment of the workers)"
-        return ModelCallError(
-            f"{where}: {kind} (HTTP {status}){hint}: {detail}",
-            retryable=retryable,
-            status_code=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            kind=kind,
-        )
-    return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
-
-
-def guarded_call(call: Callable[[], T], *, model: Model, api_key: str | None, timeout: float | None) -> T:
-    """`call()`, whose failure is raised as `call_failure` makes it: outside the except block, so
-    the SDK's exception (whose text or arguments may hold the key, as a UnicodeEncodeError's do) is
-    not chained into tracebacks and logs."""
-    try:
-        return call()
-    except Exception as exc:
-        failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
-        if failure is None:
-            raise
-    raise failure
-
-
-def call_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
-    """What a call that raised `exc` raises instead: a classified `ModelCallError`, or the
-    exception the caller's runtime injected (which an old SDK wrapped); None when `exc` is not
-    the call's error and must propagate as it is."""
-    import openai
-
-    if isinstance(exc, openai.OpenAIError):
-        return injected_cause(exc) or translate_error(exc, model=model, api_key=api_key, timeout=timeout)
-    if not is_call_error(exc):
-        return None
-    return translate_call_error(exc, model=model, api_key=api_key)
-
-
-def read_guarded(model: Model, api_key: str | None, read: Callable[..., T], *args: Any) -> T:
-    """`read(*args)`, where a reply the provider sent but that cannot be read (a tool call without
-    an id or a name, a missing field) is a malformed reply: the next sample may be fine, so it is
-    retried like a 5xx."""
-    try:
-        return read(*args)
-    except ModelCallError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise malformed(model, f"{type(exc).__name__}: {redact(str(exc), api_key)[:300]}") from None
 
 
 class OpenAIModel(Model):
@@ -304,9 +125,14 @@ class OpenAIModel(Model):
         limit = options.get("timeout", timeout)
         call_timeout = limit if isinstance(limit, int | float) else None
         if context.on_delta is not None:
-            from orchestrator.models._streaming import stream_reply
-
-            return stream_reply(self, client, params, options, context.on_delta, api_key=api_key, timeout=call_timeout)
+            return stream_reply(
+                self,
+                lambda: self.open_stream(client, params, options),
+                self.stream_reader(),
+                context.on_delta,
+                api_key=api_key,
+                timeout=call_timeout,
+            )
         raw = guarded_call(
             lambda: self.send(client, params, options), model=self, api_key=api_key, timeout=call_timeout
         )
@@ -379,22 +205,3 @@ class OpenAIModel(Model):
 def sampling(**values: Any) -> dict[str, Any]:
     """The sampling parameters that were set (None means: let the provider choose)."""
     return {k: v for k, v in values.items() if v is not None}
-
-
-def _package(exc: BaseException) -> str:
-    return type(exc).__module__.partition(".")[0]
-
-
-def _safe(text: str) -> str:
-    # Text Ratchet writes itself must be storable: no lone surrogates, no NUL.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-
-
-def _finite(raw: str | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None

@@ -20,17 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import ModelCallError
 from orchestrator.messages import ToolCall
-from orchestrator.models._keys import redact
-from orchestrator.models._openai import call_failure, guarded_call, is_context_length_error, read_guarded
 from orchestrator.models.base import Model, ModelReply
+from orchestrator.models.failures import call_failure, guarded_call, read_guarded, stream_error
 
 if TYPE_CHECKING:
     import openai
-    from openai import RequestOptions
-
-    from orchestrator.models._openai import OpenAIModel
 
 
 class StreamReader(ABC):
@@ -60,20 +55,17 @@ class PartialCall:
 
 
 def stream_reply(
-    model: OpenAIModel,
-    client: openai.OpenAI,
-    params: dict[str, Any],
-    options: RequestOptions,
+    model: Model,
+    open_stream: Callable[[], openai.Stream[Any]],
+    reader: StreamReader,
     on_delta: Callable[[str], None],
     *,
     api_key: str | None,
     timeout: float | None,
 ) -> ModelReply:
-    """Make one streamed call: `on_delta(text)` per piece of text as it arrives, then the reply."""
-    stream = guarded_call(
-        lambda: model.open_stream(client, params, options), model=model, api_key=api_key, timeout=timeout
-    )
-    reader = model.stream_reader()
+    """Make one streamed call (`open_stream()` sends it): `on_delta(text)` per piece of text as it
+    arrives, then the reply `reader` built from the events."""
+    stream = guarded_call(open_stream, model=model, api_key=api_key, timeout=timeout)
     with stream:
         for event in _events(stream, model=model, api_key=api_key, timeout=timeout):
             text = read_guarded(model, api_key, reader.feed, event)
@@ -82,19 +74,7 @@ def stream_reply(
     return read_guarded(model, api_key, reader.reply)
 
 
-def stream_error(model: Model, code: str | None, message: str, api_key: str | None) -> ModelCallError:
-    """The error for an error event in a stream: the provider failed mid-reply."""
-    detail = redact(message, api_key)[:300]
-    return ModelCallError(
-        f"{model.describe()}: the stream reported an error{f' ({code})' if code else ''}: {detail}",
-        retryable=not is_context_length_error(code, detail),
-        kind="StreamError",
-    )
-
-
-def _events(
-    stream: openai.Stream[Any], *, model: OpenAIModel, api_key: str | None, timeout: float | None
-) -> Iterator[Any]:
+def _events(stream: openai.Stream[Any], *, model: Model, api_key: str | None, timeout: float | None) -> Iterator[Any]:
     import openai
 
     events = iter(stream)

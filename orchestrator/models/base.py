@@ -130,5 +130,12 @@ class Model(ABC):
 
 
 __all__ = [
-    "CallContext", "Model", "ModelCallError", "ModelReply", "OutputFormat", "Prices", "RateLimit", "ToolSpec",
-]  # fmt: skip
+    "CallContext",
+    "Model",
+    "ModelCallError",
+    "ModelReply",
+    "OutputFormat",
+    "Prices",
+    "RateLimit",
+    "ToolSpec",
+]

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models._json import json_list, json_object, member, post_json
-from orchestrator.models._openai import OpenAIModel, malformed, sampling
+from orchestrator.models._openai import OpenAIModel, sampling
 from orchestrator.models._streaming import PartialCall, StreamReader
 from orchestrator.models.base import ModelReply, OutputFormat, RateLimit, ToolSpec
+from orchestrator.models.failures import malformed
 from orchestrator.usage import Prices, reported_usage
 
 if TYPE_CHECKING:

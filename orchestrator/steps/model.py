@@ -286,7 +286,7 @@ class ModelStep:
 
 def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, prices: Prices | None) -> Message:
     """The reply as the message the store will hold: call ids unique and storable, text storable
-    (what a model says is untrusted: DESIGN.md, "Untrusted data"), its usage costed at `prices`."""
+    (what a model says is untrusted: ARCHITECTURE.md, "What comes from outside"), its usage costed at `prices`."""
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
     return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message(prices)

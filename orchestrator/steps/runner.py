@@ -1,6 +1,6 @@
 """The step protocol, and `StepRunner`, which applies it to every step a process runs.
 
-The protocol (DESIGN.md): claim (guarded, bumps the epoch, sets the lease); work outside any
+The protocol (README.md, "How a step works"): claim (guarded, bumps the epoch, sets the lease); work outside any
 transaction; commit fenced by the epoch, tried again through transient database errors
 (`durably`); publish the next step after the commit. A step that raises is aborted here (a
 fenced one leaves only a trace); the task's failure handler then calls `fail_step`, which flushes

@@ -123,10 +123,12 @@ def chat_usage(usage: Mapping[str, int]) -> CompletionUsage:
     """A Chat Completions `usage` for a reply's usage (a stream sends it in its last chunk)."""
     tokens_in, tokens_out = usage["input_tokens"], usage["output_tokens"]
     return CompletionUsage(
-        prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
+        prompt_tokens=tokens_in,
+        completion_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.get("cached_tokens", 0)),
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=usage.get("reasoning_tokens", 0)),
-    )  # fmt: skip
+    )
 
 
 def error_reply(body: Mapping[str, Any]) -> dict[str, Any]:

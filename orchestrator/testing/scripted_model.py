@@ -17,9 +17,14 @@ from typing import Any
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models._openai import is_context_length_error, kind_for_status, malformed, retryable_status
-from orchestrator.models._streaming import stream_error
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
+from orchestrator.models.failures import (
+    is_context_length_error,
+    kind_for_status,
+    malformed,
+    retryable_status,
+    stream_error,
+)
 from orchestrator.testing.script import ScriptConfig, ScriptedError, ScriptedReply, ScriptState, decide
 from orchestrator.usage import Prices
 

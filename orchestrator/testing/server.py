@@ -235,9 +235,15 @@ class _Handler(BaseHTTPRequestHandler):
         stream = body.get("stream") is True
         api_key = _bearer(self.headers.get("Authorization"))
         decision = decide(
-            owner.config, owner.state, model=model, api_key=api_key, conversation=conversation, tools=tools,
-            conversation_key=key, stream=stream,
-        )  # fmt: skip
+            owner.config,
+            owner.state,
+            model=model,
+            api_key=api_key,
+            conversation=conversation,
+            tools=tools,
+            conversation_key=key,
+            stream=stream,
+        )
         # Logged on arrival, before any hold and the scripted delay: a test can then see a call in
         # flight, and a call whose client was killed while it waited still counts.
         owner._record(
@@ -268,6 +274,13 @@ class _Handler(BaseHTTPRequestHandler):
         owner.holding.wait(model)
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
+        self._reply(api, model, body, decision, stream=stream)
+
+    def _reply(
+        self, api: str, model: str, body: dict[str, Any], decision: ScriptedReply | ScriptedError, *, stream: bool
+    ) -> None:
+        """Send what the script decided: its error, its reply streamed, or its reply whole."""
+        owner = self.server.owner
         trickle = owner.config.for_model(model).trickle_s
         if isinstance(decision, ScriptedError):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}

@@ -94,9 +94,13 @@ def chat_chunks(
     events.append(chunk(ChoiceDelta(), finish=reply.finish_reason))
     if include_usage:
         last = ChatCompletionChunk(
-            id=ident, object="chat.completion.chunk", created=created, model=model, choices=[],
+            id=ident,
+            object="chat.completion.chunk",
+            created=created,
+            model=model,
+            choices=[],
             usage=chat_usage(reply.usage),
-        )  # fmt: skip
+        )
         body = last.model_dump(mode="json", exclude_unset=True)
         events.append(_data_of({**body, "usage": {**body["usage"], **(usage_fields or {})}}))
     return [*events, CHAT_DONE]

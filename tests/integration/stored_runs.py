@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus
@@ -14,10 +14,12 @@ from orchestrator.store import Store
 from orchestrator.store.tables import deltas, events, messages, runs, sessions, tool_starts
 
 S = RunStatus
-#: The moves from QUEUED that leave a run in each status.
+#: The moves from QUEUED that leave a run in each status. No move enters PAUSED yet (nothing in
+#: this release pauses a run): a PAUSED row is written as such after its claim, as the row a
+#: later release's pause leaves, so the retention and listing tests keep covering it.
 PATHS: dict[RunStatus, tuple[RunStatus, ...]] = {
     S.QUEUED: (), S.RUNNING: (S.RUNNING,), S.COMPLETED: (S.RUNNING, S.COMPLETED), S.ERROR: (S.RUNNING, S.ERROR),
-    S.CANCELLED: (S.CANCELLED,), S.WAITING: (S.RUNNING, S.WAITING), S.PAUSED: (S.RUNNING, S.PAUSED),
+    S.CANCELLED: (S.CANCELLED,), S.WAITING: (S.RUNNING, S.WAITING), S.PAUSED: (S.RUNNING,),
 }  # fmt: skip
 #: Every table that holds rows of a run, and its run_id column.
 TABLES = {"runs": runs, "messages": messages, "tool_starts": tool_starts, "events": events, "deltas": deltas}
@@ -53,6 +55,9 @@ def seed(
             error = {"error_type": "ModelCallError", "error_message": "it broke"} if dst == S.ERROR else {}
             assert store.move(run_id, src=(src,), dst=dst, event=dst.value.lower(), **error) is not None
         src = dst
+    if status == S.PAUSED:
+        with store.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(status=S.PAUSED.value))
     return run_id
 
 

@@ -18,8 +18,9 @@ import pytest
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
-from orchestrator.models._openai import OpenAIModel, injected_cause
+from orchestrator.models._openai import OpenAIModel
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
+from orchestrator.models.failures import injected_cause
 from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig

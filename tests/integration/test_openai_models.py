@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
-from orchestrator.models._openai import OpenAIModel, parse_retry_after
+from orchestrator.models._openai import OpenAIModel
 from orchestrator.models.base import CallContext, ToolSpec
+from orchestrator.models.failures import parse_retry_after
 from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig

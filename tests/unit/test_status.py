@@ -44,3 +44,9 @@ def test_moves_that_would_resurrect_or_skip_a_claim_are_illegal(src: str, dst: s
 def test_wait_returns_on_exactly_the_statuses_that_need_someone_to_act() -> None:
     assert {s.value for s in FINAL} == {"COMPLETED", "ERROR", "CANCELLED", "PAUSED"}
     assert not RunStatus.WAITING.is_final and not RunStatus.QUEUED.is_final
+
+
+def test_no_move_enters_paused_while_nothing_pauses_a_run() -> None:
+    # PAUSED is reserved for a run waiting on a person; until something produces it, the table
+    # lists no way into it.
+    assert [src for src, dsts in TRANSITIONS.items() if RunStatus.PAUSED in dsts] == []

@@ -12,16 +12,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.security import HTTPBearer
+from fastapi import Query, Request, Response
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from orchestrator.errors import InvalidInputError
 from orchestrator.validation import QUEUE_NAME_MAX
 from workers.api.contract import CHECKS, name, pattern, refusals, texts
+from workers.api.deps import token_router
 from workers.health import DEFAULT_CHECKS, check_health
 
-router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+router = token_router()
 
 
 class CheckOut(BaseModel):
@@ -41,9 +41,11 @@ class HealthReport(BaseModel):
 
 
 @router.get(
-    "/health/checks", response_model=HealthReport, tags=["meta"],
+    "/health/checks",
+    response_model=HealthReport,
+    tags=["meta"],
     responses={503: {"model": HealthReport, "description": "a check failed"}, **refusals(401, 422)},
-)  # fmt: skip
+)
 def health_checks(
     request: Request,
     response: Response,
@@ -80,9 +82,14 @@ def health_checks(
             )
     split = [v.strip() for value in check for v in value.split(",")]
     report = check_health(
-        request.app.state.client.settings, checks=split or DEFAULT_CHECKS, destinations=destination, queues=queue,
-        workers=workers, timeout=timeout, max_age=max_age,
-    )  # fmt: skip
+        request.app.state.client.settings,
+        checks=split or DEFAULT_CHECKS,
+        destinations=destination,
+        queues=queue,
+        workers=workers,
+        timeout=timeout,
+        max_age=max_age,
+    )
     response.status_code = 200 if report.healthy else 503
     checks = [CheckOut(name=c.name, ok=c.ok, detail=c.detail, info=c.info) for c in report.checks]
     return HealthReport(healthy=report.healthy, checks=checks)

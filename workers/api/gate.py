@@ -47,9 +47,11 @@ class Gate:
         headers = Headers(scope=scope)
         if self._tokens and scope["path"] not in PUBLIC_PATHS and not self._authorized(headers):
             refusal = error_response(
-                401, "Unauthorized", "send a valid token: `Authorization: Bearer <token>` (RATCHET_API_TOKENS)",
+                401,
+                "Unauthorized",
+                "send a valid token: `Authorization: Bearer <token>` (RATCHET_API_TOKENS)",
                 headers={"WWW-Authenticate": "Bearer"},
-            )  # fmt: skip
+            )
             await refusal(scope, receive, send)
             return
         size = headers.get("content-length", "")

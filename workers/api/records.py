@@ -16,18 +16,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
-from fastapi.security import HTTPBearer
+from fastapi import Query
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from orchestrator import validation as v
 from orchestrator.run import LogEntry, RunPage
 from orchestrator.timeline import Step
 from workers.api.contract import CURSOR, MOMENT, STATUSES, RunId, SessionId, name, pattern, refusals, text, texts
+from workers.api.deps import ClientDep, token_router
 from workers.api.problems import ApiError
-from workers.api.routes import ClientDep
 
-router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+router = token_router()
 
 
 class RunLog(BaseModel):
@@ -91,9 +90,16 @@ def list_runs(
     started meanwhile never shifts a page; each page costs the same however deep."""
     statuses = None if status is None else [s for item in status for s in item.split(",")]
     return client.list_runs(
-        status=statuses, agent=agent, session_id=session_id, user_id=user_id, since=since, until=until,
-        limit=limit, cursor=cursor, members=members,
-    )  # fmt: skip
+        status=statuses,
+        agent=agent,
+        session_id=session_id,
+        user_id=user_id,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+        members=members,
+    )
 
 
 @router.get("/runs/{run_id}/log", response_model=RunLog, tags=["runs"], responses=refusals(401, 404, 422))

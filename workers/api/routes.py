@@ -31,9 +31,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Response
 from fastapi.responses import PlainTextResponse
-from fastapi.security import HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
@@ -45,7 +44,7 @@ from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTim
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
-from workers.api import problems
+from workers.api import checks, problems, records, ui
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -62,6 +61,7 @@ from workers.api.contract import (
     refusals,
     text,
 )
+from workers.api.deps import ClientDep, token_router
 from workers.api.gate import Gate
 from workers.api.loopback import Guard, add_cors
 from workers.api.problems import ApiError
@@ -71,15 +71,7 @@ from workers.prometheus import exposition
 MAX_WAIT = 300.0
 
 
-def _client(request: Request) -> Client:
-    client: Client = request.app.state.client
-    return client
-
-
-ClientDep = Annotated[Client, Depends(_client)]
-# The token itself is checked by the Gate, before the body is read; this declares the scheme in
-# the OpenAPI schema, so that clients generated from it send the header.
-router = APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+router = token_router()
 
 
 def create_app(settings: Settings | None = None, *, client: Client | None = None) -> FastAPI:
@@ -110,12 +102,8 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     if settings.api_cors_origin_values:
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
-    from workers.api import records, ui  # records' routes use this module's dependencies
-
     app.include_router(records.router)
     app.include_router(ui.router)
-    from workers.api import checks
-
     app.include_router(checks.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
     return app
@@ -127,9 +115,12 @@ def _health() -> Health:
 
 
 @router.post(
-    "/runs", status_code=202, response_model=RunOutput, tags=["runs"],
+    "/runs",
+    status_code=202,
+    response_model=RunOutput,
+    tags=["runs"],
     responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
-)  # fmt: skip
+)
 def start_run(
     body: StartRequest,
     response: Response,
@@ -151,9 +142,15 @@ def start_run(
     run_id = None if key is None else idempotent_run_id(key, body.user_id)
     try:
         handle = client.start(
-            body.agent, input=body.input, session_id=body.session_id, run_id=run_id, stream=body.stream,
-            user_id=body.user_id, session_state=body.session_state, priority=body.priority,
-        )  # fmt: skip
+            body.agent,
+            input=body.input,
+            session_id=body.session_id,
+            run_id=run_id,
+            stream=body.stream,
+            user_id=body.user_id,
+            session_state=body.session_state,
+            priority=body.priority,
+        )
     except SessionOwnedError:  # about the session, not the key: said as it is
         raise
     except RunConflictError as exc:  # the control compares the whole request (`orchestrator.idempotency`)

@@ -39,9 +39,9 @@ def add_api_command(sub: Any) -> None:
 
 def cmd_api(args: argparse.Namespace) -> int:
     """Import the agents (a start naming none of them is a 404), then serve until interrupted."""
-    from workers.cli.commands import _import_apps
+    from workers.celery.app import import_apps
 
-    if not _import_apps(args.app):
+    if not import_apps(args.app):
         raise ConfigurationError(
             "ratchet api needs --app MODULE (or RATCHET_APP): the module that defines your agents, so that a "
             "request naming no agent of yours is refused"

@@ -1,4 +1,4 @@
-"""The Celery app: settings per DESIGN.md and `reference/celery-reliability.md`.
+"""The Celery app and its settings: Celery delivers each step at least once, the database decides.
 
 JSON only; acks_late with reject_on_worker_lost so a killed worker's message comes back;
 prefetch 1; task events on for Flower (RATCHET_TASK_EVENTS); model calls, tool

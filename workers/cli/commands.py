@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
     from celery import Celery
 
+#: The repository's examples/ (workers/cli/commands.py is two folders below it).
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
 SIGPIPE_EXIT = 141
@@ -183,8 +184,12 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument(
         "--user-id", help="who the run is for (with RATCHET_MAX_RUNS_PER_KEY, its runs in progress are limited)"
     )
-    p.add_argument("--session-state", type=state_argument, metavar="JSON", help="a JSON object merged over the "
-                   "session's state, key by key")  # fmt: skip
+    p.add_argument(
+        "--session-state",
+        type=state_argument,
+        metavar="JSON",
+        help="a JSON object merged over the session's state, key by key",
+    )
     p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
     p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
     p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
@@ -343,9 +348,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     _import_apps(args.app)
     client = Client()
     handle = client.start(
-        args.agent, input=args.input, session_id=args.session, run_id=args.run_id, stream=args.stream,
-        user_id=args.user_id, session_state=args.session_state, priority=args.priority,
-    )  # fmt: skip
+        args.agent,
+        input=args.input,
+        session_id=args.session,
+        run_id=args.run_id,
+        stream=args.stream,
+        user_id=args.user_id,
+        session_state=args.session_state,
+        priority=args.priority,
+    )
     print(handle.run_id, flush=args.stream)  # before the events it streams
     if args.stream:
         return print_events(client, handle.run_id, timeout=args.timeout)

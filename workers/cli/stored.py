@@ -59,9 +59,16 @@ def add_ops_commands(sub: Any) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     page = Client().list_runs(
-        status=_statuses(args.status), agent=args.agent, session_id=args.session, user_id=args.user_id,
-        since=args.since, until=args.until, limit=args.limit, cursor=args.cursor, members=args.members,
-    )  # fmt: skip
+        status=_statuses(args.status),
+        agent=args.agent,
+        session_id=args.session,
+        user_id=args.user_id,
+        since=args.since,
+        until=args.until,
+        limit=args.limit,
+        cursor=args.cursor,
+        members=args.members,
+    )
     if args.json:
         print(json.dumps(asdict(page), indent=2))
     else:
