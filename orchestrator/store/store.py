@@ -28,9 +28,10 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
+from orchestrator.store import catalog, metrics, parking, sessions, statements, writes
 from orchestrator.store import history as session_history
-from orchestrator.store import metrics, parking, sessions, statements, writes
 from orchestrator.store.backend import Backend
+from orchestrator.store.catalog import CatalogRow, Served
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
@@ -123,6 +124,7 @@ class Store(StoreReads):
         priority: int | None = None,
         trace_context: str | None = None,
         request_digest: str | None = None,
+        definition_hash: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -138,6 +140,7 @@ class Store(StoreReads):
             publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace), content=None, stream=stream,
             error_type=None, error_message=None, created_at=now, updated_at=now, user_id=user_id, history=history,
             priority=priority, trace_context=trace_context, request_digest=request_digest,
+            definition_hash=definition_hash,
         )  # fmt: skip
         changes = [StateChange(set=dict(session_state))] if session_state else []
         if conn is None and not changes:
@@ -151,6 +154,24 @@ class Store(StoreReads):
         """Record something that happened to a run (in the caller's transaction)."""
         text = json.dumps(detail, default=str) if detail else None
         conn.execute(insert(events).values(run_id=run_id, at=self.clock(), kind=kind, seq=seq, detail=text))
+
+    # ---------------------------------------------------------------- the agent catalog
+
+    def write_catalog(self, served: Sequence[Served]) -> None:
+        """Write the definitions a worker serves, seen now: a new one first seen now, a known one
+        marked seen (`store/catalog.py`), in one transaction."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            for item in served:
+                catalog.write(conn, item, now)
+
+    def read_catalog(self, name: str | None = None) -> list[CatalogRow]:
+        """The catalog's rows (of `name` only, if given): by name, most recently seen first."""
+        return self._backend.quick(lambda c: catalog.read(c, name))
+
+    def latest_catalog_row(self, name: str) -> CatalogRow | None:
+        """The definition of `name` a worker served most recently, or None if none ever did."""
+        return self._backend.quick(lambda c: catalog.latest(c, name))
 
     # ---------------------------------------------------------------- the guarded move
 
