@@ -45,6 +45,7 @@ from sqlalchemy import Connection
 
 from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
+from orchestrator.catalog import describe
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
@@ -133,7 +134,7 @@ def start_members(
                         kind=member.kind, input_messages=[Message(role="user", content=d.task)],
                         publish_grace=publish_grace, parent_run_id=team.run_id, parent_tool_call_id=d.call.id,
                         stream=team.stream, user_id=team.user_id, priority=team.priority,
-                        trace_context=trace_context, conn=conn,
+                        trace_context=trace_context, definition_hash=describe(member).hash, conn=conn,
                     )  # fmt: skip
                 members.append(created)
         store.log_event(

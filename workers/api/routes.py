@@ -13,6 +13,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id=: only if it is theirs)
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
+    GET  /agents, GET /agents/{name}: the agent catalog, what the workers serve (`agents.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)
@@ -110,9 +111,10 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     if settings.api_cors_origin_values:
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
-    from workers.api import records, ui  # records' routes use this module's dependencies
+    from workers.api import agents, records, ui  # their routes use this module's dependencies
 
     app.include_router(records.router)
+    app.include_router(agents.router)
     app.include_router(ui.router)
     from workers.api import checks
 
