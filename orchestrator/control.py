@@ -2,11 +2,17 @@
 
 Every producer goes through here: `Client` (and so `Agent.run` and friends, and the CLI) and the
 Celery tasks `ratchet.start_run` and `ratchet.continue_run`. `RunControl` works on the store
-and publishes through the dispatcher port; it never calls a producer back. What a producer does
-to a team is here too: continuing a team that failed because a member did continues that member
-first, cancelling a team cancels its members, and a member cancelled on its own hands its team
-a tool error. What a step does to a team (start its members, fan their answers in) is
-`orchestrator.delegation`, which works on the store alone.
+and publishes through the dispatcher port; it never calls a producer back. What a continue
+decides (resume in place, fork, continue a team through its failed members) is
+`orchestrator.continuing`. What a producer does to a team is here too: cancelling a team
+cancels its members, and a member cancelled on its own hands its team a tool error. What a step
+does to a team (start its members, fan their answers in) is `orchestrator.delegation`, which
+works on the store alone.
+
+A run is written with its agent's kind and the hash of its definition, and its first step is
+published to its agent's queue: from the agent as this process defines it, else from the agent
+catalog's live definition (`orchestrator.catalog`), else as an agent, unrouted, for the worker
+to send on.
 
 Every write is a guarded move (`Store.move`: from these statuses, at this epoch), so two
 producers racing on one run publish one step. A step the broker refuses is not lost: the run is
@@ -15,28 +21,26 @@ marked due, the sweeper publishes it, and the producer gets BrokerUnavailableErr
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import limits, tracing, validation
+from orchestrator import catalog, limits, tracing, validation
+from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
-    RatchetError,
     RunBusyError,
     RunConflictError,
     RunNotContinuableError,
     RunNotFoundError,
-    SessionOwnedError,
 )
 from orchestrator.idempotency import StartRequest
-from orchestrator.messages import Message, ToolCall, unanswered_calls
+from orchestrator.messages import Message
 from orchestrator.ports import Dispatcher, get_dispatcher, get_limiter
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
@@ -44,24 +48,15 @@ from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
 
+__all__ = ["CANCELLABLE", "RunControl", "derived_run_id"]
+
 log = logging.getLogger("ratchet.control")
 S = RunStatus
 #: Where a cancel applies (COMPLETED and CANCELLED are final).
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR)
-#: The namespace of the run ids Ratchet derives. Fixed for good: a new one would make a request
-#: repeated across an upgrade start a second run.
-_DERIVED_IDS = uuid.UUID("9b3c1e52-6f0a-4d8e-a5b7-2c4e8f1d3a60")
 #: Tries of one continue whose guarded move keeps matching nothing: each lost try means another
 #: writer moved the run in between, so this bounds a continue that keeps losing, not a wait.
 _TRIES = 5
-
-
-def derived_run_id(*parts: str) -> str:
-    """A run id that is a function of `parts` (uuid5): the same request finds the same run.
-
-    The fork of a run (`"fork", run_id, "key" | "input", text`) and the run of a `ratchet.start_run`
-    task sent without a run id (`"celery-task", task_id`) get theirs this way."""
-    return str(uuid.uuid5(_DERIVED_IDS, json.dumps(parts)))
 
 
 class RunControl:
@@ -119,21 +114,9 @@ class RunControl:
             priority=priority,
             session_state=session_state,
         )
-        agent, given_session, user_id, state = request.agent, request.session_id, request.user_id, request.session_state
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         try:
-            kind = registry.get_agent(agent).kind
-        except RatchetError:
-            kind = "agent"  # a producer need not import the agents; the worker knows them
-        try:
-            with tracing.starting(agent, run_id) as trace_context:
-                record = self.store.create_run(
-                    run_id=run_id, session_id=given_session or str(uuid.uuid4()), agent_name=agent, kind=kind,
-                    input_messages=[Message(role="user", content=request.input)],
-                    publish_grace=self.settings.publish_grace_seconds, stream=request.stream, user_id=user_id,
-                    session_state=state, priority=request.priority, trace_context=trace_context,
-                    request_digest=request.digest,
-                )  # fmt: skip
+            record = self._create(request, run_id)
         except IntegrityError as exc:
             existing = self._existing(run_id, exc)
             conflict = request.conflict(existing, lambda: self._first_input(run_id))
@@ -142,6 +125,41 @@ class RunControl:
             return run_id
         self.publish(record)
         return run_id
+
+    def _create(self, request: StartRequest, run_id: str) -> RunRecord:
+        """Write the run a start asks for, with its agent's kind and definition hash."""
+        kind, definition_hash = self._definition(request.agent)
+        with tracing.starting(request.agent, run_id) as trace_context:
+            return self.store.create_run(
+                run_id=run_id,
+                session_id=request.session_id or str(uuid.uuid4()),
+                agent_name=request.agent,
+                kind=kind,
+                input_messages=[Message(role="user", content=request.input)],
+                publish_grace=self.settings.publish_grace_seconds,
+                stream=request.stream,
+                user_id=request.user_id,
+                session_state=request.session_state,
+                priority=request.priority,
+                trace_context=trace_context,
+                request_digest=request.digest,
+                definition_hash=definition_hash,
+            )
+
+    def _definition(self, name: str) -> tuple[str, str | None]:
+        """The kind of agent `name` and the hash of its definition: as this process defines it
+        (no read), else as the catalog's live definition says (read once in a while, cached),
+        else an agent of unknown definition: a producer need not import the agents, the worker
+        that runs the first step knows them (and records a team's kind)."""
+        agent = registry.find_agent(name)
+        if agent is not None:
+            return agent.kind, catalog.describe(agent).hash
+        live = self._live(name)
+        return (live.kind, live.hash) if live is not None else ("agent", None)
+
+    def _live(self, name: str) -> catalog.Definition | None:
+        """The catalog's live definition of `name` (None: none is live)."""
+        return catalog.cache_of(self.store).live(name, self.settings)
 
     def _first_input(self, run_id: str) -> str | None:
         """The user message a run was started with."""
@@ -158,7 +176,7 @@ class RunControl:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
         once, so the first sweep after the broker is back publishes it, and raise
         BrokerUnavailableError naming the run: nothing is lost."""
-        step = step_of(record, calls=owed(self.store, record.run_id))
+        step = step_of(record, calls=owed(self.store, record.run_id), definitions=self._live)
         try:
             self.dispatcher.publish(step)
         except Exception as exc:
@@ -176,22 +194,29 @@ class RunControl:
         """Resume a run and return the id of the run that goes on: ERROR/PAUSED and expired
         RUNNING resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op);
         CANCELLED is refused. The move out of the run's status is guarded by its epoch, so two
-        concurrent continues publish one step.
+        concurrent continues publish one step (`orchestrator.continuing`).
 
         A continue answers only for a move it made or found made. When its guarded move matches
         nothing, the run moved since it was read (another continue, a cancel, its worker, a
-        prune), and it decides again on the run as it is then (`_resume`): a run deleted
-        meanwhile is RunNotFoundError, a cancelled one RunNotContinuableError, and a run that
-        another request resumed gets that request's answer (its run_id) unless this continue
-        carries input, which would be dropped: RunBusyError, nothing added."""
+        prune), and it decides again on the run as it is then: a run deleted meanwhile is
+        RunNotFoundError, a cancelled one RunNotContinuableError, and a run that another request
+        resumed gets that request's answer (its run_id) unless this continue carries input, which
+        would be dropped: RunBusyError, nothing added."""
         run_id = validation.known_run_id(run_id)
         if input is not None:
             input = validation.input_text(input)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
+        continuation = Continuation(
+            self.store,
+            self.settings,
+            publish=self.publish,
+            continue_member=self.continue_run,
+            definition_hash=lambda name: self._definition(name)[1],
+        )
         raced = False
         for _ in range(_TRIES):
-            answer = self._resume(self.store.get_record(run_id), input, fork_key, raced=raced)
+            answer = continuation.resume(self.store.get_record(run_id), input, fork_key, raced=raced)
             if answer is not None:
                 return answer
             raced = True
@@ -199,140 +224,6 @@ class RunControl:
             f"run {run_id} changed {_TRIES} times while this continue tried to resume it; nothing was added: "
             "continue it again"
         )
-
-    def _resume(self, record: RunRecord, input: str | None, fork_key: str | None, *, raced: bool) -> str | None:
-        """One try of `continue_run` on the run as read: its answer, or None when the guarded move
-        matched nothing. `raced`: an earlier try lost its move, so whatever the run is doing now
-        another request, its worker or the sweeper started since this continue was sent."""
-        run_id, status, now = record.run_id, record.status, self.store.clock()
-        if status == S.CANCELLED:
-            was = "was cancelled while this continue was on its way" if raced else "was cancelled"
-            raise RunNotContinuableError(f"run {run_id} {was}; a cancelled run is final. Start a new run.")
-        if status == S.COMPLETED:
-            # Resumed by someone else and finished since: without input there is nothing left to
-            # do (a fork would ask the model again for nothing); the input goes to a fork, as any.
-            return run_id if raced and input is None else self._fork(record, input, fork_key)
-        going = status in (S.QUEUED, S.WAITING) or (status == S.RUNNING and record.lease_live(now))
-        if going and raced:
-            if input is not None:
-                raise RunBusyError(
-                    f"run {run_id} was resumed while this continue was on its way (it is {status} now); "
-                    "its input was not added: send it again once the run stops"
-                )
-            return run_id
-        if status in (S.QUEUED, S.WAITING):
-            if input is not None:
-                raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
-            return run_id
-        if status == S.RUNNING and record.lease_live(now):
-            left = (record.lease_expires_at or now) - now
-            raise RunBusyError(
-                f"run {run_id} is RUNNING on {record.lease_owner} and its lease is live for another {left:.0f}s "
-                "(RATCHET_LEASE_SECONDS); wait for it, or continue it after the lease expires"
-            )
-        messages = self.store.get_messages(run_id)
-        owed = unanswered_calls(messages)
-        if owed and input is not None:
-            raise RunBusyError(
-                f"run {run_id} still owes results for tool calls {[c.id for c in owed]}; "
-                "continue it without input first"
-            )
-        # A team that failed because a member did: continue the member in place, then the leader.
-        members = self._owed_members(record, owed) if owed and status == S.ERROR else []
-        if members:
-            return run_id if self._continue_team(record, members) else None
-        new = [Message(role="user", content=input)] if input is not None else []
-        moved = self.store.move(
-            run_id, src=(status,), dst=S.QUEUED, epoch=record.epoch, bump_epoch=True, event="continue",
-            new_messages=new, seq=record.seq + 1, next_step="tools" if owed else "model", attempts=0, retries=0,
-            lease_owner=None, lease_expires_at=None, error_type=None, error_message=None,
-            publish_grace=self.settings.publish_grace_seconds,
-        )  # fmt: skip
-        if moved is None:
-            return None
-        self.publish(moved)
-        return run_id
-
-    def _fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
-        """A new run with the COMPLETED run's transcript (and `input`), in its session, for its user."""
-        # The fork's id is a function of the request, so a double-clicked or redelivered continue
-        # finds the fork the first one made instead of making another.
-        request = ("key", key) if key is not None else ("input", input or "")
-        fork_id = derived_run_id("fork", record.run_id, *request)
-        try:
-            return self._same_fork(record, self.store.get_record(fork_id))
-        except RunNotFoundError:
-            pass
-        messages = self.store.get_messages(record.run_id)
-        if len(messages) < record.n_messages:  # read in one statement: all of them, or none once deleted
-            raise RunNotFoundError(f"run {record.run_id} was deleted while this continue was forking it")
-        if input is not None:
-            messages.append(Message(role="user", content=input))
-        try:
-            with tracing.starting(record.agent_name, fork_id, source=record) as trace_context:
-                created = self.store.create_run(
-                    run_id=fork_id, session_id=record.session_id, agent_name=record.agent_name, kind=record.kind,
-                    input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
-                    # A fork of a member's run is the user's own run, not a member of the team any more.
-                    publish_grace=self.settings.publish_grace_seconds, parent_run_id=None,
-                    forked_from=record.run_id, system_message=record.system_message, stream=record.stream,
-                    # The fork has the source's history, not the source itself again (it copies its messages).
-                    history=record.history if record.history is not None else "[]",
-                    user_id=record.user_id, priority=record.priority, trace_context=trace_context,
-                )  # fmt: skip
-        except IntegrityError as exc:  # a concurrent continue made it first
-            return self._same_fork(record, self._existing(fork_id, exc))
-        except SessionOwnedError:  # only a run written before a session took one user's runs
-            raise SessionOwnedError(
-                f"run {record.run_id} is in a session that belongs to another user, so it cannot be forked there; "
-                "start a new run (in a new session) with what it needs instead"
-            ) from None
-        self.publish(created)
-        return fork_id
-
-    @staticmethod
-    def _same_fork(source: RunRecord, fork: RunRecord) -> str:
-        if fork.forked_from != source.run_id:  # only a producer that chose this very id gets here
-            raise RunConflictError(f"run_id {fork.run_id!r}, the id of this fork, is taken by another run")
-        return fork.run_id
-
-    def _owed_members(self, team: RunRecord, owed: Sequence[ToolCall]) -> list[RunRecord]:
-        """The member runs the team's unanswered calls started (none: the tool step failed
-        before delegating, and the team's tool step is continued as usual)."""
-        owed_ids = {c.id for c in owed}
-        return [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
-
-    def _continue_team(self, team: RunRecord, members: Sequence[RunRecord]) -> bool:
-        """Continue a team in ERROR that still waits on delegated members: continue the failed
-        members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
-        every member has ended already. False when the team's move matched nothing (it moved
-        since it was read): the caller decides again."""
-        broker_down: BrokerUnavailableError | None = None
-        # Members first: were the team WAITING with a member still in ERROR, a fan-in in between
-        # (the sweeper's) would put the team straight back in ERROR.
-        for member in members:
-            if member.status == S.ERROR:
-                try:
-                    self.continue_run(member.run_id)
-                except BrokerUnavailableError as exc:  # saved as QUEUED; the sweeper publishes it
-                    broker_down = exc
-                except RunNotFoundError:  # deleted with its team (a prune): the team's move finds it gone
-                    pass
-        moved = self.store.move(
-            team.run_id, src=(S.ERROR,), dst=S.WAITING, epoch=team.epoch, bump_epoch=True, event="continue",
-            next_step=None, attempts=0, retries=0, lease_owner=None, lease_expires_at=None,
-            error_type=None, error_message=None,
-        )  # fmt: skip
-        if moved is not None:
-            woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)
-            if woken is not None and wake_step(woken) is not None:
-                try:
-                    self.publish(woken)
-                except BrokerUnavailableError as exc:
-                    broker_down = exc
-        if broker_down is not None:
-            raise broker_down
-        return moved is not None
 
     # ---------------------------------------------------------------- cancel
 
@@ -361,9 +252,15 @@ class RunControl:
     def _cancel_one(self, run_id: str) -> RunRecord | None:
         """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
         return self.store.move(
-            run_id, src=CANCELLABLE, dst=S.CANCELLED, bump_epoch=True, event="cancel",
-            lease_owner=None, lease_expires_at=None, next_step=None,
-        )  # fmt: skip
+            run_id,
+            src=CANCELLABLE,
+            dst=S.CANCELLED,
+            bump_epoch=True,
+            event="cancel",
+            lease_owner=None,
+            lease_expires_at=None,
+            next_step=None,
+        )
 
     def _release(self, record: RunRecord) -> None:
         """A cancelled run frees its place among its key's runs (`orchestrator.limits`) for the

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from orchestrator import tracing
 from orchestrator.agent import Agent, get_agent
+from orchestrator.catalog import describe
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.ports import StepRef
@@ -124,6 +125,7 @@ def start_members(
             kind=member.kind,
             task=d.task,
             parent_tool_call_id=d.call.id,
+            definition_hash=describe(member).hash,
         )
         for d in delegations
         for member in d.members

@@ -58,6 +58,9 @@ class RunRecord:
     #: SHA-256 of the input and session_state its start asked for (`orchestrator.idempotency`);
     #: None for a run no start wrote (a fork, a member run) or one written before migration 0012.
     request_digest: str | None = None
+    #: The hash of its agent's definition when it started (`orchestrator.catalog`); None when
+    #: its producer found none, or for a run written before migration 0013.
+    definition_hash: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -153,6 +156,8 @@ class RunOutput:
     session_state: dict[str, Any] = field(default_factory=dict)
     #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
     priority: int | None = None
+    #: The hash of its agent's definition when it started (`orchestrator.catalog`; None: unknown).
+    definition_hash: str | None = None
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -211,6 +216,7 @@ class RunOutput:
             user_id=record.user_id,
             session_state=session_state if session_state is not None else {},
             priority=record.priority,
+            definition_hash=record.definition_hash,
         )
 
 

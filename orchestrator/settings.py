@@ -52,6 +52,9 @@ class Settings(BaseModel):
     heartbeat_seconds: float = 3.0
     #: How often the sweeper looks for expired leases and unpublished steps.
     sweep_seconds: float = 5.0
+    #: How often a worker marks the definitions it serves as seen in the agent catalog
+    #: (`orchestrator.catalog`); a definition not seen for three times this long is not live.
+    catalog_seen_seconds: float = 30.0
     #: How long a published step may wait for a worker before the sweeper publishes it again
     #: (a lost message, a crash between commit and publish). Duplicates are harmless: the claim
     #: drops them.
@@ -157,8 +160,8 @@ class Settings(BaseModel):
             )
         if self.max_step_attempts < 1:
             raise ValueError("RATCHET_MAX_STEP_ATTEMPTS must be at least 1")
-        if self.sweep_seconds <= 0:
-            raise ValueError("RATCHET_SWEEP_SECONDS must be positive")
+        if self.sweep_seconds <= 0 or self.catalog_seen_seconds <= 0:
+            raise ValueError("RATCHET_SWEEP_SECONDS and RATCHET_CATALOG_SEEN_SECONDS must be positive")
         if self.api_max_body_bytes < 1:
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:

@@ -33,9 +33,10 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
+from orchestrator.store import catalog, metrics, reads, sessions, writes
 from orchestrator.store import history as session_history
-from orchestrator.store import metrics, reads, sessions, writes
 from orchestrator.store.backend import Backend
+from orchestrator.store.catalog import CatalogRow, Served
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
@@ -135,6 +136,7 @@ class Store(reads.Reader):
         priority: int | None = None,
         trace_context: str | None = None,
         request_digest: str | None = None,
+        definition_hash: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -156,6 +158,7 @@ class Store(reads.Reader):
             priority=priority,
             trace_context=trace_context,
             request_digest=request_digest,
+            definition_hash=definition_hash,
         )
         values = writes.new_run(fields, now=self.clock(), n_messages=len(input_messages), publish_grace=publish_grace)
         changes = [StateChange(set=dict(session_state))] if session_state else []
@@ -177,6 +180,24 @@ class Store(reads.Reader):
         held = claim.record
         with self.engine.begin() as conn:
             self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner)
+
+    # ---------------------------------------------------------------- the agent catalog
+
+    def write_catalog(self, served: Sequence[Served]) -> None:
+        """Write the definitions a worker serves, seen now: a new one first seen now, a known one
+        marked seen (`store/catalog.py`), in one transaction."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            for item in served:
+                catalog.write(conn, item, now)
+
+    def read_catalog(self, name: str | None = None) -> list[CatalogRow]:
+        """The catalog's rows (of `name` only, if given): by name, most recently seen first."""
+        return self._backend.quick(lambda c: catalog.read(c, name))
+
+    def latest_catalog_row(self, name: str) -> CatalogRow | None:
+        """The definition of `name` a worker served most recently, or None if none ever did."""
+        return self._backend.quick(lambda c: catalog.latest(c, name))
 
     # ---------------------------------------------------------------- the guarded move
 

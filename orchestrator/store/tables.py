@@ -90,6 +90,10 @@ runs = Table(
     # again under its run_id with another request is refused (`orchestrator.idempotency`,
     # migration 0012); NULL for a run no start wrote (a fork, a member run) or written before.
     Column("request_digest", String(64), nullable=True),
+    # The definition hash of its agent when it started (`orchestrator.catalog`, migration 0013):
+    # from the producer's own definition, else the catalog's live one; NULL when neither was
+    # there (a producer without the agent and no worker serving it yet) or written before.
+    Column("definition_hash", String(64), nullable=True),
 )
 Index("ix_ratchet_runs_session", runs.c.session_id, runs.c.created_at)
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at)
@@ -202,4 +206,19 @@ metric_totals = Table(
     Column("label", String(64), nullable=False),
     Column("value", Float, nullable=False),
     PrimaryKeyConstraint("name", "agent", "label", name="pk_ratchet_metric_totals"),
+)
+
+# The agent catalog (migration 0013, `store/catalog.py`): each definition workers serve, one row
+# per version (name and definition hash), with when a worker first and last said it serves it.
+agent_catalog = Table(
+    "ratchet_agent_catalog",
+    metadata,
+    Column("name", String(256), nullable=False),
+    Column("definition_hash", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    # The definition as canonical JSON: model, instructions digest, tools, members, schemas, queues.
+    Column("definition", Text, nullable=False),
+    Column("first_seen", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+    PrimaryKeyConstraint("name", "definition_hash", name="pk_ratchet_agent_catalog"),
 )

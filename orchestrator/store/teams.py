@@ -52,6 +52,8 @@ class NewMember:
     task: str
     #: The leader's delegation call this member answers.
     parent_tool_call_id: str
+    #: The hash of the member's definition as the leader's worker knows it (`orchestrator.catalog`).
+    definition_hash: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +132,7 @@ class Teams:
             user_id=team.user_id,
             priority=team.priority,
             trace_context=trace_context,
+            definition_hash=member.definition_hash,
             conn=conn,
         )
 

@@ -56,7 +56,8 @@ from contextlib import ExitStack, contextmanager
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.agent import use_client
+from orchestrator.agent import registered, use_client
+from orchestrator.catalog import write_served
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
 from orchestrator.limits import LocalLimiter
@@ -94,6 +95,7 @@ class InMemoryDispatcher:
         #: The limiter, on wall time plus the countdowns waited (see above).
         self.limiter = LocalLimiter(slot_seconds=settings.run_slot_seconds, clock=lambda: time.monotonic() + self.now)
         set_limiter(settings, self.limiter)
+        self._served: tuple[int, ...] = ()
 
     @cached_property
     def client(self) -> Client:
@@ -169,8 +171,18 @@ class InMemoryDispatcher:
     def _engine(self) -> StepRunner:
         return StepRunner(self.settings, store=self.store, dispatcher=self)
 
+    def _serve(self) -> None:
+        """Write the agents this process defines into the agent catalog, as a worker does when it
+        boots, and again once more are defined (`orchestrator.catalog`)."""
+        agents = registered()
+        served = tuple(id(a) for a in agents)
+        if served != self._served:
+            write_served(self.store, agents)
+            self._served = served
+
     def _run(self, step: StepRef) -> None:
         """Run one delivery as `workers.celery.tasks` does: the step, then the failure handler if it raised."""
+        self._serve()
         owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
         run = self._engine.model_step if step.kind == "model" else self._engine.tool_step
         try:

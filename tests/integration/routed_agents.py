@@ -4,7 +4,7 @@ import this module (`--app tests.integration.routed_agents`). Every tool says wh
 
 import os
 
-from orchestrator import Agent, tool
+from orchestrator import Agent, Team, tool
 from orchestrator.models import OpenAIChat
 
 ROLE = os.environ.get("WORKER_ROLE", "?")
@@ -24,4 +24,7 @@ def render(scene: str) -> str:
 # Its batches that call `render` go to the gpu queue; the others to the default tools queue.
 Agent(name="routed-tools", model=OpenAIChat(id="gpt-4o-mini"), tools=[lookup, render])
 # Every step of this one goes to the gpu queue: its model too is only reachable from there.
-Agent(name="private-agent", model=OpenAIChat(id="private-model"), tools=[lookup], queue="gpu")
+private = Agent(name="private-agent", model=OpenAIChat(id="private-model"), tools=[lookup], queue="gpu")
+# A team whose steps go to the gpu queue too (its leader's model answers only there), delegating
+# to the private agent.
+Team(name="routed-team", model=OpenAIChat(id="team-model"), members=[private], queue="gpu")

@@ -2,13 +2,15 @@
 subprocess with bearer tokens on, a real worker running the steps, on SQLite and PostgreSQL. The
 page asks for the token, lists the runs and keeps the list current, shows an ERROR run with its
 error and its tool error, continues it and shows it complete; a streamed run's text shows as it
-is written; run content that is markup stays text. That the page's files need no token and
+is written; run content that is markup stays text; a run's page shows its agent's definition from
+the catalog, live or when last seen. That the page's files need no token and
 every API route still does: tests/integration/test_api_records.py."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,11 @@ import playwright.sync_api as pw
 import pytest
 
 import tests.integration.ui_agents  # noqa: F401  (the embedded worker runs its agents)
+from orchestrator import Client
+from orchestrator.catalog import Definition
 from orchestrator.settings import Settings
+from orchestrator.store import Store
+from orchestrator.store.database import open_engine
 from tests.conftest import make_settings
 from tests.integration.test_api import ApiServer, start_api
 from tests.integration.ui_agents import MARKUP, WORDS
@@ -148,6 +154,42 @@ def test_run_content_that_is_markup_is_shown_as_text(api: ApiServer, page: Any) 
     pw.expect(page.locator(".msg.user")).to_contain_text("<b>hello</b><script>")
     assert timeline.locator("img, script, b").count() == 0
     assert page.evaluate("() => window.__pwned") is None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: the catalog is the store's
+@pytest.mark.usefixtures("worker")
+def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_as_last_seen(
+    api: ApiServer, page: Any, settings: Settings
+) -> None:
+    run_id = start(api, "ui-echo", "hello", until="COMPLETED")
+    signed_in(page, f"{api.url}/ui/#/runs/{run_id}")
+
+    # The worker wrote the agent into the catalog at boot: its model, its tool, the hash the run
+    # started with, live
+    definition = page.locator("#definition")
+    pw.expect(definition).to_have_attribute("data-live", "true")
+    pw.expect(definition).to_contain_text("scripted")
+    pw.expect(definition.locator("li code")).to_have_text("render_html")
+    started_with = Client(settings).get_run(run_id).definition_hash
+    assert started_with is not None
+    pw.expect(definition.locator(f'dd[title="{started_with}"]')).to_have_text(started_with[:12])
+
+    # A definition no worker has marked seen for two days: shown as not live, with when it was
+    gone = Definition.from_body(
+        {"name": "ui-gone", "kind": "agent", "model": {"provider": "openai", "id": "gpt-old"}, "tools": []}
+    )
+    engine = open_engine(settings.database_url)
+    try:
+        Store(engine, clock=lambda: time.time() - 2 * 86400).write_catalog([gone.served()])
+    finally:
+        engine.dispose()
+    other = Client(settings).start("ui-gone", input="hello").run_id  # no worker serves it: it fails
+    page.goto(f"{api.url}/ui/#/runs/{other}")
+    pw.expect(page.locator("h1")).to_contain_text("ui-gone")
+    pw.expect(definition).to_have_attribute("data-live", "false")
+    pw.expect(definition).to_contain_text("not live · last seen")
+    pw.expect(definition).to_contain_text("2 d ago")
+    pw.expect(definition).to_contain_text("openai / gpt-old")
 
 
 # ---------------------------------------------------------------- without tokens

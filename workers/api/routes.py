@@ -13,6 +13,7 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id=: only if it is theirs)
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
+    GET  /agents, GET /agents/{name}: the agent catalog, what the workers serve (`agents.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)
@@ -44,7 +45,7 @@ from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTim
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord, Session
 from orchestrator.settings import Settings
-from workers.api import checks, problems, records, ui
+from workers.api import agents, checks, problems, records, ui
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
     app.include_router(records.router)
+    app.include_router(agents.router)
     app.include_router(ui.router)
     app.include_router(checks.router)
     app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])

@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.conf.update(celery_config(settings))
     app.ratchet_settings = settings
     app.steps["consumer"].add(BackgroundTaskEvents)
+    app.steps["consumer"].add("workers.celery.catalog_boot:CatalogStep")  # the agent catalog, written at boot
     from workers.celery.tasks import register_tasks
 
     register_tasks(app)

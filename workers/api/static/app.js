@@ -247,6 +247,7 @@ function runView(runId) {
   let pending = null;
   let stream = null;
   let first = true;
+  let agent; // its agent as the catalog has it: undefined until read, null if it has none
   const live = el("div", { class: "live-text", hidden: true }, el("div", { class: "muted", text: "writing…" }), el("pre"));
 
   async function load() {
@@ -260,7 +261,8 @@ function runView(runId) {
       if (stopped) return;
       if (first) performance.mark("ratchet:run-data"); // the benchmark's: the API has answered
       const following = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-      main.replaceChildren(renderRun(run, steps.steps, log.entries, { reload: () => load(), live }));
+      main.replaceChildren(renderRun(run, steps.steps, log.entries, { reload: () => load(), live, agent }));
+      if (agent === undefined) readAgent(run);
       document.body.dataset.state = "ready";
       document.body.dataset.status = run.status;
       if (first) { // the first load's end: once the timeline is painted
@@ -280,6 +282,15 @@ function runView(runId) {
       flash(error.message);
       if (error.status === 404) main.replaceChildren(el("p", { class: "empty", text: `No run ${runId}.` }));
     }
+  }
+
+  async function readAgent(run) { // once, after the first paint: the timeline does not wait for it
+    agent = null;
+    const found = await api(`agents/${encodeURIComponent(run.agent_name)}`).catch(() => null);
+    if (stopped) return;
+    agent = found;
+    const node = document.getElementById("definition");
+    if (node) node.replaceWith(definitionNode(run, agent));
   }
 
   function soon() { // many events in a burst: read the run once
@@ -381,8 +392,35 @@ function renderRun(run, steps, log, ctx) {
     out.append(el("div", { class: "note", text: `Waiting to retry (retry ${run.retry.attempt}) at ${when(run.retry.until)} after ${run.retry.reason}` }));
   }
   if (run.member_runs.length) out.append(el("h2", { text: "Member runs" }), el("div", { class: "panel" }, memberTree(run.member_runs, true)));
+  out.append(el("h2", { text: "Definition" }), definitionNode(run, ctx.agent));
   out.append(el("h2", { text: "Timeline" }), timeline(run, steps, log), ctx.live);
   return out;
+}
+
+// The agent's definition as the catalog holds it: the one the run started with when the
+// catalog has it, else the latest, with whether a live worker serves it.
+function definitionNode(run, agent) {
+  if (agent === undefined) return el("p", { class: "muted panel", id: "definition", text: "Reading the catalog…" });
+  if (!agent) return el("p", { class: "muted panel", id: "definition", text: "No worker has served this agent into the catalog." });
+  const d = agent.definitions.find((v) => v.definition_hash === run.definition_hash) || agent.latest;
+  const served = d.live ? "live" : `not live · last seen ${when(d.last_seen)} (${ago(d.last_seen)})`;
+  const facts = [
+    ["Model", `${d.model.provider || "?"} / ${d.model.id}`], ["Kind", d.kind], ["Served", served],
+    ["Hash", d.definition_hash.slice(0, 12)], ["Queues", `steps ${d.queue || "default"} · tools ${d.tool_queue || "default"}`],
+  ];
+  if (d.members.length) facts.push(["Members", d.members.join(", ")]);
+  facts.push(["Output", d.output_schema ? "JSON schema" : "text"]);
+  const node = el("div", { class: "panel", id: "definition", "data-live": d.live ? "true" : "false" },
+    el("dl", { class: "facts" }, facts.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v, title: k === "Hash" ? d.definition_hash : v })))));
+  if (run.definition_hash && run.definition_hash !== d.definition_hash) {
+    node.append(el("p", { class: "note", text: `This run started with definition ${run.definition_hash.slice(0, 12)}, which the catalog does not hold; the latest is shown.` }));
+  }
+  const tools = d.tools.map((t) => {
+    const flags = Object.entries(t.flags).map(([k, v]) => (v === true ? k : `${k}=${v}`)).join(", ");
+    return el("li", {}, el("code", { text: t.name }), flags ? el("span", { class: "muted", text: ` [${flags}]` }) : null, ` ${t.description}`);
+  });
+  node.append(tools.length ? el("ul", { class: "tools" }, tools) : el("p", { class: "muted", text: "No tools." }));
+  return node;
 }
 
 function actions(run, ctx) {

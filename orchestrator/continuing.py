@@ -1,0 +1,262 @@
+"""Continuing a run: resume it in place, fork it, or continue a team through its failed members.
+
+`RunControl.continue_run` checks its arguments and tries `Continuation.resume` on the run as it
+reads it, until one try answers. What a try decides, by the run's status:
+
+- CANCELLED: refused, a cancelled run is final.
+- COMPLETED: forked (`fork`): a new run with its transcript and the input, in its session. The
+  fork's id is a function of the request (`derived_run_id`), so a double-clicked or redelivered
+  continue finds the fork the first one made.
+- QUEUED, WAITING and RUNNING under a live lease: going already; input is refused (it would be
+  dropped), a continue without input returns the run.
+- ERROR, PAUSED and RUNNING past its lease: moved to QUEUED, guarded by its epoch, and its step
+  published. A team in ERROR because a member failed continues that member in place first, then
+  waits on it again (`continue_team`).
+
+A guarded move that matches nothing means the run moved since it was read (another continue, a
+cancel, its worker, a prune): the try answers None and the caller reads the run again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.exc import IntegrityError
+
+from orchestrator import tracing
+from orchestrator.delegation import fan_in_now, wake_step
+from orchestrator.errors import (
+    BrokerUnavailableError,
+    RunBusyError,
+    RunConflictError,
+    RunNotContinuableError,
+    RunNotFoundError,
+    SessionOwnedError,
+)
+from orchestrator.messages import Message, ToolCall, unanswered_calls
+from orchestrator.run import RunRecord
+from orchestrator.settings import Settings
+from orchestrator.status import RunStatus
+from orchestrator.store import Store
+
+S = RunStatus
+#: The namespace of the run ids Ratchet derives. Fixed for good: a new one would make a request
+#: repeated across an upgrade start a second run.
+_DERIVED_IDS = uuid.UUID("9b3c1e52-6f0a-4d8e-a5b7-2c4e8f1d3a60")
+
+
+def derived_run_id(*parts: str) -> str:
+    """A run id that is a function of `parts` (uuid5): the same request finds the same run.
+
+    The fork of a run (`"fork", run_id, "key" | "input", text`) and the run of a `ratchet.start_run`
+    task sent without a run id (`"celery-task", task_id`) get theirs this way."""
+    return str(uuid.uuid5(_DERIVED_IDS, json.dumps(parts)))
+
+
+class Continuation:
+    """One continue's decisions over a store. `publish` publishes a QUEUED run's step (the run
+    control's, which marks the run due when the broker refuses it); `continue_member` continues
+    a team's failed member as a continue of its own; `definition_hash` is what a new run (a fork)
+    of an agent records as its definition."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        publish: Callable[[RunRecord], None],
+        continue_member: Callable[[str], str],
+        definition_hash: Callable[[str], str | None],
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.publish = publish
+        self.continue_member = continue_member
+        self.definition_hash = definition_hash
+
+    def resume(self, record: RunRecord, input: str | None, fork_key: str | None, *, raced: bool) -> str | None:
+        """One try of a continue on the run as read: its answer, or None when the guarded move
+        matched nothing. `raced`: an earlier try lost its move, so whatever the run is doing now
+        another request, its worker or the sweeper started since this continue was sent."""
+        if record.status == S.COMPLETED:
+            # Resumed by someone else and finished since: without input there is nothing left to
+            # do (a fork would ask the model again for nothing); the input goes to a fork, as any.
+            return record.run_id if raced and input is None else self.fork(record, input, fork_key)
+        going = self._going(record, input, raced=raced)
+        if going is not None:
+            return going
+        return self._move_on(record, input)
+
+    def _going(self, record: RunRecord, input: str | None, *, raced: bool) -> str | None:
+        """The answer for a run that is cancelled or going already (or a refusal); None for a run
+        this continue is to move on."""
+        run_id, status, now = record.run_id, record.status, self.store.clock()
+        if status == S.CANCELLED:
+            was = "was cancelled while this continue was on its way" if raced else "was cancelled"
+            raise RunNotContinuableError(f"run {run_id} {was}; a cancelled run is final. Start a new run.")
+        live = status == S.RUNNING and record.lease_live(now)
+        if raced and (live or status in (S.QUEUED, S.WAITING)):
+            if input is not None:
+                raise RunBusyError(
+                    f"run {run_id} was resumed while this continue was on its way (it is {status} now); "
+                    "its input was not added: send it again once the run stops"
+                )
+            return run_id
+        if status in (S.QUEUED, S.WAITING):
+            if input is not None:
+                raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
+            return run_id
+        if live:
+            left = (record.lease_expires_at or now) - now
+            raise RunBusyError(
+                f"run {run_id} is RUNNING on {record.lease_owner} and its lease is live for another {left:.0f}s "
+                "(RATCHET_LEASE_SECONDS); wait for it, or continue it after the lease expires"
+            )
+        return None
+
+    def _move_on(self, record: RunRecord, input: str | None) -> str | None:
+        """Move a stopped run (ERROR, PAUSED, RUNNING past its lease) back to QUEUED and publish
+        its step: the tool calls it still owes first, else a model call with the new input."""
+        run_id, status = record.run_id, record.status
+        owed = unanswered_calls(self.store.get_messages(run_id))
+        if owed and input is not None:
+            raise RunBusyError(
+                f"run {run_id} still owes results for tool calls {[c.id for c in owed]}; "
+                "continue it without input first"
+            )
+        # A team that failed because a member did: continue the member in place, then the leader.
+        members = self._owed_members(record, owed) if owed and status == S.ERROR else []
+        if members:
+            return run_id if self.continue_team(record, members) else None
+        moved = self.store.move(
+            run_id,
+            src=(status,),
+            dst=S.QUEUED,
+            epoch=record.epoch,
+            bump_epoch=True,
+            event="continue",
+            new_messages=[Message(role="user", content=input)] if input is not None else [],
+            seq=record.seq + 1,
+            next_step="tools" if owed else "model",
+            attempts=0,
+            retries=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            error_type=None,
+            error_message=None,
+            publish_grace=self.settings.publish_grace_seconds,
+        )
+        if moved is None:
+            return None
+        self.publish(moved)
+        return run_id
+
+    # ---------------------------------------------------------------- fork
+
+    def fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
+        """A new run with the COMPLETED run's transcript (and `input`), in its session, for its user."""
+        request = ("key", key) if key is not None else ("input", input or "")
+        fork_id = derived_run_id("fork", record.run_id, *request)
+        try:
+            return self._same_fork(record, self.store.get_record(fork_id))
+        except RunNotFoundError:
+            pass
+        messages = self.store.get_messages(record.run_id)
+        if len(messages) < record.n_messages:  # read in one statement: all of them, or none once deleted
+            raise RunNotFoundError(f"run {record.run_id} was deleted while this continue was forking it")
+        if input is not None:
+            messages.append(Message(role="user", content=input))
+        try:
+            created = self._create_fork(record, fork_id, messages)
+        except IntegrityError as exc:  # a concurrent continue made it first
+            try:
+                return self._same_fork(record, self.store.get_record(fork_id))
+            except RunNotFoundError:
+                raise exc from None
+        except SessionOwnedError:  # only a run written before a session took one user's runs
+            raise SessionOwnedError(
+                f"run {record.run_id} is in a session that belongs to another user, so it cannot be forked there; "
+                "start a new run (in a new session) with what it needs instead"
+            ) from None
+        self.publish(created)
+        return fork_id
+
+    def _create_fork(self, record: RunRecord, fork_id: str, messages: Sequence[Message]) -> RunRecord:
+        with tracing.starting(record.agent_name, fork_id, source=record) as trace_context:
+            return self.store.create_run(
+                run_id=fork_id,
+                session_id=record.session_id,
+                agent_name=record.agent_name,
+                kind=record.kind,
+                input_messages=[m.model_copy(update={"created_at": None}) for m in messages],
+                publish_grace=self.settings.publish_grace_seconds,
+                # A fork of a member's run is the user's own run, not a member of the team any more.
+                parent_run_id=None,
+                forked_from=record.run_id,
+                system_message=record.system_message,
+                stream=record.stream,
+                # The fork has the source's history, not the source itself again (it copies its messages).
+                history=record.history if record.history is not None else "[]",
+                user_id=record.user_id,
+                priority=record.priority,
+                trace_context=trace_context,
+                definition_hash=self.definition_hash(record.agent_name),
+            )
+
+    @staticmethod
+    def _same_fork(source: RunRecord, fork: RunRecord) -> str:
+        if fork.forked_from != source.run_id:  # only a producer that chose this very id gets here
+            raise RunConflictError(f"run_id {fork.run_id!r}, the id of this fork, is taken by another run")
+        return fork.run_id
+
+    # ---------------------------------------------------------------- a team through its members
+
+    def _owed_members(self, team: RunRecord, owed: Sequence[ToolCall]) -> list[RunRecord]:
+        """The member runs the team's unanswered calls started (none: the tool step failed
+        before delegating, and the team's tool step is continued as usual)."""
+        owed_ids = {c.id for c in owed}
+        return [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
+
+    def continue_team(self, team: RunRecord, members: Sequence[RunRecord]) -> bool:
+        """Continue a team in ERROR that still waits on delegated members: continue the failed
+        members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
+        every member has ended already. False when the team's move matched nothing (it moved
+        since it was read): the caller decides again."""
+        broker_down: BrokerUnavailableError | None = None
+        # Members first: were the team WAITING with a member still in ERROR, a fan-in in between
+        # (the sweeper's) would put the team straight back in ERROR.
+        for member in members:
+            if member.status == S.ERROR:
+                try:
+                    self.continue_member(member.run_id)
+                except BrokerUnavailableError as exc:  # saved as QUEUED; the sweeper publishes it
+                    broker_down = exc
+                except RunNotFoundError:  # deleted with its team (a prune): the team's move finds it gone
+                    pass
+        moved = self.store.move(
+            team.run_id,
+            src=(S.ERROR,),
+            dst=S.WAITING,
+            epoch=team.epoch,
+            bump_epoch=True,
+            event="continue",
+            next_step=None,
+            attempts=0,
+            retries=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            error_type=None,
+            error_message=None,
+        )
+        if moved is not None:
+            woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)
+            if woken is not None and wake_step(woken) is not None:
+                try:
+                    self.publish(woken)
+                except BrokerUnavailableError as exc:
+                    broker_down = exc
+        if broker_down is not None:
+            raise broker_down
+        return moved is not None
