@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from orchestrator.agent import Agent, find_agent, registered
+from orchestrator.agent import AgentDefinition, find_agent, registered
 from orchestrator.messages import ToolCall, unanswered_calls
 from orchestrator.ports import StepKind, StepRef
 from orchestrator.run import RunRecord
@@ -51,7 +51,7 @@ def step_of(record: RunRecord, *, calls: Calls = (), countdown: float | None = N
     )
 
 
-def queue_for(agent: Agent, kind: str, calls: Callable[[], Sequence[ToolCall]]) -> str | None:
+def queue_for(agent: AgentDefinition, kind: str, calls: Callable[[], Sequence[ToolCall]]) -> str | None:
     """The queue of `agent`'s step of `kind` (None: the default queue of its kind). A tool batch
     that calls a tool naming a queue goes there; `calls` reads the batch, only then."""
     if kind == "tools" and agent.tool_queue is not None:
