@@ -4,7 +4,8 @@ The model is asked for the schema the provider's way (Chat Completions `response
 JSON schema; Responses `text.format`), and its reply is validated. A reply that does not follow
 the schema is retried as a model error, with the validation error shown to the model, up to the
 agent's `retries`; after that the run goes to ERROR with the reply kept on its row. The run's
-`content` is the model instance, rebuilt from the stored JSON when the run is read back.
+`content` is the model instance for the agent's own `run()`; a run read back through `Client`
+is the JSON as stored, which `content_as(SupportTicket)` turns back into the instance.
 
 Run it with `make demo` (SQLite, a broker that needs no server, an in-process worker, and the
 project's scripted model unless OPENAI_API_KEY is set: its first reply leaves a field out, so
@@ -57,9 +58,9 @@ def main() -> None:
     for event in retries:
         error = event["detail"]["error"]
         print(f"retried after {error['type']}: {' '.join(error['message'].split())}")
-    again = Client().get_run(out.run_id)  # a producer that imports the schema reads the object back
+    again = Client().get_run(out.run_id).content_as(SupportTicket)  # a producer that holds the schema
     tokens = out.metrics
-    print(f"read back: {again.content == ticket}; tokens: {tokens.input_tokens} in, {tokens.output_tokens} out")
+    print(f"read back: {again == ticket}; tokens: {tokens.input_tokens} in, {tokens.output_tokens} out")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@
 This package is the domain and its store; it never imports Celery (see `workers/`).
 """
 
-from orchestrator.agent import Agent
 from orchestrator.client import Client, RunHandle
 from orchestrator.errors import (
     AgentNotFoundError,
@@ -31,12 +30,12 @@ from orchestrator.errors import (
 )
 from orchestrator.events import RunEvent
 from orchestrator.messages import Message
+from orchestrator.producer import Agent, Team
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import LogEntry, RunError, RunOutput, RunPage, RunSummary, Session
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store.metrics import MetricsSnapshot
-from orchestrator.team import Team
 from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 from orchestrator.usage import Metrics, Prices
 

@@ -1,35 +1,33 @@
-"""Agents: a model, tools and instructions, registered by name.
+"""Agent definitions: a model, tools and instructions, registered by name.
 
-Defining an `Agent` registers it in this process under its name. A worker imports the module
+Defining an agent registers it in this process under its name. A worker imports the module
 that defines the agents (`ratchet worker --app myproject.agents`), so only the name and the run
 id cross the broker; code, models and credentials stay in each process.
+
+An `AgentDefinition` is what the worker runs and the domain reads (routing, steps, delegation):
+it knows no producer. `orchestrator.Agent` (in `orchestrator.producer`) is the same definition
+with Agno's `run()` and friends, which start runs through a `Client`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, NotRequired, TypedDict
 
 from pydantic import BaseModel
 
 from orchestrator import state
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
-from orchestrator.events import RunEvent
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.retry import RetryPolicy
-from orchestrator.run import RunOutput, RunRecord
+from orchestrator.run import RunRecord
 from orchestrator.tools import Tool, Toolkit, flatten
 from orchestrator.tools.tool import queue_name, tools_queue
-
-if TYPE_CHECKING:
-    from orchestrator.client import Client, RunHandle
-
 
 #: Agno's default number of earlier runs in the context when history is on.
 DEFAULT_HISTORY_RUNS = 3
@@ -66,8 +64,30 @@ def _check(name: str, model: Model, output_schema: object, concurrency_key: obje
         raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
 
 
-class Agent:
-    """An LLM agent. `run()` enqueues a durable run on the workers and waits for it."""
+class AgentOptions(TypedDict):
+    """The arguments an agent definition is built from, as `AgentDefinition.__init__` takes them:
+    what `orchestrator.Agent` passes on to it besides its producer client."""
+
+    name: str
+    model: Model
+    tools: NotRequired[Sequence[Tool | Toolkit | Callable[..., Any]]]
+    instructions: NotRequired[str | Sequence[str] | None]
+    description: NotRequired[str | None]
+    role: NotRequired[str | None]
+    retries: NotRequired[int]
+    retry_policy: NotRequired[RetryPolicy | None]
+    max_tool_batches: NotRequired[int]
+    output_schema: NotRequired[type[BaseModel] | None]
+    add_history_to_context: NotRequired[bool]
+    num_history_runs: NotRequired[int | None]
+    session_state: NotRequired[Mapping[str, Any] | None]
+    queue: NotRequired[str | None]
+    concurrency_key: NotRequired[Callable[[RunRecord], str | None] | None]
+
+
+class AgentDefinition:
+    """An LLM agent as the workers run it: its model, tools, instructions and limits, registered
+    under its name when built. It starts nothing: `orchestrator.Agent` adds `run()`."""
 
     kind = "agent"
 
@@ -89,7 +109,6 @@ class Agent:
         session_state: Mapping[str, Any] | None = None,
         queue: str | None = None,
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
-        client: Client | None = None,
     ) -> None:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
@@ -128,10 +147,7 @@ class Agent:
         #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function of
         #: the run's record, None for a run it does not count; None: the run's `user_id`.
         self.concurrency_key = concurrency_key
-        self._client = client
         register(self)
-
-    # ---------------------------------------------------------------- what the worker uses
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if this agent has one."""
@@ -157,132 +173,16 @@ class Agent:
         parts.extend(self._toolkit_instructions)
         return "\n\n".join(parts) or None
 
-    # ---------------------------------------------------------------- what a producer uses
-
-    @property
-    def client(self) -> Client:
-        """The producer client: the one given, else the one `use_client` installed (as
-        `orchestrator.testing.in_memory` does), else one from the environment's settings."""
-        if self._client is not None:
-            return self._client
-        if _default_client is not None:
-            return _default_client
-        from orchestrator.client import Client
-
-        return Client()  # light: the store and the dispatcher behind it are cached per process
-
-    def start(
-        self,
-        input: str,
-        *,
-        session_id: str | None = None,
-        run_id: str | None = None,
-        user_id: str | None = None,
-        session_state: Mapping[str, Any] | None = None,
-        stream: bool = False,
-        priority: int | None = None,
-    ) -> RunHandle:
-        """Enqueue a run and return at once with its handle. `user_id`, `session_state` (merged
-        over the session's stored state) and `priority` (0-9, higher first): see `Client.start`."""
-        return self.client.start(
-            self.name, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state, priority=priority,
-        )  # fmt: skip
-
-    @overload
-    def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
-        priority: int | None = None,
-    ) -> RunOutput: ...  # fmt: skip
-
-    @overload
-    def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
-    ) -> Iterator[RunEvent]: ...  # fmt: skip
-
-    def run(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
-    ) -> RunOutput | Iterator[RunEvent]:  # fmt: skip
-        """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too),
-        with the session's state after it (`RunOutput.session_state`).
-
-        `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
-        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
-        handle = self.start(
-            input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
-            priority=priority,
-        )  # fmt: skip
-        return self.client.stream(handle.run_id, timeout=timeout) if stream else handle.wait(timeout)
-
-    @overload
-    async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None,
-        stream: Literal[False] = False, user_id: str | None = None, session_state: Mapping[str, Any] | None = None,
-        priority: int | None = None,
-    ) -> RunOutput: ...  # fmt: skip
-
-    @overload
-    async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: Literal[True],
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
-    ) -> AsyncIterator[RunEvent]: ...  # fmt: skip
-
-    async def arun(
-        self, input: str, *, session_id: str | None = None, timeout: float | None = None, stream: bool = False,
-        user_id: str | None = None, session_state: Mapping[str, Any] | None = None, priority: int | None = None,
-    ) -> RunOutput | AsyncIterator[RunEvent]:  # fmt: skip
-        """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
-        `async for event in await agent.arun(input, stream=True)`."""
-        client = self.client
-        handle = await asyncio.to_thread(
-            self.start, input, session_id=session_id, user_id=user_id, session_state=session_state, stream=stream,
-            priority=priority,
-        )  # fmt: skip
-        return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
-
-    def get_session_state(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
-        """The session's state as stored now (Agno's `get_session_state`); {} for a new session,
-        and with `user_id` for a session that is not that user's (`Client.get_session_state`)."""
-        return self.client.get_session_state(session_id, user_id=user_id)
-
-    def continue_run(
-        self,
-        run_id: str,
-        *,
-        input: str | None = None,
-        session_id: str | None = None,
-        timeout: float | None = None,
-        fork_key: str | None = None,
-    ) -> RunOutput:
-        """Continue a run and wait: ERROR resumes in place (same run_id), COMPLETED forks (the
-        same fork for the same input; another `fork_key` forks again, see `Client.continue_run`).
-
-        `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
-        return self.client.continue_run(run_id, input=input, fork_key=fork_key).wait(timeout)
-
-    async def acontinue_run(
-        self,
-        run_id: str,
-        *,
-        input: str | None = None,
-        session_id: str | None = None,
-        timeout: float | None = None,
-        fork_key: str | None = None,
-    ) -> RunOutput:
-        """`continue_run()` for asyncio."""
-        handle = await asyncio.to_thread(self.client.continue_run, run_id, input=input, fork_key=fork_key)
-        return await handle.await_(timeout)
+    def definitions(self) -> list[AgentDefinition]:
+        """This definition and those it runs with: a team adds its members' (and theirs)."""
+        return [self]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model.describe()})"
 
 
 _registry_lock = threading.Lock()
-_registry: dict[str, Agent] = {}
-_default_client: Client | None = None
+_registry: dict[str, AgentDefinition] = {}
 #: Where each registered name was defined (see `_definition_site`).
 _sites: dict[str, _Site] = {}
 
@@ -297,16 +197,7 @@ class _Site:
     where: str
 
 
-def use_client(client: Client | None) -> Client | None:
-    """Make `client` the producer client of every agent built without one (None: each builds
-    one from the environment again); returns the one it replaces, to restore it afterwards."""
-    global _default_client
-    with _registry_lock:
-        previous, _default_client = _default_client, client
-    return previous
-
-
-def register(agent: Agent) -> None:
+def register(agent: AgentDefinition) -> None:
     """Register an agent under its name.
 
     A name belongs to one definition: workers find agents by name, so two different definitions
@@ -328,9 +219,9 @@ def register(agent: Agent) -> None:
         _sites[agent.name] = site
 
 
-def _definition_site(agent: Agent) -> _Site:
-    """The frame that called the agent's constructor: past `Agent.__init__`, and past the
-    `__init__` of Team or of any subclass that builds the same object."""
+def _definition_site(agent: AgentDefinition) -> _Site:
+    """The frame that called the agent's constructor: past `AgentDefinition.__init__`, and past
+    the `__init__` of a team, of `orchestrator.Agent`, or of any subclass that builds the same object."""
     here = inspect.currentframe()
     register_frame = here.f_back if here is not None else None
     del here  # a frame kept in its own locals would be a reference cycle
@@ -353,23 +244,23 @@ def _definition_site(agent: Agent) -> _Site:
     )
 
 
-def _constructs(frame: FrameType, agent: Agent) -> bool:
+def _constructs(frame: FrameType, agent: AgentDefinition) -> bool:
     return frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is agent
 
 
-def registered() -> list[Agent]:
+def registered() -> list[AgentDefinition]:
     """Every agent and team registered in this process."""
     with _registry_lock:
         return list(_registry.values())
 
 
-def find_agent(name: str) -> Agent | None:
+def find_agent(name: str) -> AgentDefinition | None:
     """The agent or team registered under `name` in this process, or None."""
     with _registry_lock:
         return _registry.get(name)
 
 
-def get_agent(name: str) -> Agent:
+def get_agent(name: str) -> AgentDefinition:
     """The agent or team registered under `name` in this process."""
     with _registry_lock:
         found = _registry.get(name)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.agent import Agent, registered
+from orchestrator.agent import AgentDefinition, registered
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.catalog import CatalogRow, Served
@@ -160,11 +160,11 @@ def _hashed(definition: Definition) -> Definition:
     return Definition(**{**definition.__dict__, "hash": digest})
 
 
-_described: dict[int, tuple[Agent, Definition]] = {}
+_described: dict[int, tuple[AgentDefinition, Definition]] = {}
 _described_lock = threading.Lock()
 
 
-def describe(agent: Agent) -> Definition:
+def describe(agent: AgentDefinition) -> Definition:
     """The catalog's description of `agent`, from its public attributes; computed once per
     definition object (a producer that imports the agent pays it on its first start only)."""
     with _described_lock:
@@ -177,7 +177,7 @@ def describe(agent: Agent) -> Definition:
     return definition
 
 
-def _body_of(agent: Agent) -> dict[str, Any]:
+def _body_of(agent: AgentDefinition) -> dict[str, Any]:
     system = agent.render_system_message()
     schema = agent.output_schema.model_json_schema() if agent.output_schema is not None else None
     return {
@@ -272,7 +272,7 @@ def cache_of(store: Store) -> DefinitionCache:
 # ---------------------------------------------------------------- writing
 
 
-def write_served(store: Store, agents: Sequence[Agent]) -> list[Definition]:
+def write_served(store: Store, agents: Sequence[AgentDefinition]) -> list[Definition]:
     """Write the definitions of `agents` as served, seen now; returns them."""
     definitions = [describe(a) for a in agents]
     store.write_catalog([d.served() for d in definitions])
@@ -284,7 +284,9 @@ class CatalogKeeper:
     every RATCHET_CATALOG_SEEN_SECONDS from a thread of its own, until stopped. A failed write is
     logged and tried again at the next interval: the catalog never stops a worker."""
 
-    def __init__(self, store: Store, settings: Settings, agents: Callable[[], Sequence[Agent]] = registered) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, agents: Callable[[], Sequence[AgentDefinition]] = registered
+    ) -> None:
         self.store = store
         self.settings = settings
         self.agents = agents

@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from orchestrator import tracing
-from orchestrator.agent import Agent, get_agent
+from orchestrator.agent import AgentDefinition, get_agent
 from orchestrator.catalog import describe
 from orchestrator.errors import MemberRunError, RatchetError, ToolArgumentsError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
@@ -56,7 +56,7 @@ from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
 from orchestrator.store import Claim, Store
 from orchestrator.store.teams import LIVE, FanIn, NewMember
-from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, Team
+from orchestrator.team import DELEGATION_TOOLS, TO_MEMBER, TeamDefinition
 
 log = logging.getLogger("ratchet.delegation")
 S = RunStatus
@@ -68,18 +68,18 @@ class Delegation:
 
     call: ToolCall
     task: str
-    members: tuple[Agent, ...]
+    members: tuple[AgentDefinition, ...]
 
 
 # ---------------------------------------------------------------- start
 
 
-def split(agent: Agent, calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[Delegation]]:
+def split(agent: AgentDefinition, calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[Delegation]]:
     """Separate a batch into the calls the tool step runs itself and the delegations it starts.
 
     A delegation call with invalid arguments or an unknown member stays with the ordinary
     calls: its tool function turns it into a tool error the leader can read and correct."""
-    if not isinstance(agent, Team) or not agent.members:
+    if not isinstance(agent, TeamDefinition) or not agent.members:
         return list(calls), []
     inline: list[ToolCall] = []
     delegated: list[Delegation] = []
@@ -98,7 +98,7 @@ def split(agent: Agent, calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list
             if member is None:
                 inline.append(call)
                 continue
-            targets: tuple[Agent, ...] = (member,)
+            targets: tuple[AgentDefinition, ...] = (member,)
         else:
             targets = tuple(agent.members)
         delegated.append(Delegation(call=call, task=str(args["task"]), members=targets))

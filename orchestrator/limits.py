@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.agent import Agent, find_agent
+from orchestrator.agent import AgentDefinition, find_agent
 from orchestrator.errors import ConfigurationError
 from orchestrator.messages import Message
 from orchestrator.models.base import RateLimit, ToolSpec
@@ -58,7 +58,7 @@ DEFAULT_BLOCK = 1.0
 CHARS_PER_TOKEN = 4
 
 
-def key_of(agent: Agent | None, record: RunRecord) -> str | None:
+def key_of(agent: AgentDefinition | None, record: RunRecord) -> str | None:
     """The run's concurrency key: None for a team's member, else its agent's `concurrency_key`
     of the record, else its `user_id` (also when its agent is not defined in this process)."""
     if record.parent_run_id is not None:
@@ -74,7 +74,7 @@ def key_of(agent: Agent | None, record: RunRecord) -> str | None:
     return key
 
 
-def ask_for(settings: Settings, agent: Agent, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
+def ask_for(settings: Settings, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
     """What the run's model step asks of the limiter; None when neither limit applies to it
     (then the step asks nothing: no round trip)."""
     limit = settings.max_runs_per_key

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import computed_field
+from pydantic import BaseModel, computed_field
 
-from orchestrator import structured
 from orchestrator.messages import Message
 from orchestrator.status import RunStatus
 from orchestrator.usage import Metrics
+
+#: The output schema `RunOutput.content_as` is asked for.
+Schema = TypeVar("Schema", bound=BaseModel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,8 +133,9 @@ class RunOutput:
     session_id: str
     agent_name: str
     status: RunStatus
-    #: The final answer: text, or for an agent with an `output_schema` an instance of it when the
-    #: agent is registered in this process (else the JSON text as stored).
+    #: The final answer as stored: text, for an agent with an `output_schema` the JSON text,
+    #: in every process (`content_as` parses it). `Agent.run()` and friends give an instance of
+    #: the agent's schema instead, or the text if it no longer validates.
     content: Any
     messages: list[Message]
     error: RunError | None = None
@@ -164,12 +167,24 @@ class RunOutput:
         """The tool calls that ran, with their results (Agno's `RunOutput.tools`), in order."""
         return [
             ToolExecution(
-                tool_call_id=m.tool_call_id or "", tool_name=m.tool_name or "", tool_args=m.tool_args,
-                result=m.content, tool_call_error=m.tool_call_error,
+                tool_call_id=m.tool_call_id or "",
+                tool_name=m.tool_name or "",
+                tool_args=m.tool_args,
+                result=m.content,
+                tool_call_error=m.tool_call_error,
             )
             for m in self.messages
             if m.role == "tool"
-        ]  # fmt: skip
+        ]
+
+    def content_as(self, schema: type[Schema]) -> Schema | None:
+        """The final answer as an instance of `schema` (an agent's `output_schema`), for a
+        producer that holds the schema but not the agent: None if the run has none, pydantic's
+        ValidationError if the stored JSON does not follow it."""
+        if self.content is None or isinstance(self.content, schema):
+            return self.content
+        text = self.content.model_dump_json() if isinstance(self.content, BaseModel) else self.content
+        return schema.model_validate_json(text)
 
     @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's run carries it
     @property
@@ -202,7 +217,7 @@ class RunOutput:
             session_id=record.session_id,
             agent_name=record.agent_name,
             status=record.status,
-            content=structured.content_of(record.agent_name, record.content),
+            content=record.content,
             messages=transcript,
             error=error,
             parent_run_id=record.parent_run_id,
@@ -273,11 +288,21 @@ class RunSummary:
             else None
         )
         return cls(
-            run_id=v["run_id"], session_id=v["session_id"], agent_name=v["agent_name"], kind=v["kind"],
-            status=RunStatus(v["status"]), parent_run_id=v["parent_run_id"], forked_from=v["forked_from"],
-            user_id=v["user_id"], error=error, seq=v["seq"], retries=v["retries"], n_messages=v["n_messages"],
-            created_at=v["created_at"], updated_at=v["updated_at"],
-        )  # fmt: skip
+            run_id=v["run_id"],
+            session_id=v["session_id"],
+            agent_name=v["agent_name"],
+            kind=v["kind"],
+            status=RunStatus(v["status"]),
+            parent_run_id=v["parent_run_id"],
+            forked_from=v["forked_from"],
+            user_id=v["user_id"],
+            error=error,
+            seq=v["seq"],
+            retries=v["retries"],
+            n_messages=v["n_messages"],
+            created_at=v["created_at"],
+            updated_at=v["updated_at"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

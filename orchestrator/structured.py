@@ -7,8 +7,10 @@ retry's prompt ends with a correction (a user message, kept in flight and never 
 from the error the retry recorded, so every redelivery of that retry sends the same request.
 When retries run out the run goes to ERROR with the invalid reply kept on the row.
 
-A producer gets `RunOutput.content` as an instance of the schema when the agent is registered in
-its process (it imports the agents' module), else as the stored JSON text.
+A run's content reads the same in every process: the JSON text as stored (`Client`, the CLI, the
+HTTP API). The schema's instance is given where the caller holds the definition: `Agent.run()`
+and a handle started from the agent parse it with the agent's own `output_schema` (`parsed`);
+any other caller names the schema, `RunOutput.content_as(MyModel)`.
 """
 
 from __future__ import annotations
@@ -67,19 +69,12 @@ def correction(error: dict[str, Any] | None) -> Message | None:
     )
 
 
-def content_of(agent_name: str, content: str | None) -> Any:
-    """A completed run's content as its producer sees it: an instance of the agent's
-    `output_schema` when that agent is registered in this process and the text validates, else
-    the text as stored."""
-    if content is None:
-        return None
-    from orchestrator.agent import find_agent  # agent.py imports run.py, which calls this
-
-    agent = find_agent(agent_name)
-    schema = agent.output_schema if agent is not None else None
-    if schema is None:
+def parsed(schema: type[BaseModel], content: Any) -> Any:
+    """A completed run's content as an instance of `schema` when the stored text validates, else
+    as given: None, or the text when the schema changed since the run (still the answer)."""
+    if not isinstance(content, str):
         return content
     try:
         return schema.model_validate_json(content)
     except ValidationError:
-        return content  # the schema changed since the run: the stored text is still the answer
+        return content

@@ -1,4 +1,4 @@
-"""Teams: an agent whose leader may delegate to member agents and teams.
+"""Team definitions: an agent whose leader may delegate to member agents and teams.
 
 The leader is offered Agno's two delegation tools, `delegate_task_to_member(member_id, task)`
 and `delegate_task_to_members(task)`, and its system message lists the members with their ids,
@@ -6,7 +6,7 @@ roles and tools. A delegation never runs inside the leader's tool step: the step
 member as a durable child run and the team waits (see `orchestrator.delegation`).
 
 A team with `members=[]` is a leader agent with its own tools, run exactly like an agent but
-stored with kind "team".
+stored with kind "team". `orchestrator.Team` (in `orchestrator.producer`) adds Agno's `run()`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator.agent import Agent
+from orchestrator.agent import AgentDefinition
 from orchestrator.errors import ConfigurationError
 from orchestrator.models.base import Model
 from orchestrator.tools import Tool, Toolkit
@@ -26,14 +26,14 @@ TO_MEMBERS = "delegate_task_to_members"
 DELEGATION_TOOLS = frozenset({TO_MEMBER, TO_MEMBERS})
 
 
-def member_id(agent: Agent) -> str:
+def member_id(agent: AgentDefinition) -> str:
     """The id the leader names a member by: its name made URL-safe, as Agno's `get_member_id`."""
     text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", agent.name.replace(" ", "-")).lower().replace("_", "-")
     return re.sub(r"-+", "-", re.sub(r"[^\w\-.]", "", text))
 
 
-class Team(Agent):
-    """A team of agents (and teams) led by a model. Agno's `Team`, run durably."""
+class TeamDefinition(AgentDefinition):
+    """A team of agents (and teams) led by a model, as the workers run it (Agno's `Team`)."""
 
     kind = "team"
 
@@ -42,13 +42,13 @@ class Team(Agent):
         *,
         name: str,
         model: Model,
-        members: Sequence[Agent] = (),
+        members: Sequence[AgentDefinition] = (),
         tools: Sequence[Tool | Toolkit | Callable[..., Any]] = (),
         instructions: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         for member in members:
-            if not isinstance(member, Agent):
+            if not isinstance(member, AgentDefinition):
                 raise ConfigurationError(f"team {name}: members must be Agents or Teams, got {member!r}")
             if member.name == name:
                 raise ConfigurationError(f"team {name}: a team cannot be its own member")
@@ -62,7 +62,7 @@ class Team(Agent):
             raise ConfigurationError(f"team {name}: {sorted(clash)} is a delegation tool's name; rename your tool")
         self._delegation_tools = _delegation_tools(self) if self.members else []
 
-    def member(self, requested: str) -> Agent | None:
+    def member(self, requested: str) -> AgentDefinition | None:
         """The member the leader named: by id, by name, or by a name that makes the same id."""
         for m in self.members:
             if requested in (member_id(m), m.name):
@@ -73,6 +73,10 @@ class Team(Agent):
     def all_tools(self) -> list[Tool]:
         """The leader's own tools and, when it has members, the two delegation tools."""
         return [*self.tools, *self._delegation_tools]
+
+    def definitions(self) -> list[AgentDefinition]:
+        """The team, then each member's definitions in order (a sub-team's members too)."""
+        return [self, *(d for m in self.members for d in m.definitions())]
 
     def render_system_message(self) -> str | None:
         """The leader's system message: who the members are and how to delegate, then the
@@ -103,14 +107,14 @@ class Team(Agent):
         return f"{block}\n\n{own}" if own else block
 
 
-def _describe(member: Agent, index: int) -> list[str]:
-    label = "Team" if isinstance(member, Team) else "Agent"
+def _describe(member: AgentDefinition, index: int) -> list[str]:
+    label = "Team" if isinstance(member, TeamDefinition) else "Agent"
     lines = [f"- {label} {index}:", f"    - ID: {member_id(member)}", f"    - Name: {member.name}"]
     if member.role:
         lines.append(f"    - Role: {member.role}")
     elif member.description:
         lines.append(f"    - Description: {member.description}")
-    if isinstance(member, Team) and member.members:
+    if isinstance(member, TeamDefinition) and member.members:
         lines.append("    - Members: " + ", ".join(m.name for m in member.members))
     if member.tools:
         lines.append("    - Member tools:")
@@ -118,7 +122,7 @@ def _describe(member: Agent, index: int) -> list[str]:
     return lines
 
 
-def _delegation_tools(team: Team) -> list[Tool]:
+def _delegation_tools(team: TeamDefinition) -> list[Tool]:
     """The leader's delegation tools. The engine intercepts valid calls and starts member runs;
     the functions only run for a call it could not place, to tell the model why."""
     known = ", ".join(member_id(m) for m in team.members)

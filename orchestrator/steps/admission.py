@@ -9,7 +9,7 @@ import random
 from collections.abc import Sequence
 
 from orchestrator import limits
-from orchestrator.agent import Agent
+from orchestrator.agent import AgentDefinition
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import ModelReply
@@ -40,7 +40,7 @@ class Admission:
             self._limiter = get_limiter(self.settings)
         return self._limiter
 
-    def ask(self, agent: Agent, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
+    def ask(self, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
         """What the step asks of the limiter (`limits.ask_for`); None when no limit applies to
         it, and then nothing is asked: no round trip."""
         return limits.ask_for(self.settings, agent, record, prompt)

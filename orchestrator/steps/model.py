@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from orchestrator import delegation, structured, tracing
-from orchestrator.agent import Agent, get_agent
+from orchestrator.agent import AgentDefinition, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply
@@ -88,7 +88,7 @@ class ModelStep:
 
     # ---------------------------------------------------------------- context
 
-    def _agent(self, claim: Claim) -> Agent:
+    def _agent(self, claim: Claim) -> AgentDefinition:
         """The run's agent, with what the run's row lacks of it recorded: its kind, and on the
         first step the session's default state."""
         record = claim.record
@@ -100,7 +100,7 @@ class ModelStep:
             self._add_state_defaults(claim, agent)
         return agent
 
-    def _add_state_defaults(self, claim: Claim, agent: Agent) -> None:
+    def _add_state_defaults(self, claim: Claim, agent: AgentDefinition) -> None:
         """A run's first step gives its session the keys of the agent's default state it lacks,
         before any tool of the run can read it (again on a redelivery: adding what is missing
         twice adds nothing)."""
@@ -112,7 +112,7 @@ class ModelStep:
             what=f"run {claim.run_id} default session state",
         )
 
-    def _context(self, agent: Agent, claim: Claim, flight: InFlight) -> tuple[list[Message], str | None]:
+    def _context(self, agent: AgentDefinition, claim: Claim, flight: InFlight) -> tuple[list[Message], str | None]:
         """The prompt: the system message, the session's history, the transcript and the
         schema correction; and the system message rendered by this step (None when the run
         has one stored), which the commit stores."""
@@ -128,7 +128,7 @@ class ModelStep:
         prompt += self._correction(agent, claim)
         return prompt, new_system
 
-    def _correction(self, agent: Agent, claim: Claim) -> list[Message]:
+    def _correction(self, agent: AgentDefinition, claim: Claim) -> list[Message]:
         """For a retry of a reply that did not follow the agent's output schema, the message that
         shows the model why (built from the error the retry recorded, so every redelivery of the
         step sends the same request; kept in flight, never stored)."""
@@ -141,7 +141,7 @@ class ModelStep:
 
     # ---------------------------------------------------------------- call
 
-    def _call(self, agent: Agent, prompt: list[Message], claim: Claim) -> ModelReply:
+    def _call(self, agent: AgentDefinition, prompt: list[Message], claim: Claim) -> ModelReply:
         """The model call. A streamed run's gets the callback that publishes each delta, and its
         deltas are all stored when this returns or raises, before anything of the step commits."""
         timeout = self.settings.model_timeout
@@ -156,7 +156,9 @@ class ModelStep:
             span.reply(reply)
             return reply
 
-    def _streamed(self, agent: Agent, prompt: list[Message], claim: Claim, context: CallContext) -> ModelReply:
+    def _streamed(
+        self, agent: AgentDefinition, prompt: list[Message], claim: Claim, context: CallContext
+    ) -> ModelReply:
         """The call of a streamed run: each delta published, and all stored before it returns or raises."""
         live = LiveStep(self.sink(), claim, self.store.clock, timeouts=self.steps.timeouts)
         live.begin()
@@ -165,7 +167,7 @@ class ModelStep:
         finally:
             live.end()
 
-    def _retry(self, claim: Claim, agent: Agent, exc: ModelCallError) -> bool:
+    def _retry(self, claim: Claim, agent: AgentDefinition, exc: ModelCallError) -> bool:
         """Park the run for another try of a failed call if the agent's retry policy says so."""
         settings = self.settings
         cap = settings.max_retry_after
@@ -207,7 +209,7 @@ class ModelStep:
 
     # ---------------------------------------------------------------- check
 
-    def _checked(self, agent: Agent, claim: Claim, message: Message, flight: InFlight) -> bool:
+    def _checked(self, agent: AgentDefinition, claim: Claim, message: Message, flight: InFlight) -> bool:
         """Check the reply before it is committed: False for a final answer that does not follow
         the agent's output schema and was parked for a retry. Raises that error once its retries
         are spent, or ToolBatchLimitError for tool calls past the agent's max_tool_batches."""
@@ -292,7 +294,7 @@ def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, price
     return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message(prices)
 
 
-def _invalid_output(agent: Agent, message: Message) -> ModelCallError | None:
+def _invalid_output(agent: AgentDefinition, message: Message) -> ModelCallError | None:
     """The error of a final answer that does not follow the agent's output schema (a reply with
     tool calls is not a final answer: it is checked when the model answers)."""
     if agent.output_schema is None or message.tool_calls:
@@ -300,7 +302,7 @@ def _invalid_output(agent: Agent, message: Message) -> ModelCallError | None:
     return structured.validate(agent.output_schema, message.content)
 
 
-def _system_message(agent: Agent) -> str | None:
+def _system_message(agent: AgentDefinition) -> str | None:
     text = agent.render_system_message()
     return storable_text(text) if text is not None else None
 

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from orchestrator import delegation, tracing
-from orchestrator.agent import Agent, get_agent
+from orchestrator.agent import AgentDefinition, get_agent
 from orchestrator.errors import ToolArgumentsError, ToolInterruptedError
 from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.routing import step_of
@@ -95,7 +95,9 @@ class ToolStep:
         self.steps.publish(step_of(committed))
         return "model"
 
-    def _run_tools(self, claim: Claim, agent: Agent, calls: list[ToolCall], flight: InFlight) -> list[Message]:
+    def _run_tools(
+        self, claim: Claim, agent: AgentDefinition, calls: list[ToolCall], flight: InFlight
+    ) -> list[Message]:
         """Run the calls concurrently; commit each result as it finishes except the last, which
         the step's own commit carries (one transaction fewer for the common single-call batch).
 
@@ -178,12 +180,14 @@ class ToolStep:
         )
         batch.release(call_id)
 
-    def _call_tool(self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch) -> Message:
+    def _call_tool(
+        self, claim: Claim, agent: AgentDefinition, call: ToolCall, flight: InFlight, batch: Batch
+    ) -> Message:
         with tracing.tool_call(call, claim.run_id) as span:  # nothing, unless a tracer provider is set
             return self._run_tool(claim, agent, call, flight, batch, span)
 
     def _run_tool(
-        self, claim: Claim, agent: Agent, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced
+        self, claim: Claim, agent: AgentDefinition, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced
     ) -> Message:
         """Run one call and return its result. An unknown tool, arguments its schema refuses, and
         whatever the tool raises are the model's to read, not the run's."""

@@ -56,12 +56,13 @@ from contextlib import ExitStack, contextmanager
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.agent import registered, use_client
+from orchestrator.agent import registered
 from orchestrator.catalog import write_served
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
 from orchestrator.limits import LocalLimiter
 from orchestrator.ports import StepRef, set_dispatcher, set_limiter
+from orchestrator.producer import use_client
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store

@@ -112,25 +112,42 @@ def test_a_reply_that_never_validates_ends_in_error_with_the_raw_reply_kept(
     assert retry_errors(settings, out.run_id) == ["OutputValidationError"] * 2
 
 
-def test_a_producer_that_does_not_import_the_agent_reads_the_raw_json(
-    api: type[OpenAIModel], settings: Settings, scripted: ScriptedServer, worker: object
-) -> None:
-    scripted.configure(ScriptConfig(final_replies=[VALID]))
-    out = city_agent(api, settings).run("Tell me about Paris", timeout=30)
-    assert isinstance(out.content, CityFacts)
-
+def read_elsewhere(settings: Settings, run_id: str, agent_name: str | None) -> list[object]:
+    """`Client.get_run(run_id).content`, its type and value, as another process reads it: one that
+    defines the agent (with its schema) when `agent_name` is given, else one that never did."""
     code = (
         "import json, sys\n"
-        "from orchestrator import Client\n"
+        "from orchestrator import Agent, Client\n"
+        "if len(sys.argv) > 2:\n"
+        "    from pydantic import BaseModel\n"
+        "    from orchestrator.models import OpenAIChat\n"
+        "    class CityFacts(BaseModel):\n"
+        "        city: str\n"
+        "        population: int\n"
+        "    Agent(name=sys.argv[2], model=OpenAIChat(id='city'), output_schema=CityFacts)\n"
         "out = Client().get_run(sys.argv[1])\n"
-        "print(json.dumps([type(out.content).__name__, out.content]))\n"
+        "print(json.dumps([type(out.content).__name__, str(out.content)]))\n"
     )
     env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code, out.run_id], env=env, capture_output=True, text=True, timeout=60, check=True
-    )
+    args = [sys.executable, "-c", code, run_id, *([agent_name] if agent_name else [])]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
-    assert json.loads(done.stdout) == ["str", VALID]
+
+def test_a_stored_row_reads_the_same_in_every_process_whatever_agents_it_imported(
+    settings: Settings, scripted: ScriptedServer, worker: object
+) -> None:
+    scripted.configure(ScriptConfig(final_replies=[VALID]))
+    agent = city_agent(OpenAIChat, settings)  # how a row is read back does not depend on the API
+    out = agent.run("Tell me about Paris", timeout=30)
+    assert isinstance(out.content, CityFacts)  # the agent's own run reads with its own schema
+
+    here = Client(settings).get_run(out.run_id)
+
+    assert [type(here.content).__name__, here.content] == ["str", VALID]
+    assert read_elsewhere(settings, out.run_id, agent.name) == ["str", VALID]
+    assert read_elsewhere(settings, out.run_id, None) == ["str", VALID]
+    assert here.content_as(CityFacts) == out.content  # a producer holding the schema asks for it
 
 
 def test_a_team_answers_in_its_output_schema_after_delegating(
@@ -169,5 +186,5 @@ def test_a_streamed_run_asks_for_the_schema_and_retries_an_invalid_reply_too(
 
     run_id = events[0].run_id
     out = Client(settings).get_run(run_id)
-    assert out.status == S.COMPLETED and out.content == CityFacts(city="Paris", population=2100000)
+    assert out.status == S.COMPLETED and out.content_as(CityFacts) == CityFacts(city="Paris", population=2100000)
     assert [(r["stream"], r["output_format"]) for r in scripted.requests_for(run_id)] == [(True, "CityFacts")] * 2

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
@@ -79,8 +79,6 @@ def jsonable(
 ) -> dict[str, Any]:
     """The run as JSON values (`ratchet show --json`); with `log` and `steps`, each run's too."""
     data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
-    if isinstance(out.content, BaseModel):  # an output_schema's instance, when the agent is imported
-        data["content"] = out.content.model_dump(mode="json")
     data["messages"] = [m.model_dump(mode="json") for m in out.messages]
     data["member_runs"] = [jsonable(m, log, steps) for m in out.member_runs]
     if log is not None:
