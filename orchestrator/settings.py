@@ -52,6 +52,9 @@ class Settings(BaseModel):
     heartbeat_seconds: float = 3.0
     #: How often the sweeper looks for expired leases and unpublished steps.
     sweep_seconds: float = 5.0
+    #: Whether each worker runs the sweeper in its main process (one of them acts at a time, by a
+    #: lease in the database: `orchestrator.sweeping`). Off where `ratchet beat` sends the sweep instead.
+    worker_sweeps: bool = True
     #: How long a published step may wait for a worker before the sweeper publishes it again
     #: (a lost message, a crash between commit and publish). Duplicates are harmless: the claim
     #: drops them.
