@@ -62,10 +62,19 @@ class EmbeddedWorker:
         # The default queues and every queue the agents of this process name: it runs them all.
         queues = [s.model_queue, s.tools_queue, s.control_queue, *sorted(named_queues())]
         self.worker = TestWorkController(
-            app=self.app, concurrency=self.concurrency, hostname=anon_nodename(), pool="threads",
-            loglevel=self.loglevel, logfile=None, ready_callback=None, without_heartbeat=True,
-            without_mingle=True, without_gossip=True, queues=queues, without_sweeper=not self.sweep,
-        )  # fmt: skip
+            app=self.app,
+            concurrency=self.concurrency,
+            hostname=anon_nodename(),
+            pool="threads",
+            loglevel=self.loglevel,
+            logfile=None,
+            ready_callback=None,
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            queues=queues,
+            without_sweeper=not self.sweep,
+        )
         state.should_terminate = None
         self._thread = threading.Thread(target=self.worker.start, name="ratchet-embedded-worker", daemon=True)
         self._thread.start()
