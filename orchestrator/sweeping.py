@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
@@ -46,23 +47,31 @@ def lease_seconds(settings: Settings) -> float:
 class FleetSweeper:
     """A sweeper that acts only while it holds the fleet's sweep lease, under `owner`."""
 
-    def __init__(self, runner: StepRunner, owner: str) -> None:
+    def __init__(self, runner: StepRunner, owner: str, *, announce: bool = True) -> None:
         self.sweeper = Sweeper(runner)
         self.store = runner.store
         self.owner = owner
         self.seconds = lease_seconds(runner.settings)
+        #: Whether to log when this sweeper takes the lease or loses it (a worker's: once each).
+        self.announce = announce
         #: Whether this sweeper held the lease after its last pass or try.
         self.holding = False
 
     def sweep(self) -> SweepReport | None:
         """One pass if this sweeper holds the lease or can take it (renewed after the pass too),
         else None: another sweeper acts."""
-        self.holding = self.store.hold_lease(SWEEP_LEASE, self.owner, seconds=self.seconds)
+        self._hold()
         if not self.holding:
             return None
         report = self.sweeper.sweep_once()
-        self.holding = self.store.hold_lease(SWEEP_LEASE, self.owner, seconds=self.seconds)
+        self._hold()
         return report
+
+    def _hold(self) -> None:
+        held, self.holding = self.holding, self.store.hold_lease(SWEEP_LEASE, self.owner, seconds=self.seconds)
+        if self.announce and self.holding != held:
+            change = "took the sweep lease, and sweeps" if self.holding else "lost the sweep lease, and stops"
+            log.info("sweeper %s: %s", self.owner, change)
 
     def release(self) -> None:
         """Let the lease go if this sweeper holds it, so another takes over at its next tick."""
@@ -72,11 +81,16 @@ class FleetSweeper:
 
 
 class SweeperThread:
-    """A worker's sweeper: a `FleetSweeper` pass every RATCHET_SWEEP_SECONDS, in a thread."""
+    """A worker's sweeper: a `FleetSweeper` pass every RATCHET_SWEEP_SECONDS, in a thread.
 
-    def __init__(self, runner: StepRunner, owner: str) -> None:
-        self.fleet = FleetSweeper(runner, owner)
-        self.every = runner.settings.sweep_seconds
+    The step runner is built by `runner()` in the thread, at its first tick: a worker does not
+    wait on the database to start, and one that cannot reach it yet sweeps once it can."""
+
+    def __init__(self, runner: Callable[[], StepRunner], owner: str, *, every: float) -> None:
+        self.owner = owner
+        self.every = every
+        self.fleet: FleetSweeper | None = None
+        self._runner = runner
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,20 +108,19 @@ class SweeperThread:
         self._stop.set()
         thread.join(timeout)
         if thread.is_alive():
-            log.warning("sweeper %s: a pass still runs after %gs; its lease expires", self.fleet.owner, timeout)
+            log.warning("sweeper %s: a pass still runs after %gs; its lease expires", self.owner, timeout)
             return
         try:
-            self.fleet.release()
+            if self.fleet is not None:
+                self.fleet.release()
         except Exception:  # the lease expires by itself
-            log.exception("sweeper %s: could not let the sweep lease go; it expires by itself", self.fleet.owner)
+            log.exception("sweeper %s: could not let the sweep lease go; it expires by itself", self.owner)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            held = self.fleet.holding
             try:
+                if self.fleet is None:
+                    self.fleet = FleetSweeper(self._runner(), self.owner)
                 self.fleet.sweep()
             except Exception:  # a database hiccup must not end the loop; the next tick tries again
-                log.exception("sweeper %s: the sweep failed; the next one tries again", self.fleet.owner)
-            if self.fleet.holding != held:
-                change = "took the sweep lease, and sweeps" if self.fleet.holding else "lost the sweep lease, and stops"
-                log.info("sweeper %s: %s", self.fleet.owner, change)
+                log.exception("sweeper %s: the sweep failed; the next one tries again", self.owner)

@@ -19,8 +19,8 @@ with one line per check saying what it found or what to do.
   recorded in Redis (`workers.celery.beat`); for a deployment that runs `ratchet beat`.
 
 Each service of compose.yaml checks its own part: a worker `--check workers --destination
-NAME@%h`, beat `--check beat`, migrate `--check database`; `ratchet health` alone checks the
-whole. Python: `check_health(settings, ...)` returns the same `HealthReport`.
+NAME@%h`, migrate `--check database` (a `ratchet beat` of your own: `--check beat`); `ratchet
+health` alone checks the whole. Python: `check_health(settings, ...)` returns the same `HealthReport`.
 """
 
 from __future__ import annotations

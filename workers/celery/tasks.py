@@ -190,7 +190,7 @@ def _register_sweep(app: Celery) -> None:
 
     @app.task(name=SWEEP_TASK, bind=True, shared=False, send_events=False)
     def sweep(self: Task) -> dict[str, list[str]]:
-        fleet = FleetSweeper(runner_for(self.app), owner=f"beat:{_owner(self)}")
+        fleet = FleetSweeper(runner_for(self.app), owner=f"beat:{_owner(self)}", announce=False)
         try:
             report = fleet.sweep()
         finally:

@@ -65,8 +65,8 @@ class SweeperStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is u
     """A worker step: the fleet's sweeper in a thread of the worker's main process.
 
     A step of the worker, not of a pool process, so a prefork worker runs one sweeper, however
-    many children it has; started after the pool, so the children fork before it opens the
-    database. It sends no task and no task event: each pass runs here, not as `ratchet.sweep`.
+    many children it has; started after the pool, so the children fork before its thread opens
+    the database. It sends no task and no task event: each pass runs here, not as `ratchet.sweep`.
     Left out with RATCHET_WORKER_SWEEPS=false, as where `ratchet beat` sends the sweep instead,
     or for a worker built with `without_sweeper=True` (`EmbeddedWorker(sweep=False)`). Its lease
     owner names the worker's node and process and a token of its own, so two workers under one
@@ -83,7 +83,8 @@ class SweeperStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is u
 
     def start(self, w: Any) -> None:
         owner = f"{w.hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.thread = SweeperThread(runner_for(w.app), owner)
+        every = w.app.ratchet_settings.sweep_seconds
+        self.thread = SweeperThread(lambda: runner_for(w.app), owner, every=every)
         self.thread.start()
 
     def stop(self, w: Any) -> None:
