@@ -11,7 +11,6 @@ subprocesses.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from celery import Celery
@@ -24,8 +23,6 @@ from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from workers.celery.app import create_app
 from workers.celery.dispatch import CeleryDispatcher
-
-log = logging.getLogger("ratchet.embedded")
 
 
 class EmbeddedWorker:

@@ -82,7 +82,7 @@ class SweeperStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is u
         self.thread: SweeperThread | None = None
 
     def start(self, w: Any) -> None:
-        owner = f"{w.hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        owner = f"{w.hostname[:200]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # within ratchet_leases.owner
         every = w.app.ratchet_settings.sweep_seconds
         self.thread = SweeperThread(lambda: runner_for(w.app), owner, every=every)
         self.thread.start()
