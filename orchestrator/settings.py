@@ -55,6 +55,9 @@ class Settings(BaseModel):
     #: How often a worker marks the definitions it serves as seen in the agent catalog
     #: (`orchestrator.catalog`); a definition not seen for three times this long is not live.
     catalog_seen_seconds: float = 30.0
+    #: Whether each worker runs the sweeper in its main process (one of them acts at a time, by a
+    #: lease in the database: `orchestrator.sweeping`). Off where `ratchet beat` sends the sweep instead.
+    worker_sweeps: bool = True
     #: How long a published step may wait for a worker before the sweeper publishes it again
     #: (a lost message, a crash between commit and publish). Duplicates are harmless: the claim
     #: drops them.

@@ -1,7 +1,7 @@
 """`ratchet health`: is the deployment able to run runs? Exit 0 when every check passes, else 1
 with one line per check saying what it found or what to do.
 
-    ratchet health [--check database,broker,workers,beat] [--destination NODE] [--queue Q]
+    ratchet health [--check database,broker,workers,sweeper,beat] [--destination NODE] [--queue Q]
                    [--workers N] [--timeout S] [--max-age S] [--json]
 
 - database: a query, and the migrations at the latest revision (else: run `ratchet migrate`).
@@ -12,12 +12,15 @@ with one line per check saying what it found or what to do.
   Without --destination: at least --workers N answer and every --queue (default: the model,
   tools and control queues) has a consumer. With --destination NODE (`%h` is this host's name,
   as in `ratchet worker -n`): that worker answers, and consumes each --queue given.
-- beat (not in the default): beat sent the sweep within --max-age seconds (default three sweep
-  intervals, at least 30 s), as recorded in Redis (`workers.celery.beat`).
+- sweeper (not in the default): a sweeper (a worker's, or beat's sweep task) took or renewed the
+  fleet's sweep lease within --max-age seconds (default three sweep intervals, at least 30 s), as
+  the database records it (`ratchet_leases`, `orchestrator.sweeping`): recovery is running.
+- beat (not in the default): beat sent the sweep within --max-age seconds (same default), as
+  recorded in Redis (`workers.celery.beat`); for a deployment that runs `ratchet beat`.
 
 Each service of compose.yaml checks its own part: a worker `--check workers --destination
-NAME@%h`, beat `--check beat`, migrate `--check database`; `ratchet health` alone checks the
-whole. Python: `check_health(settings, ...)` returns the same `HealthReport`.
+NAME@%h`, migrate `--check database` (a `ratchet beat` of your own: `--check beat`); `ratchet
+health` alone checks the whole. Python: `check_health(settings, ...)` returns the same `HealthReport`.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from orchestrator import validation
 from orchestrator.errors import ConfigurationError, InvalidInputError
 from orchestrator.settings import Settings
 
-CHECKS = ("database", "broker", "workers", "beat")
+CHECKS = ("database", "broker", "workers", "sweeper", "beat")
 DEFAULT_CHECKS = ("database", "broker", "workers")
-#: The least --max-age of beat's check, whatever RATCHET_SWEEP_SECONDS says.
+#: The least --max-age of the sweeper's and beat's checks, whatever RATCHET_SWEEP_SECONDS says.
 MIN_BEAT_AGE = 30.0
 #: Redis keeps a queue as ten lists, priorities 0 (the plain name) to 9 (`workers.celery.broker`).
 PRIORITY_LISTS = 10
@@ -98,6 +101,7 @@ def check_health(
         "database": lambda: _database(settings, timeout),
         "broker": lambda: _broker(settings, timeout, counted),
         "workers": lambda: _workers(settings, timeout, nodes, needed, workers),
+        "sweeper": lambda: _sweeper(settings, timeout, oldest),
         "beat": lambda: _beat(settings, oldest),
     }
     done: list[Check] = []
@@ -138,20 +142,28 @@ def _database(settings: Settings, timeout: float) -> Check:
     shown = database.shown_url(settings.database_url)
     path = database.sqlite_file(settings.database_url)
     if path is not None and not Path(path).exists():
-        return Check("database", False, f"no SQLite database at {path}: run `ratchet migrate`, or fix "
-                     "RATCHET_DATABASE_URL")  # fmt: skip
+        return Check(
+            "database", False, f"no SQLite database at {path}: run `ratchet migrate`, or fix RATCHET_DATABASE_URL"
+        )
     try:
         current, head = database.probe(settings.database_url, timeout=timeout)
     except ConfigurationError:
         raise  # a URL Ratchet cannot use: said as that, not as a database that is down
     except Exception as exc:
-        return Check("database", False, f"cannot query {shown}: {_line(exc)}; is the database up, and "
-                     "RATCHET_DATABASE_URL right?")  # fmt: skip
+        return Check(
+            "database",
+            False,
+            f"cannot query {shown}: {_line(exc)}; is the database up, and RATCHET_DATABASE_URL right?",
+        )
     if current is None:
         return Check("database", False, f"{shown} has no Ratchet tables: run `ratchet migrate`")
     if current != head:
-        return Check("database", False, f"{shown} is at migration {current}, this Ratchet's latest is {head}: run "
-                     "`ratchet migrate` (or, if the database is the newer one, upgrade Ratchet here)")  # fmt: skip
+        return Check(
+            "database",
+            False,
+            f"{shown} is at migration {current}, this Ratchet's latest is {head}: run "
+            "`ratchet migrate` (or, if the database is the newer one, upgrade Ratchet here)",
+        )
     return Check("database", True, f"{shown} at migration {head} (the latest)", {"revision": head})
 
 
@@ -203,8 +215,7 @@ def _workers(settings: Settings, timeout: float, nodes: Sequence[str], queues: S
             replies = app.control.inspect(destination=list(nodes) or None, timeout=timeout, connection=conn)
             answers: dict[str, Any] = replies.active_queues() or {}
     except Exception as exc:
-        return Check("workers", False, f"cannot ask the workers through {_safe(settings.broker_url)}: "
-                     f"{_line(exc)}")  # fmt: skip
+        return Check("workers", False, f"cannot ask the workers through {_safe(settings.broker_url)}: {_line(exc)}")
     finally:
         app.close()
     consumers: dict[str, list[str]] = {}
@@ -214,17 +225,61 @@ def _workers(settings: Settings, timeout: float, nodes: Sequence[str], queues: S
     info = {"answered": sorted(answers), "consumers": consumers}
     missing_nodes = [n for n in nodes if n not in answers]
     if missing_nodes:
-        return Check("workers", False, f"worker {', '.join(missing_nodes)} did not answer within {timeout:g}s: is "
-                     "it running, on this RATCHET_BROKER_URL, with that node name (-n)?", info)  # fmt: skip
+        return Check(
+            "workers",
+            False,
+            f"worker {', '.join(missing_nodes)} did not answer within {timeout:g}s: is "
+            "it running, on this RATCHET_BROKER_URL, with that node name (-n)?",
+            info,
+        )
     if not nodes and len(answers) < least:
         found = f"{len(answers)} answered ({', '.join(sorted(answers))})" if answers else "no worker answered"
-        return Check("workers", False, f"{found} within {timeout:g}s, {least} needed: start workers (`ratchet worker "
-                     "--app MODULE`) on this RATCHET_BROKER_URL", info)  # fmt: skip
+        return Check(
+            "workers",
+            False,
+            f"{found} within {timeout:g}s, {least} needed: start workers (`ratchet worker "
+            "--app MODULE`) on this RATCHET_BROKER_URL",
+            info,
+        )
     idle = [q for q in queues if q not in consumers]
     if idle:
-        return Check("workers", False, f"no worker consumes {', '.join(idle)}: steps sent there wait; start one "
-                     f"with `ratchet worker --app MODULE -Q {','.join(idle)}`", info)  # fmt: skip
+        return Check(
+            "workers",
+            False,
+            f"no worker consumes {', '.join(idle)}: steps sent there wait; start one "
+            f"with `ratchet worker --app MODULE -Q {','.join(idle)}`",
+            info,
+        )
     return Check("workers", True, f"{len(answers)} answered: {', '.join(sorted(answers))}", info)
+
+
+def _sweeper(settings: Settings, timeout: float, max_age: float) -> Check:
+    from orchestrator.store import Store, database
+    from orchestrator.sweeping import SWEEP_LEASE
+
+    path = database.sqlite_file(settings.database_url)
+    if path is not None and not Path(path).exists():
+        return Check("sweeper", False, f"no SQLite database at {path}: run `ratchet migrate`")
+    store = Store(database.checking_engine(settings.database_url, timeout=timeout))
+    try:
+        lease = store.lease(SWEEP_LEASE)
+        now = store.clock()
+    except Exception as exc:
+        return Check("sweeper", False, f"cannot read the sweep lease: {_line(exc)}; is the database migrated?")
+    finally:
+        store.dispose()
+    start = "start a worker (`ratchet worker`, which sweeps unless RATCHET_WORKER_SWEEPS=false) or `ratchet beat`"
+    if lease is None:
+        return Check("sweeper", False, f"no sweeper has run on this database: {start}")
+    age = max(0.0, now - lease.renewed_at)
+    info = {"age": age, "owner": lease.owner, "held": lease.held(now)}
+    if age > max_age:
+        detail = (
+            f"the sweeper last ran {age:.0f}s ago (more than {max_age:g}s; it runs every {settings.sweep_seconds:g}s, "
+            f"last by {lease.owner}): {start}"
+        )
+        return Check("sweeper", False, detail, info)
+    return Check("sweeper", True, f"swept {age:.1f}s ago by {lease.owner}", info)
 
 
 def _beat(settings: Settings, max_age: float) -> Check:
@@ -232,35 +287,62 @@ def _beat(settings: Settings, max_age: float) -> Check:
 
     client = broker_redis(settings)
     if client is None:
-        return Check("beat", False, f"beat's sweeps are recorded on a Redis broker only, not on "
-                     f"{_safe(settings.broker_url)}: read beat's log instead")  # fmt: skip
+        return Check(
+            "beat",
+            False,
+            f"beat's sweeps are recorded on a Redis broker only, not on "
+            f"{_safe(settings.broker_url)}: read beat's log instead",
+        )
     try:
         with client:
             sent = last_sweep_sent(client, settings)
     except Exception as exc:
         return Check("beat", False, f"cannot read beat's record in Redis: {_line(exc)}")
     if sent is None:
-        return Check("beat", False, "beat has sent no sweep on this broker: start `ratchet beat` (one per "
-                     "deployment), and give it RATCHET_SWEEP_SECONDS to send the first")  # fmt: skip
+        return Check(
+            "beat",
+            False,
+            "beat has sent no sweep on this broker: start `ratchet beat` (one per "
+            "deployment), and give it RATCHET_SWEEP_SECONDS to send the first",
+        )
     age = max(0.0, time.time() - sent)
     if age > max_age:
-        return Check("beat", False, f"beat last sent the sweep {age:.0f}s ago (more than {max_age:g}s; it sends one "
-                     f"every {settings.sweep_seconds:g}s): is `ratchet beat` running?", {"age": age})  # fmt: skip
+        return Check(
+            "beat",
+            False,
+            f"beat last sent the sweep {age:.0f}s ago (more than {max_age:g}s; it sends one "
+            f"every {settings.sweep_seconds:g}s): is `ratchet beat` running?",
+            {"age": age},
+        )
     return Check("beat", True, f"sent the sweep {age:.1f}s ago", {"age": age})
 
 
 def add_health_command(sub: Any) -> None:
     """Add `ratchet health` to the subcommands."""
     p = sub.add_parser("health", help="check the database, the broker and that workers answer (exit 1 if not)")
-    p.add_argument("--check", action="append", metavar="NAME", help=f"which checks ({', '.join(CHECKS)}; repeat, "
-                   f"or comma-separated; default: {', '.join(DEFAULT_CHECKS)})")  # fmt: skip
-    p.add_argument("--destination", action="append", default=[], metavar="NODE", help="only this worker must "
-                   "answer (a node name as given to -n; %%h is this host's name)")  # fmt: skip
-    p.add_argument("--queue", action="append", metavar="QUEUE", help="a queue that must have a consumer (default: "
-                   "the model, tools and control queues, or none with --destination)")  # fmt: skip
+    p.add_argument(
+        "--check",
+        action="append",
+        metavar="NAME",
+        help=f"which checks ({', '.join(CHECKS)}; repeat, or comma-separated; default: {', '.join(DEFAULT_CHECKS)})",
+    )
+    p.add_argument(
+        "--destination",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="only this worker must answer (a node name as given to -n; %%h is this host's name)",
+    )
+    p.add_argument(
+        "--queue",
+        action="append",
+        metavar="QUEUE",
+        help="a queue that must have a consumer (default: "
+        "the model, tools and control queues, or none with --destination)",
+    )
     p.add_argument("--workers", type=int, default=1, metavar="N", help="at least this many workers answer")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S", help="seconds each check waits (default 2)")
-    p.add_argument("--max-age", type=float, metavar="S", help="beat: the oldest last sweep that passes")
+    p.add_argument("--max-age", type=float, metavar="S", help="sweeper, beat: the oldest last sweep that passes")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_health)
 
@@ -270,9 +352,14 @@ def cmd_health(args: argparse.Namespace) -> int:
         return None if values is None else [v.strip() for value in values for v in value.split(",") if v.strip()]
 
     report = check_health(
-        Settings.from_env(), checks=split(args.check) or DEFAULT_CHECKS, destinations=args.destination,
-        queues=split(args.queue), workers=args.workers, timeout=args.timeout, max_age=args.max_age,
-    )  # fmt: skip
+        Settings.from_env(),
+        checks=split(args.check) or DEFAULT_CHECKS,
+        destinations=args.destination,
+        queues=split(args.queue),
+        workers=args.workers,
+        timeout=args.timeout,
+        max_age=args.max_age,
+    )
     if args.json:
         print(json.dumps({"healthy": report.healthy, "checks": [asdict(c) for c in report.checks]}, indent=2))
     else:

@@ -166,16 +166,22 @@ def probe(url: str, *, timeout: float) -> tuple[str | None, str]:
     """A health check's look at the database at `url`: connect (giving up after `timeout`
     seconds where there is a server to wait for), run a query, and read its migration revision
     and the latest one (`revisions`). Raises what the connection or the query raised."""
-    extra: dict[str, Any] = {}
-    if make_url(url).get_backend_name() != "sqlite":  # SQLite has no server to wait for
-        extra["connect_args"] = {"connect_timeout": max(1, round(timeout))}
-    engine = open_engine(url, **extra)
+    engine = checking_engine(url, timeout=timeout)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         return revisions(engine)
     finally:
         engine.dispose()
+
+
+def checking_engine(url: str, *, timeout: float) -> Engine:
+    """An engine for a health check: where there is a server to wait for, a connection gives up
+    after `timeout` seconds (SQLite has none)."""
+    extra: dict[str, Any] = {}
+    if make_url(url).get_backend_name() != "sqlite":
+        extra["connect_args"] = {"connect_timeout": max(1, round(timeout))}
+    return open_engine(url, **extra)
 
 
 def is_migrated(engine: Engine) -> bool:

@@ -27,13 +27,14 @@ from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, insert
+from sqlalchemy.exc import IntegrityError
 
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import catalog, metrics, reads, sessions, writes
+from orchestrator.store import catalog, leases, metrics, reads, sessions, writes
 from orchestrator.store import history as session_history
 from orchestrator.store.backend import Backend
 from orchestrator.store.catalog import CatalogRow, Served
@@ -391,6 +392,23 @@ class Store(reads.Reader):
             return set()
         now = self.clock()
         return self._backend.lazy(lambda conn: writes.renew_leases(conn, held, now=now, lease_seconds=lease_seconds))
+
+    def hold_lease(self, name: str, owner: str, *, seconds: float) -> bool:
+        """Take or renew the fleet-wide lease `name` for `owner` for `seconds` (`store/leases.py`),
+        if it is free or theirs already; whether they hold it now. `seconds=0`: let it go, if
+        theirs. A lazy write: lost in an OS crash, the lease just expires sooner."""
+        now = self.clock()
+        if seconds <= 0:
+            self._backend.lazy(lambda conn: leases.release(conn, name, owner, now=now))
+            return False
+        try:
+            return self._backend.lazy(lambda conn: leases.take(conn, name, owner, now=now, seconds=seconds))
+        except IntegrityError:  # another process inserted its first row at the same moment
+            return False
+
+    def lease(self, name: str) -> leases.Lease | None:
+        """The lease `name` as stored: who holds (or last held) it, until when, last renewed when."""
+        return self._backend.quick(lambda conn: leases.read(conn, name))
 
     def remember(self, record: RunRecord, new_messages: Sequence[Message]) -> None:
         """After a commit: keep its messages in this process's transcript cache (not a final run's)."""

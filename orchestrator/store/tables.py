@@ -222,3 +222,15 @@ agent_catalog = Table(
     Column("last_seen", Float, nullable=False),
     PrimaryKeyConstraint("name", "definition_hash", name="pk_ratchet_agent_catalog"),
 )
+
+# Leases of jobs one process of the fleet does at a time (migration 0014, `store/leases.py`): the
+# sweeper's is "sweeper". Held by `owner` until `expires_at` unless renewed; `renewed_at` is when
+# its holder last took or renewed it (for the sweeper: its last pass), kept after it is let go.
+leases = Table(
+    "ratchet_leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(256), nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("renewed_at", Float, nullable=False),
+)

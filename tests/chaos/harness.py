@@ -158,10 +158,12 @@ class Cluster:
 
     def start_worker(
         self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = (),
-        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None,
+        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None, sweeps: bool = False,
     ) -> Worker:  # fmt: skip
         """Start a worker importing `apps` (with `env` added to its environment); return once it consumes."""
-        worker = self.spawn_worker(concurrency=concurrency, beat=beat, pool=pool, queues=queues, apps=apps, env=env)
+        worker = self.spawn_worker(
+            concurrency=concurrency, beat=beat, pool=pool, queues=queues, apps=apps, env=env, sweeps=sweeps
+        )
         self.wait_ready(worker)
         return worker
 
@@ -174,9 +176,11 @@ class Cluster:
 
     def spawn_worker(
         self, *, concurrency: int = 2, beat: bool = False, pool: str = "prefork", queues: Iterable[str] = (),
-        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None,
+        apps: Iterable[str] = ("tests.chaos.agents",), env: dict[str, str] | None = None, sweeps: bool = False,
     ) -> Worker:  # fmt: skip
-        """Start a worker process; `wait_ready` waits until it consumes."""
+        """Start a worker process; `wait_ready` waits until it consumes. It runs no sweeper of its
+        own unless `sweeps` (as every worker does by default): a test says when sweeps happen
+        (`start_sweeper`, beat, or workers that sweep)."""
         name = f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
         log = self.root / f"{name.split('@')[0]}.log"
         argv = [sys.executable, "-m", "workers.cli", "worker", "-P", pool, "-c", str(concurrency), "-n", name,
@@ -188,8 +192,9 @@ class Cluster:
         if beat:
             argv.append("-B")
         with log.open("wb") as out:
+            extra = {"RATCHET_WORKER_SWEEPS": "true" if sweeps else "false", **(env or {})}
             proc = subprocess.Popen(
-                argv, env=self.env(**(env or {})), cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
+                argv, env=self.env(**extra), cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         worker = Worker(name, proc, log)

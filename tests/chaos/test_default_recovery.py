@@ -1,8 +1,10 @@
-"""With the default settings (only the database, the broker and the queues set), a run whose
-worker is SIGKILLed mid-step runs again on another worker within a lease, a sweep interval and a
-margin: the lease is short, the heartbeat keeps it live only while its worker lives, and the
-sweeper that takes the run back publishes its step at once rather than leaving it to the
-republish of unclaimed steps (RATCHET_PUBLISH_GRACE_SECONDS later, a minute by default)."""
+"""With the default settings (only the database, the broker and the queues set) and no process
+but the workers (no beat), a run whose worker is SIGKILLed mid-step runs again on another worker
+within a lease, a sweep interval and a margin: the lease is short, the heartbeat keeps it live
+only while its worker lives, every worker sweeps (the killed one held the sweep lease, which
+expires with its step's), and the sweeper that takes the run back publishes its step at once
+rather than leaving it to the republish of unclaimed steps (RATCHET_PUBLISH_GRACE_SECONDS later, a
+minute by default)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from orchestrator import RunStatus
 from orchestrator.settings import Settings
+from orchestrator.sweeping import SWEEP_LEASE, lease_seconds
 from orchestrator.testing.waiting import wait_until
 from tests.chaos.agents import calls
 from tests.chaos.harness import CHAOS_SETTINGS, Cluster
@@ -21,9 +24,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 S = RunStatus
 #: Every limit the chaos tests shorten, back to what Ratchet ships with.
 DEFAULTS = {name: Settings.model_fields[name].default for name in CHAOS_SETTINGS}
-#: Beyond a lease and a sweep interval: beat's sweep task reaching the worker, the sweep, the
-#: claim of the step it publishes, and a loaded machine (chaos tests run two at a time). Well
-#: under the publish grace, so a sweeper that did not publish cannot pass.
+#: Beyond a lease and a sweep interval: the sweep, the claim of the step it publishes, and a loaded
+#: machine (chaos tests run two at a time). Well under the publish grace, so a sweeper that did
+#: not publish cannot pass.
 MARGIN = 10.0
 
 
@@ -33,24 +36,30 @@ def test_a_run_whose_worker_is_killed_mid_step_runs_again_within_a_lease_a_sweep
     cluster = make_cluster(**DEFAULTS)
     settings = cluster.settings
     assert (settings.lease_seconds, settings.sweep_seconds) == (Settings().lease_seconds, Settings().sweep_seconds)
+    assert lease_seconds(settings) <= settings.lease_seconds and Settings().worker_sweeps
     bound = settings.lease_seconds + settings.sweep_seconds + MARGIN
     assert bound < settings.publish_grace_seconds
-    # Given a tool call in progress on one worker, and a second worker that runs the sweeper's beat
+    # Given a tool call in progress on one worker, which also holds the sweep lease, and a second
+    # worker: both sweep, as every worker does by default, and no beat runs
     cluster.script(batches=[calls("a")])
     cluster.flag("hold-a")
-    first = cluster.start_worker()
+    first = cluster.start_worker(sweeps=True)
     run_id = cluster.start_run()
     cluster.wait_tool_started("a")
     held = cluster.store.get_record(run_id)
-    second = cluster.start_worker(beat=True)
+    second = cluster.start_worker(sweeps=True)
+    wait_until(
+        lambda: (lease := cluster.store.lease(SWEEP_LEASE)) is not None and lease.owner.startswith(first.name),
+        timeout=2 * settings.sweep_seconds + MARGIN, what="the first worker to take the sweep lease",
+    )  # fmt: skip
 
     # When the first worker is SIGKILLed, as the OOM killer or a deploy would
     first.kill()
     killed = time.monotonic()
 
-    # Then the sweeper takes the run back and it is RUNNING again, on the other worker, within
-    # the bound (its lease ran out at most a lease after the kill, a sweep found it within an
-    # interval of that)
+    # Then the other worker's sweeper takes the sweep lease over and the run back, and the run is
+    # RUNNING again, on the other worker, within the bound (its lease and the sweep lease ran out
+    # at most a lease after the kill, a sweep found it within an interval of that)
     again = wait_until(
         lambda: (r := cluster.store.get_record(run_id)).status == S.RUNNING and r.epoch > held.epoch and r,
         timeout=bound, interval=0.1, what=f"the run to be claimed again within {bound:g} s of the kill",

@@ -9,9 +9,10 @@ The stack, run: each service's command, environment and working directory as com
 (with `--profile scripted --env-file compose.scripted.env`), the hosts of compose's network
 replaced by a Redis of the test's own, an empty PostgreSQL database and free ports. Every
 service's health check passes; a run goes through from the CLI and from HTTP (Flower's
-send-task); Flower shows the steps by name with their run ids; beat's sweep recovers a run
-nothing else would; and the API key reaches none of Flower, Redis (its keys, the messages that
-went through it, its pub/sub events), the database or the logs."""
+send-task); Flower shows the steps by name with their run ids; the workers' sweeper (no beat:
+every worker sweeps, one at a time) recovers a run nothing else would; and the API key reaches
+none of Flower, Redis (its keys, the messages that went through it, its pub/sub events), the
+database or the logs."""
 
 from __future__ import annotations
 
@@ -107,7 +108,9 @@ def test_every_service_has_a_health_check_of_its_own() -> None:
         assert test[1:5] == ["ratchet", "health", "--check", "workers"], name
         assert test[test.index("--destination") + 1] == node and node.endswith("@%h"), name
         assert test[test.index("--queue") + 1] == ",".join(queues_of(name)), name
-    assert SERVICES["beat"]["healthcheck"]["test"][1:] == ["ratchet", "health", "--check", "beat"]
+    # No beat to check: every worker sweeps (one at a time), and none is told not to
+    assert "beat" not in SERVICES
+    assert all("RATCHET_WORKER_SWEEPS" not in environment(s, {}) for s in SERVICES if s.startswith("worker-"))
     assert SERVICES["migrate"]["healthcheck"]["test"][1:] == ["ratchet", "health", "--check", "database"]
 
 
@@ -144,7 +147,7 @@ def test_a_control_worker_takes_the_control_queue_alone() -> None:
 
 
 def test_the_users_code_reaches_the_workers_from_a_mounted_folder() -> None:
-    for service in [*(s for s in SERVICES if s.startswith("worker-")), "beat"]:
+    for service in [s for s in SERVICES if s.startswith("worker-")]:
         spec = SERVICES[service]
         (mount,) = spec["volumes"]
         source, target, mode = expand(mount, {"RATCHET_CODE": "/home/me/project"}).split(":")
@@ -180,7 +183,7 @@ class Stack:
         env = {**base, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # the image's ENV
         env.update({k: self.local(v) for k, v in environment(service, self.shell).items()})
         if "RATCHET_DATABASE_URL" in env:
-            env["RATCHET_SWEEP_SECONDS"] = "0.5"  # beat sends the sweep this often: quick to see
+            env["RATCHET_SWEEP_SECONDS"] = "0.5"  # the workers sweep this often: quick to see
         return env
 
     def cwd(self, service: str, default: Path) -> Path:
@@ -243,7 +246,7 @@ def stack(empty_pg_url: str, broker: RedisServer, tmp_path: Path) -> Iterator[di
     profiles = set(shell["COMPOSE_PROFILES"].split(","))
     chosen = [s for s in SERVICES if set(SERVICES[s].get("profiles", profiles)) & profiles]  # compose's choice
     services = [s for s in chosen if ours(s) and s != "migrate"]
-    assert services == ["model", *WORKERS, "beat", "flower"]
+    assert services == ["model", *WORKERS, "flower"]
     # Watching from before the first process starts: nothing it sends goes unseen.
     watch = BrokerWatch(broker.port).start()
     migrate = compose.argv(SERVICES["migrate"]["command"])
@@ -332,13 +335,14 @@ def test_compose_services_run_a_run_end_to_end_and_flower_shows_it_without_secre
     )
     assert out.status == RunStatus.COMPLETED and out.messages[1].content == "from http"
 
-    # Beat schedules the sweep, which the control worker runs: a run whose step was never
-    # published (its producer died after writing it) completes, and only a sweep publishes it
+    # The workers sweep, one of them at a time: a run whose step was never published (its
+    # producer died after writing it) completes, and only a sweep publishes it
     orphan = _run_never_published(settings)
     assert Client(settings).wait(orphan, timeout=30).status == RunStatus.COMPLETED
-    control_log = stack["logs"]["worker-control"].read_text(errors="replace")
-    assert re.search(rf"ratchet\.sweep\[[^\]]+\] succeeded in [^:]+: .*'republished': \[[^\]]*'{orphan}'", control_log)
-    assert "Sending due task ratchet-sweep (ratchet.sweep)" in stack["logs"]["beat"].read_text(errors="replace")
+    logs = {name: stack["logs"][name].read_text(errors="replace") for name in WORKERS}
+    swept = [n for n, text in logs.items() if re.search(rf"sweep: requeued \[\], republished \[[^\]]*'{orphan}'", text)]
+    assert swept and all("took the sweep lease, and sweeps" in logs[name] for name in swept)
+    assert "ratchet.sweep[" not in "".join(logs.values())  # a pass of a worker's thread, not a task
     assert_no_secret_anywhere(stack, env)
 
 

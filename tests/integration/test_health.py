@@ -154,7 +154,8 @@ def test_a_worker_that_does_not_answer_and_a_beat_that_sends_no_sweep_fail(broke
 
 def test_unknown_checks_and_empty_queue_names_are_refused() -> None:
     settings = make_settings("sqlite:///x.db", "redis://127.0.0.1:1/0")
-    with pytest.raises(InvalidInputError, match="unknown check.* nope; known: database, broker, workers, beat"):
+    known = "database, broker, workers, sweeper, beat"
+    with pytest.raises(InvalidInputError, match=f"unknown check.* nope; known: {known}"):
         check_health(settings, checks=["nope"])
     with pytest.raises(InvalidInputError, match="queue is empty"):
         check_health(settings, queues=["ratchet.model", ""])

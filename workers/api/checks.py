@@ -53,7 +53,7 @@ def health_checks(
         list[str],
         texts(pattern(CHECKS)),
         Query(
-            description="database, broker, workers, beat (default: the first three); several: repeat it, or "
+            description="database, broker, workers, sweeper, beat (default: the first three); several: repeat it, or "
             "separate them with commas"
         ),
     ] = [],  # noqa: B006
@@ -77,7 +77,7 @@ def health_checks(
     for item in check:
         if re.fullmatch(CHECKS, item) is None:
             raise InvalidInputError(
-                f"check {item[:80]!r} names no check: give database, broker, workers or beat (several: repeat "
+                f"check {item[:80]!r} names no check: give database, broker, workers, sweeper or beat (several: repeat "
                 "check=, or separate them with commas)"
             )
     split = [v.strip() for value in check for v in value.split(",")]

@@ -53,7 +53,7 @@ EVENT_ID = r"^[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}$"
 LAST_EVENT_ID = {"minLength": 0, "pattern": r"^([0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9}-[0-9]{1,9})?$"}
 #: A listing's cursor as it hands them out: URL-safe base64 without padding (`store.listing`).
 CURSOR = r"^[A-Za-z0-9_-]{1,1024}$"
-_CHECK = f"[{SPACE}]*(database|broker|workers|beat)[{SPACE}]*"
+_CHECK = f"[{SPACE}]*(database|broker|workers|sweeper|beat)[{SPACE}]*"
 #: `GET /health/checks?check=`: check names, several separated by commas (`workers.health`).
 CHECKS = rf"^{_CHECK}(,{_CHECK})*$"
 

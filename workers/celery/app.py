@@ -7,6 +7,10 @@ queues agents and tools name for their own steps (`orchestrator.routing`); prior
 first, on Redis and RabbitMQ; time limits under the visibility timeout (see
 `orchestrator.settings`). No result backend: the run store is the only source of truth.
 
+Every worker runs the sweeper in its main process (`workers.celery.worker.SweeperStep`, one of the
+fleet at a time: `orchestrator.sweeping`); `beat_schedule` sends `ratchet.sweep` every
+RATCHET_SWEEP_SECONDS too, for a deployment that runs `ratchet beat` instead.
+
 The agents' modules (RATCHET_APP) are Celery's `imports`, so `celery -A workers.celery.app worker`
 imports them as `ratchet worker --app` does (`workers.celery.worker`).
 """
@@ -39,6 +43,8 @@ TOOLS_TASK = "ratchet.tool_batch"
 START_TASK = "ratchet.start_run"
 CONTINUE_TASK = "ratchet.continue_run"
 SWEEP_TASK = "ratchet.sweep"
+#: The worker step that runs the sweeper (`workers.celery.worker.SweeperStep`).
+SWEEPER_STEP = "workers.celery.worker:SweeperStep"
 #: Seconds a Redis broker may take to answer one command, and to accept a connection. A live
 #: Redis answers in milliseconds; these bound how long a silent one holds a producer.
 BROKER_SOCKET_TIMEOUT = 3.0
@@ -67,6 +73,8 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.ratchet_settings = settings
     app.steps["consumer"].add(BackgroundTaskEvents)
     app.steps["consumer"].add("workers.celery.catalog_boot:CatalogStep")  # the agent catalog, written at boot
+    # The sweeper, in the worker's main process (by name: the worker program imports this module)
+    app.steps["worker"].add(SWEEPER_STEP)
     from workers.celery.tasks import register_tasks
 
     register_tasks(app)

@@ -2,6 +2,11 @@
 beat` reads, since beat answers no control command (it has no mailbox) and writes nothing else
 anyone can see.
 
+Beat is optional: every worker sweeps by itself (`orchestrator.sweeping`). A deployment that
+wants the sweep sent from one process of its own runs `ratchet beat` and sets
+RATCHET_WORKER_SWEEPS=false on its workers; the `ratchet.sweep` it sends takes the same sweep
+lease as the workers' sweepers, so the two never sweep at once.
+
 On a Redis broker, each time beat sends `ratchet.sweep` it sets `ratchet:beat:<control queue>`
 to the time (UNIX seconds), with an expiry of a day: one SET every RATCHET_SWEEP_SECONDS. The key
 names the control queue, so deployments that share a Redis under other queue names keep their own

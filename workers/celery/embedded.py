@@ -1,7 +1,9 @@
-"""An in-process worker: a real Celery worker consuming in a thread, with a sweeper thread.
+"""An in-process worker: a real Celery worker consuming in a thread, with its sweeper thread.
 
 For `make demo`, examples and tests of the happy paths: it runs the same tasks, settings and
-failure handlers as `ratchet worker`, in this process. Crash tests use worker subprocesses.
+failure handlers as `ratchet worker`, in this process, and sweeps as every worker does (under the
+fleet's sweep lease, `orchestrator.sweeping`) unless `sweep=False`. Crash tests use worker
+subprocesses.
 
     with EmbeddedWorker(settings):
         agent.run("hello")
@@ -9,7 +11,6 @@ failure handlers as `ratchet worker`, in this process. Crash tests use worker su
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from celery import Celery
@@ -20,12 +21,8 @@ from celery.worker import state
 from orchestrator.ports import set_dispatcher
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
-from orchestrator.sweeper import Sweeper
 from workers.celery.app import create_app
 from workers.celery.dispatch import CeleryDispatcher
-from workers.celery.tasks import runner_for
-
-log = logging.getLogger("ratchet.embedded")
 
 
 class EmbeddedWorker:
@@ -52,8 +49,6 @@ class EmbeddedWorker:
         self.sweep = sweep
         self.loglevel = loglevel
         self._thread: threading.Thread | None = None
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
 
     def start(self, timeout: float = 30.0) -> EmbeddedWorker:
         """Start consuming; returns once the consumer is ready."""
@@ -64,33 +59,28 @@ class EmbeddedWorker:
         # The default queues and every queue the agents of this process name: it runs them all.
         queues = [s.model_queue, s.tools_queue, s.control_queue, *sorted(named_queues())]
         self.worker = TestWorkController(
-            app=self.app, concurrency=self.concurrency, hostname=anon_nodename(), pool="threads",
-            loglevel=self.loglevel, logfile=None, ready_callback=None, without_heartbeat=True,
-            without_mingle=True, without_gossip=True, queues=queues,
-        )  # fmt: skip
+            app=self.app,
+            concurrency=self.concurrency,
+            hostname=anon_nodename(),
+            pool="threads",
+            loglevel=self.loglevel,
+            logfile=None,
+            ready_callback=None,
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            queues=queues,
+            without_sweeper=not self.sweep,
+        )
         state.should_terminate = None
         self._thread = threading.Thread(target=self.worker.start, name="ratchet-embedded-worker", daemon=True)
         self._thread.start()
         if not self.worker._on_started.wait(timeout):
             raise RuntimeError(f"the embedded worker did not start within {timeout}s (broker {s.broker_url})")
-        if self.sweep:
-            self._sweeper = threading.Thread(target=self._sweep_loop, name="ratchet-sweeper", daemon=True)
-            self._sweeper.start()
         return self
 
-    def _sweep_loop(self) -> None:
-        sweeper = Sweeper(runner_for(self.app))
-        while not self._stop.wait(self.settings.sweep_seconds):
-            try:
-                sweeper.sweep_once()
-            except Exception:  # a database hiccup must not end the loop
-                log.exception("sweep failed")
-
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the sweeper, let running tasks finish, stop the worker."""
-        self._stop.set()
-        if self._sweeper is not None:
-            self._sweeper.join(timeout)
+        """Let running tasks finish, stop the worker and its sweeper (which lets the lease go)."""
         if self._thread is not None:
             state.should_terminate = 0
             hub = getattr(self.worker, "hub", None)

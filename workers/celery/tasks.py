@@ -11,7 +11,9 @@
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
   started; a continue that forks a COMPLETED run derives the fork's id. Both call the run control
   (`orchestrator.control`) that `Client` calls.
-- `ratchet.sweep()`: one sweeper pass (the beat schedule runs it every RATCHET_SWEEP_SECONDS).
+- `ratchet.sweep()`: one sweeper pass under the fleet's sweep lease (`orchestrator.sweeping`), for
+  `ratchet beat`, which sends it every RATCHET_SWEEP_SECONDS; it sends no task events. Workers
+  sweep without it, in their main process (`workers.celery.worker.SweeperStep`).
 
 A step that raises goes to `StepTask.on_failure`, which flushes the step's in-flight messages onto
 the run's ERROR row; past its soft time limit a step fails with StepTimeoutError the same way.
@@ -36,7 +38,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerSh
 from orchestrator.control import RunControl, derived_run_id
 from orchestrator.errors import FencedError, RatchetError
 from orchestrator.steps import StepRunner
-from orchestrator.sweeper import Sweeper
+from orchestrator.sweeping import FleetSweeper
 from workers.celery.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
 
 log = logging.getLogger("ratchet.worker")
@@ -108,7 +110,14 @@ def _owner_of(task_id: str) -> str:
 
 
 def register_tasks(app: Celery) -> None:
-    """Register Ratchet's tasks on `app`."""
+    """Register Ratchet's tasks on `app`: the steps, the producers' starts and continues, the sweep."""
+    _register_steps(app)
+    _register_control(app)
+    _register_sweep(app)
+
+
+def _register_steps(app: Celery) -> None:
+    """The step tasks: one model call, one tool batch, each claimed and run by the step runner."""
 
     @app.task(name=MODEL_TASK, base=StepTask, bind=True, shared=False)
     def model_call(self: Task, run_id: str, seq: int, reroute: bool = False) -> str:
@@ -132,28 +141,62 @@ def register_tasks(app: Celery) -> None:
             log.info("%s", exc)
             return "fenced"
 
+    _ = (model_call, tool_batch)
+
+
+def _register_control(app: Celery) -> None:
+    """The tasks producers send by name (any language): start a run, continue one."""
+
     # A producer's mistake (an invalid id, a conflict) is logged in one line, not as a traceback.
     @app.task(name=START_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def start_run(
-        self: Task, agent: str, input: str, session_id: str | None = None, run_id: str | None = None,
-        stream: bool = False, user_id: str | None = None, session_state: dict[str, Any] | None = None,
+        self: Task,
+        agent: str,
+        input: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        stream: bool = False,
+        user_id: str | None = None,
+        session_state: dict[str, Any] | None = None,
         priority: int | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
             run_id = derived_run_id("celery-task", self.request.id)
         return _control(self.app).start(
-            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state, priority=priority,
-        )  # fmt: skip
+            agent,
+            input=input,
+            session_id=session_id,
+            run_id=run_id,
+            stream=stream,
+            user_id=user_id,
+            session_state=session_state,
+            priority=priority,
+        )
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:
         return _control(self.app).continue_run(run_id, input=input, fork_key=fork_key)
 
-    @app.task(name=SWEEP_TASK, bind=True, shared=False)
+    _ = (start_run, continue_run)
+
+
+def _register_sweep(app: Celery) -> None:
+    """Beat's sweep: one pass under the fleet's sweep lease, or none while another sweeper holds it.
+
+    It sends no task events (`send_events=False`): every RATCHET_SWEEP_SECONDS, 17,280 a day at
+    the default, they would push the steps out of Flower's 10,000 kept tasks. The lease is taken
+    under an owner of this delivery's own and let go at the end of the pass."""
+
+    @app.task(name=SWEEP_TASK, bind=True, shared=False, send_events=False)
     def sweep(self: Task) -> dict[str, list[str]]:
-        report = Sweeper(runner_for(self.app)).sweep_once()
+        fleet = FleetSweeper(runner_for(self.app), owner=f"beat:{_owner(self)}", announce=False)
+        try:
+            report = fleet.sweep()
+        finally:
+            fleet.release()
+        if report is None:
+            return {"skipped": ["another sweeper holds the sweep lease"]}
         return {
             "requeued": report.requeued,
             "republished": report.republished,
@@ -161,7 +204,7 @@ def register_tasks(app: Celery) -> None:
             "fanned_in": report.fanned_in,
         }
 
-    _ = (model_call, tool_batch, start_run, continue_run, sweep)
+    _ = sweep
 
 
 def _control(app: Celery) -> RunControl:
