@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from orchestrator import flow
 from orchestrator.errors import ModelCallError
 from orchestrator.models.base import ModelReply
-from orchestrator.ports import Ask, Limiter, get_limiter
+from orchestrator.ports import Ask, Limiter
 from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.store import Claim
@@ -30,14 +30,11 @@ class Throttle:
 
     def __init__(self, runner: StepRunner) -> None:
         self.runner = runner
-        self._limiter: Limiter | None = None
 
     @property
     def limiter(self) -> Limiter:
-        """The process's limiter for the runner's settings (built on first use)."""
-        if self._limiter is None:
-            self._limiter = get_limiter(self.runner.settings)
-        return self._limiter
+        """The runner's runtime's limiter."""
+        return self.runner.runtime.limiter
 
     def parked(self, claim: Claim, ask: Ask) -> bool:
         """Ask the limiter for the claimed step; if it says wait, park the step QUEUED (the
