@@ -20,6 +20,7 @@ from bench.env import BenchEnv
 from bench.procs import WorkerProcess, ratchet_worker
 from bench.stats import Row, Section, median, wait_until
 from orchestrator.client import Client
+from orchestrator.runtime import build
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
@@ -84,7 +85,7 @@ def _recover(env: BenchEnv, settings: Settings, rounds: int) -> list[float]:
     for w in workers:
         w.wait_ready()
     stop = threading.Event()
-    sweeper = Sweeper(StepRunner(settings, store=store))
+    sweeper = Sweeper(StepRunner(build(settings, store=store)))
 
     def sweep_loop() -> None:
         while not stop.wait(settings.sweep_seconds):

@@ -1,8 +1,10 @@
 """The producer side: start, continue, cancel and read runs, for code that need not import the
 agents. `Agent.run()` and friends are thin wrappers around a `Client`.
 
-`Client` is a facade: it opens the store and the dispatcher, reads and waits for runs, and hands
-every write to `orchestrator.control.RunControl`, which the Celery tasks call too.
+`Client` is a facade over a runtime (`orchestrator.runtime`: the store, the dispatcher, the delta
+sink, the limiter): it reads and waits for runs, and hands every write to
+`orchestrator.control.RunControl`, which the Celery tasks call too. `Client()` uses the process's
+runtime for the environment's settings, built on first use.
 
     client = Client()
     handle = client.start("a-team", input="hello", session_id="sess-A")
@@ -23,9 +25,10 @@ from orchestrator import timeline, validation
 from orchestrator.control import RunControl
 from orchestrator.errors import InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
-from orchestrator.ports import DeltaSink, Dispatcher, FinalChannel, QueueLengths, get_delta_sink, wire_finals
+from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths
 from orchestrator.reader import Follower, afollow, follow
 from orchestrator.run import LogEntry, RunOutput, RunPage, Session
+from orchestrator.runtime import Runtime, build, current
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store, retention
@@ -81,43 +84,56 @@ class RunHandle:
 
 
 class Client:
-    """Producer API over the run store and the broker."""
+    """Producer API over the run store and the broker.
+
+    `Client()` takes the settings from the environment; `Client(settings)` the process's runtime
+    for those (`runtime.current`); a `store` or a `dispatcher` given replaces that part, the
+    others staying the process's (`runtime.build`); `runtime=` is used as it is. Nothing is
+    opened until the client is first used."""
 
     def __init__(
-        self, settings: Settings | None = None, *, store: Store | None = None, dispatcher: Dispatcher | None = None
+        self,
+        settings: Settings | None = None,
+        *,
+        store: Store | None = None,
+        dispatcher: Dispatcher | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env()
-        self._store = store
-        self._dispatcher = dispatcher
+        if runtime is not None and (settings, store, dispatcher) != (None, None, None):
+            raise TypeError("Client takes a runtime, or settings and the parts to replace, not both")
+        self.settings = runtime.settings if runtime is not None else settings or Settings.from_env()
+        self._runtime = runtime
+        self._parts = (store, dispatcher)
         self._control: RunControl | None = None
-        self._wired = False
-        #: Where waiters hear of final moves the store cannot notify itself (`ports.wire_finals`).
-        self._finals: FinalChannel | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        """The store, dispatcher, delta sink, limiter and final channel this client uses (the
+        process's, on first use, unless it was given parts of its own)."""
+        if self._runtime is None:
+            store, dispatcher = self._parts
+            if store is None and dispatcher is None:
+                self._runtime = current(self.settings)
+            else:
+                self._runtime = build(self.settings, store=store, dispatcher=dispatcher)
+        return self._runtime
 
     @property
     def store(self) -> Store:
         """The run store (opened, and migrated when RATCHET_AUTO_MIGRATE is on, on first use)."""
-        if self._store is None:
-            self._store = Store.open(
-                self.settings.database_url,
-                auto_migrate=self.settings.auto_migrate,
-                sqlite_synchronous=self.settings.sqlite_synchronous,
-            )
-        if not self._wired:  # on SQLite, this producer's final moves (a cancel) wake waiters too
-            self._wired = True
-            self._finals = wire_finals(self.settings, self._store)
-        return self._store
+        return self.runtime.store
 
     @property
     def dispatcher(self) -> Dispatcher:
         """Where steps are published (RATCHET_DISPATCHER, Celery by default): run control's."""
-        return self.control.dispatcher
+        return self.runtime.dispatcher
 
     @property
     def control(self) -> RunControl:
-        """Start, continue and cancel over this client's store and dispatcher."""
+        """Start, continue and cancel over this client's runtime."""
         if self._control is None:
-            self._control = RunControl(self.store, self.settings, dispatcher=self._dispatcher)
+            runtime = self.runtime
+            self._control = RunControl(runtime.store, self.settings, runtime.dispatcher, limiter=runtime.limiter)
         return self._control
 
     # ---------------------------------------------------------------- writes
@@ -288,8 +304,8 @@ class Client:
 
     @property
     def delta_sink(self) -> DeltaSink:
-        """Where streamed runs' live events are read from (the broker's Redis, or the store)."""
-        return get_delta_sink(self.settings, self.store)
+        """Where streamed runs' live events are read from (RATCHET_REDIS_URL's Redis, or the store)."""
+        return self.runtime.deltas
 
     def stream(self, run_id: str, *, after: str | None = None, timeout: float | None = None) -> Iterator[RunEvent]:
         """The run's events in id order as they happen, from the first (or the one after the id
@@ -319,13 +335,13 @@ class Client:
 
         On PostgreSQL the run's final move wakes the waiter at once (LISTEN/NOTIFY), with a
         slow poll as a safety net; elsewhere, or while notices are down, it polls, and on SQLite
-        with a Redis broker the run's announced final move (`ports.FinalChannel`) also wakes it
+        with RATCHET_REDIS_URL the run's announced final move (`ports.FinalChannel`) also wakes it
         between polls."""
         run_id = validation.known_run_id(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         watcher = self.store.final_watcher()
         event = watcher.subscribe(run_id) if watcher is not None else None
-        channel = self._finals if watcher is None else None  # wired with the store
+        channel = self.runtime.finals if watcher is None else None  # wired with the store
         early = channel.subscribe(run_id) if channel is not None else None
         delays = poll_delays()
         notified = False
@@ -348,7 +364,7 @@ class Client:
                 else:
                     delay = next(delays)
                     delay = delay if left is None else min(delay, left)
-                    if early is not None:  # announced between polls (SQLite with a Redis broker)
+                    if early is not None:  # announced between polls (SQLite with RATCHET_REDIS_URL)
                         notified = early.wait(delay)
                         early.clear()
                     else:

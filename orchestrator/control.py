@@ -34,6 +34,7 @@ from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
+    ConfigurationError,
     RunBusyError,
     RunConflictError,
     RunNotContinuableError,
@@ -41,7 +42,7 @@ from orchestrator.errors import (
 )
 from orchestrator.idempotency import StartRequest
 from orchestrator.messages import Message
-from orchestrator.ports import Dispatcher, get_dispatcher, get_limiter
+from orchestrator.ports import Dispatcher, Limiter
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
@@ -65,18 +66,20 @@ class RunControl:
     Each method checks its arguments (`orchestrator.validation`) before it writes anything and
     returns the id of the run it acted on; `Client` wraps that in a handle."""
 
-    def __init__(self, store: Store, settings: Settings, dispatcher: Dispatcher | None = None) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, dispatcher: Dispatcher, *, limiter: Limiter | None = None
+    ) -> None:
         self.store = store
         self.settings = settings
-        self._dispatcher = dispatcher
+        self.dispatcher = dispatcher
+        #: Where a cancelled run frees its place among its key's runs: needed with
+        #: RATCHET_MAX_RUNS_PER_KEY only (a runtime's, `Client.control`).
+        self.limiter = limiter
 
-    @property
-    def dispatcher(self) -> Dispatcher:
-        """The dispatcher given, or RATCHET_DISPATCHER's, built when first needed (a cancel that
-        wakes no team never needs one)."""
-        if self._dispatcher is None:
-            self._dispatcher = get_dispatcher(self.settings)
-        return self._dispatcher
+    def _limiter(self) -> Limiter:
+        if self.limiter is None:
+            raise ConfigurationError("RATCHET_MAX_RUNS_PER_KEY is set, and this RunControl was given no limiter")
+        return self.limiter
 
     # ---------------------------------------------------------------- start
 
@@ -267,7 +270,7 @@ class RunControl:
         next run waiting, whose step is published here (or by the sweeper, if that fails)."""
         if self.settings.max_runs_per_key is None:
             return
-        step = limits.release(self.settings, lambda: get_limiter(self.settings), record)
+        step = limits.release(self.settings, self._limiter, record)
         if step is not None:
             try:
                 self.dispatcher.publish(step)

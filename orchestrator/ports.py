@@ -1,31 +1,19 @@
 """The domain's ports: how it asks for a step to run, without knowing about Celery, where a
-streamed run's live events go, and where the limits every worker shares are kept, without
-knowing about Redis.
-
-`workers.celery.dispatch.CeleryDispatcher` implements the broker port; the setting RATCHET_DISPATCHER
-names the implementation, which is imported by name the first time a step is published, so
-importing `orchestrator` never imports Celery. The delta sink is `workers.redis.delta_sink.RedisDeltaSink`
-when the broker is Redis (imported by name, likewise), else a table of the run store. The
-limiter is `workers.redis.limiter.RedisLimiter` when RATCHET_LIMITER_URL or the broker names a Redis,
-else `orchestrator.limits.LocalLimiter`, which each process keeps for itself.
+streamed run's live events go, how waiters hear of final moves, and where the limits every
+worker shares are kept, without knowing about Redis. Protocols and the values that cross them
+only: which implementation a process uses is its runtime's choice (`orchestrator.runtime`).
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from orchestrator.errors import ConfigurationError
-from orchestrator.settings import Settings
-
 if TYPE_CHECKING:
     from orchestrator.events import RunEvent
     from orchestrator.models.base import RateLimit
-    from orchestrator.store import Store
 
 StepKind = Literal["model", "tools"]
 
@@ -67,40 +55,6 @@ class QueueLengths(Protocol):
         ...
 
 
-_lock = threading.Lock()
-# Keyed by the whole (frozen) settings: two settings on one broker may name different queues.
-_dispatchers: dict[Settings, Dispatcher] = {}
-
-
-def get_dispatcher(settings: Settings) -> Dispatcher:
-    """The process's dispatcher for these settings, built once from RATCHET_DISPATCHER."""
-    key = settings
-    with _lock:
-        found = _dispatchers.get(key)
-        if found is None:
-            module_name, _, attr = settings.dispatcher.partition(":")
-            try:
-                factory = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError) as exc:
-                raise ConfigurationError(
-                    f"RATCHET_DISPATCHER={settings.dispatcher!r} cannot be imported ({exc}); "
-                    "install ratchet with its workers package or name a module:Class"
-                ) from None
-            found = factory(settings)
-            _dispatchers[key] = found
-        return found
-
-
-def set_dispatcher(settings: Settings, dispatcher: Dispatcher | None) -> None:
-    """Use this dispatcher for these settings in this process (the embedded worker does); None
-    forgets it (the next `get_dispatcher` builds one from RATCHET_DISPATCHER again)."""
-    with _lock:
-        if dispatcher is None:
-            _dispatchers.pop(settings, None)
-        else:
-            _dispatchers[settings] = dispatcher
-
-
 class DeltaSink(Protocol):
     """Carries a streamed run's live events (RunContent deltas, StepRestarted) from the worker
     that makes them to every reader. Only runs started with stream=True write to it."""
@@ -134,26 +88,6 @@ class DeltaSink(Protocol):
         ...
 
 
-#: The delta sink of a Redis broker, imported by name (the domain does not import Redis).
-REDIS_SINK = "workers.redis.delta_sink:RedisDeltaSink"
-_sinks: dict[Settings, DeltaSink] = {}
-
-
-def get_delta_sink(settings: Settings, store: Store) -> DeltaSink:
-    """The delta sink for these settings: a Redis stream per run when the broker is Redis (one
-    client per process and settings), else the `ratchet_deltas` table of `store` (no server)."""
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
-        from orchestrator.store.deltas import TableDeltaSink
-
-        return TableDeltaSink(store, ttl=settings.stream_ttl)
-    with _lock:
-        found = _sinks.get(settings)
-        if found is None:
-            module_name, _, attr = REDIS_SINK.partition(":")
-            found = _sinks[settings] = getattr(importlib.import_module(module_name), attr)(settings)
-        return found
-
-
 class FinalChannel(Protocol):
     """Wakes waiters when a run stops, where the database cannot (SQLite): the store announces
     each final move after its commit, and `Client.wait` wakes on it between its polls. Best
@@ -170,34 +104,6 @@ class FinalChannel(Protocol):
     def unsubscribe(self, run_id: str, event: threading.Event) -> None:
         """Stop setting `event` for the run."""
         ...
-
-
-#: The final channel of a Redis broker, imported by name.
-REDIS_FINALS = "workers.redis.finals:RedisFinals"
-_channels: dict[str, FinalChannel] = {}
-
-
-def get_final_channel(settings: Settings) -> FinalChannel | None:
-    """Redis pub/sub on the broker's Redis (one per process and broker); None for other brokers."""
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
-        return None
-    with _lock:
-        found = _channels.get(settings.broker_url)
-        if found is None:
-            module_name, _, attr = REDIS_FINALS.partition(":")
-            found = _channels[settings.broker_url] = getattr(importlib.import_module(module_name), attr)(settings)
-        return found
-
-
-def wire_finals(settings: Settings, store: Store) -> FinalChannel | None:
-    """For a store that cannot notify waiters itself (SQLite): have it announce final moves on
-    the broker's channel, and return that channel for waiters (None where there is none)."""
-    if not store.announces_finals:
-        return None
-    channel = get_final_channel(settings)
-    if channel is not None:
-        store.set_final_announcer(channel.announce)
-    return channel
 
 
 # ---------------------------------------------------------------- flow control
@@ -282,47 +188,3 @@ class Limiter(Protocol):
     def block(self, model: str, seconds: float) -> None:
         """The provider answered 429: no call of `model` for `seconds`, on any worker."""
         ...
-
-
-#: The limiter on Redis, imported by name (the domain does not import Redis).
-REDIS_LIMITER = "workers.redis.limiter:RedisLimiter"
-_limiters: dict[Settings, Limiter] = {}
-#: Its own lock: a dispatcher built under `_lock` may install a limiter (the in-memory one does).
-_limiters_lock = threading.Lock()
-log = logging.getLogger("ratchet.flow")
-
-
-def get_limiter(settings: Settings) -> Limiter:
-    """The process's limiter for these settings: on RATCHET_LIMITER_URL's Redis, else on the
-    broker's when it is Redis, else one of this process's own (not shared: said in a warning
-    unless the broker needs no server either)."""
-    with _limiters_lock:
-        found = _limiters.get(settings)
-        if found is not None:
-            return found
-        url = settings.limiter_url
-        if url is None and settings.broker_url.startswith(("redis://", "rediss://")):
-            url = settings.broker_url
-        if url is not None:
-            module_name, _, attr = REDIS_LIMITER.partition(":")
-            found = getattr(importlib.import_module(module_name), attr)(settings, url)
-        else:
-            from orchestrator.limits import LocalLimiter
-
-            if not settings.is_embedded_broker:
-                log.warning(
-                    "flow control: limits are kept in each process, not shared by the workers: set "
-                    "RATCHET_LIMITER_URL to a Redis to share them"
-                )
-            found = LocalLimiter(slot_seconds=settings.run_slot_seconds)
-        _limiters[settings] = found
-        return found
-
-
-def set_limiter(settings: Settings, limiter: Limiter | None) -> None:
-    """Use this limiter for these settings in this process (`in_memory` does); None forgets it."""
-    with _limiters_lock:
-        if limiter is None:
-            _limiters.pop(settings, None)
-        else:
-            _limiters[settings] = limiter

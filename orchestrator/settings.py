@@ -92,8 +92,14 @@ class Settings(BaseModel):
     #: How long a run keeps its place among those after its last model step began without ending
     #: or pausing. A run that ended and kept it (its release lost) has it freed by the sweeper sooner.
     run_slot_seconds: float = 900.0
-    #: The Redis that keeps the limits every worker shares (a run's place, a model's rates). Default:
-    #: the broker's, when it is Redis; without either, each process keeps its own.
+    #: The Redis that carries what the processes share besides the broker: streamed runs' live
+    #: events (else a table of the run store), the final moves that wake waiters on SQLite (else
+    #: none: they poll), and flow control's limits (RATCHET_LIMITER_URL's default). Default: the
+    #: broker's URL when the broker is Redis (`_shared_redis`); "" for none.
+    redis_url: str | None = None
+    #: The Redis that keeps the limits every worker shares (a run's place, a model's rates), when
+    #: they must live on another Redis than RATCHET_REDIS_URL's. Default: RATCHET_REDIS_URL; without
+    #: either, each process keeps its own.
     limiter_url: str | None = None
     #: Whether workers send Celery's task events (received, started, succeeded) from the moment
     #: they start (`celery worker -E`), so Flower shows every step. Off, as Celery's own default,
@@ -115,8 +121,9 @@ class Settings(BaseModel):
     #: `ratchet worker`, `beat`, `sweep` and `run`, and what `celery -A workers.celery.app worker` imports
     #: (Celery's `imports`).
     app: str | None = None
-    #: Where the domain publishes tasks: "module:Class" of a Dispatcher.
-    dispatcher: str = "workers.celery.dispatch:CeleryDispatcher"
+    #: Where the domain publishes steps: the name of an installed dispatcher (the entry point
+    #: group "ratchet.dispatchers": "celery" is Ratchet's), or "module:Class" of your own.
+    dispatcher: str = "celery"
     #: The bearer tokens the HTTP API (`ratchet api`) accepts, comma-separated (several, so a
     #: token can be rotated without downtime). A secret: shown masked, never logged. Unset, the
     #: API takes requests without a token and so serves 127.0.0.1 only.
@@ -128,6 +135,25 @@ class Settings(BaseModel):
     #: API from a browser (CORS). Unset: none but the API's own run pages; with no tokens, a page
     #: of any other origin is refused (`workers.api.loopback`).
     api_cors_origins: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shared_redis(cls, values: object) -> object:
+        """The one place the Redis URLs get their defaults: RATCHET_REDIS_URL is the broker's when
+        the broker is Redis, and RATCHET_LIMITER_URL is RATCHET_REDIS_URL. Done here, not when the
+        adapters are built, so that which Redis (if any) a process shares is read off its
+        settings; "" sets none."""
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        if "redis_url" not in values:
+            broker = str(values.get("broker_url", cls.model_fields["broker_url"].default))
+            values["redis_url"] = broker if broker.startswith(("redis://", "rediss://")) else None
+        if values.get("limiter_url") is None:
+            values["limiter_url"] = values["redis_url"]
+        for name in ("redis_url", "limiter_url"):
+            values[name] = values[name] or None
+        return values
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod

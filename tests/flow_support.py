@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Settings
+from orchestrator.ports import Limiter
 from orchestrator.testing import InMemoryDispatcher, in_memory
 
 
@@ -23,13 +24,14 @@ def lookup(query: str) -> str:
 
 
 @contextmanager
-def limited(tmp_path: Path, **settings: Any) -> Iterator[InMemoryDispatcher]:
-    """The in-memory dispatcher with these settings; steps run when the test says (`autorun=False`)."""
+def limited(tmp_path: Path, *, limiter: Limiter | None = None, **settings: Any) -> Iterator[InMemoryDispatcher]:
+    """The in-memory dispatcher with these settings (and this limiter, instead of its own on the
+    virtual clock); steps run when the test says (`autorun=False`)."""
     values: dict[str, Any] = dict(
         database_url=f"sqlite:///{tmp_path / 'runs.db'}", sqlite_synchronous="NORMAL", max_countdown=900.0,
         dispatcher="orchestrator.testing.inmemory:InMemoryDispatcher",
     )  # fmt: skip
-    with in_memory(Settings(**{**values, **settings}), autorun=False) as dispatcher:
+    with in_memory(Settings(**{**values, **settings}), autorun=False, limiter=limiter) as dispatcher:
         yield dispatcher
 
 

@@ -13,7 +13,7 @@ from orchestrator.agent import AgentDefinition
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models.base import ModelReply
-from orchestrator.ports import Ask, Limiter, get_limiter
+from orchestrator.ports import Ask, Limiter
 from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.steps.context import StepContext
@@ -28,17 +28,11 @@ JITTER = 0.1
 class Admission:
     """The limiter's side of the steps of one step runner: its verdicts, parks and releases."""
 
-    def __init__(self, steps: StepContext) -> None:
+    def __init__(self, steps: StepContext, limiter: Limiter) -> None:
         self.steps = steps
         self.settings = steps.settings
-        self._limiter: Limiter | None = None
-
-    @property
-    def limiter(self) -> Limiter:
-        """The process's limiter for the runner's settings (built on first use)."""
-        if self._limiter is None:
-            self._limiter = get_limiter(self.settings)
-        return self._limiter
+        #: The runtime's limiter.
+        self.limiter = limiter
 
     def ask(self, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
         """What the step asks of the limiter (`limits.ask_for`); None when no limit applies to

@@ -21,9 +21,10 @@ from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import DeltaSink, Dispatcher, StepRef, get_delta_sink, get_dispatcher, wire_finals
+from orchestrator.ports import DeltaSink, Dispatcher, StepRef
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
+from orchestrator.runtime import Runtime
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps.admission import Admission
@@ -40,23 +41,21 @@ T = TypeVar("T")
 
 
 class StepRunner:
-    """Runs steps for one process. Thread-safe: an embedded worker may run several at once."""
+    """Runs steps for one process, on its runtime's store, dispatcher, delta sink and limiter.
+    Thread-safe: an embedded worker may run several at once."""
 
     def __init__(
         self,
-        settings: Settings,
-        store: Store | None = None,
-        dispatcher: Dispatcher | None = None,
+        runtime: Runtime,
         *,
         timeouts: tuple[type[BaseException], ...] = (),
         stopping: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
-        self.settings = settings
-        self.store = store or Store.open(
-            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
-        )
-        self._dispatcher = dispatcher
-        self._sink: DeltaSink | None = None
+        self.runtime = runtime
+        self.settings: Settings = runtime.settings
+        self.store: Store = runtime.store
+        #: Where next steps are published.
+        self.dispatcher: Dispatcher = runtime.dispatcher
         #: What the task runner raises in a step that ran past its soft time limit (Celery's
         #: SoftTimeLimitExceeded; the domain does not import Celery). It ends the step even inside
         #: a tool, where any other exception is the model's to read, and fails it as StepTimeoutError.
@@ -64,13 +63,11 @@ class StepRunner:
         #: Whether an exception is the worker stopping (Celery's WorkerShutdown, or the SystemExit
         #: a pool process raises on SIGTERM, as at the hard time limit): never a tool's error.
         self.stopping = stopping
-        # On SQLite with a Redis broker, the runs this process ends wake their waiters.
-        wire_finals(settings, self.store)
         self.inflight = InFlightSteps()
         #: Renews the leases of the steps in `inflight`; started by the first claim.
-        self.heartbeat = Heartbeat(self.store, settings, self.inflight.held)
+        self.heartbeat = Heartbeat(self.store, self.settings, self.inflight.held)
         steps = StepContext(
-            settings=settings,
+            settings=self.settings,
             store=self.store,
             durably=self.durably,
             end=self.end,
@@ -79,24 +76,14 @@ class StepRunner:
             stopping=stopping,
         )
         #: The limits (`orchestrator.limits`): the limiter's verdicts, parks and releases.
-        self.admission = Admission(steps)
+        self.admission = Admission(steps, runtime.limiter)
         self._model = ModelStep(steps, self.admission, lambda: self.delta_sink)
         self._tools = ToolStep(steps)
 
     @property
-    def dispatcher(self) -> Dispatcher:
-        """Where next steps are published (the configured one, built on first use)."""
-        if self._dispatcher is None:
-            self._dispatcher = get_dispatcher(self.settings)
-        return self._dispatcher
-
-    @property
     def delta_sink(self) -> DeltaSink:
-        """Where streamed runs' live events go (built on first use: a Redis broker's streams, or
-        the store's table)."""
-        if self._sink is None:
-            self._sink = get_delta_sink(self.settings, self.store)
-        return self._sink
+        """Where streamed runs' live events go (RATCHET_REDIS_URL's streams, or the store's table)."""
+        return self.runtime.deltas
 
     def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
         """One model call for the run. Returns what happened (for logs and tests)."""

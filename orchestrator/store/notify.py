@@ -9,7 +9,7 @@ costs latency, never correctness.
 
 SQLite has no notifications: waiters poll. Where the broker is Redis, the store announces each
 run's final move once its transaction committed (`announce_after_commit`, through the announcer
-`orchestrator.ports.wire_finals` gives it), and `Client.wait` wakes on the announcement between
+`orchestrator.runtime` gives it), and `Client.wait` wakes on the announcement between
 its polls: an announcement lost (a crash right after the commit, Redis down) costs nothing but
 the wait for the next poll.
 """

@@ -26,10 +26,10 @@ are gone.
 - **Priorities as on a broker.** Of the steps due, a higher priority runs first (a step of a
   run without one is as 0), then the order they were published in. Queues are not kept apart:
   every step runs here, whichever queue its agent or tool names (`StepRef.queue` shows it).
-- **Limits on the virtual clock.** The dispatcher's settings get a `LocalLimiter` of its own
+- **Limits on the virtual clock.** The dispatcher's runtime has a `LocalLimiter` of its own
   (`orchestrator.limits`) whose clock runs on by the countdowns waited: a step parked for a
   model's rate runs again once its countdown is due, with the rate's window that much further
-  on, and nothing sleeps.
+  on, and nothing sleeps. A test may give it another (`in_memory(limiter=...)`).
 - **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
   owner, as `StepTask.on_failure` does; a fenced step (cancelled while it ran) is dropped, as
   the Celery task drops it.
@@ -61,8 +61,9 @@ from orchestrator.catalog import write_served
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
 from orchestrator.limits import LocalLimiter
-from orchestrator.ports import StepRef, set_dispatcher, set_limiter
+from orchestrator.ports import Limiter, StepRef
 from orchestrator.producer import use_client
+from orchestrator.runtime import Runtime, build, install, uninstall
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store
@@ -76,13 +77,18 @@ class InMemoryDispatcher:
     """A Dispatcher that runs each published step in this process, on `store`.
 
     Also usable by name: RATCHET_DISPATCHER=orchestrator.testing:InMemoryDispatcher makes every
-    producer of the process run its runs inline, on the store RATCHET_DATABASE_URL names."""
+    producer of the process run its runs inline, on the store RATCHET_DATABASE_URL names (the
+    process's runtime for those settings is then this dispatcher's `runtime`)."""
 
-    def __init__(self, settings: Settings, *, store: Store | None = None, autorun: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        autorun: bool = True,
+        limiter: Limiter | None = None,
+    ) -> None:
         self.settings = settings
-        self.store = store or Store.open(
-            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
-        )
         #: Drain the queue on publish (False: the test calls `run_next` / `run_until_idle`).
         self.autorun = autorun
         #: Every step published, in order, with its countdown (what a test asserts a backoff on).
@@ -93,15 +99,22 @@ class InMemoryDispatcher:
         self._order = itertools.count()
         self._draining = False
         self._lock = threading.Lock()
-        #: The limiter, on wall time plus the countdowns waited (see above).
-        self.limiter = LocalLimiter(slot_seconds=settings.run_slot_seconds, clock=lambda: time.monotonic() + self.now)
-        set_limiter(settings, self.limiter)
+        #: The limits: by default on wall time plus the countdowns waited (see above).
+        self.limiter = limiter or LocalLimiter(
+            slot_seconds=settings.run_slot_seconds, clock=lambda: time.monotonic() + self.now
+        )
+        #: The parts the steps run with: `store` (default: the process's for the settings), this
+        #: dispatcher, `limiter`, and the delta sink and final channel the settings name.
+        self.runtime: Runtime = build(settings, store=store, dispatcher=self, limiter=self.limiter)
+        self.store = self.runtime.store
+        #: The step runner a Celery worker would run the steps with, on `runtime`.
+        self.runner = StepRunner(self.runtime)
         self._served: tuple[int, ...] = ()
 
     @cached_property
     def client(self) -> Client:
-        """A producer client on this dispatcher and its store."""
-        return Client(self.settings, store=self.store, dispatcher=self)
+        """A producer client on this dispatcher's runtime."""
+        return Client(runtime=self.runtime)
 
     @property
     def pending(self) -> list[StepRef]:
@@ -162,15 +175,11 @@ class InMemoryDispatcher:
         self.now = max(self.now, due)
         return step
 
-    # ---------------------------------------------------------------- the engine, in one place
+    # ---------------------------------------------------------------- the runner, in one place
 
     def sweep(self) -> SweepReport:
         """One sweeper pass (as the beat task runs it); what it publishes runs as usual."""
-        return Sweeper(self._engine).sweep_once()
-
-    @cached_property
-    def _engine(self) -> StepRunner:
-        return StepRunner(self.settings, store=self.store, dispatcher=self)
+        return Sweeper(self.runner).sweep_once()
 
     def _serve(self) -> None:
         """Write the agents this process defines into the agent catalog, as a worker does when it
@@ -182,10 +191,11 @@ class InMemoryDispatcher:
             self._served = served
 
     def _run(self, step: StepRef) -> None:
-        """Run one delivery as `workers.celery.tasks` does: the step, then the failure handler if it raised."""
+        """Run one delivery as a Celery worker's step task does: the step, then the failure
+        handler if it raised."""
         self._serve()
         owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
-        run = self._engine.model_step if step.kind == "model" else self._engine.tool_step
+        run = self.runner.model_step if step.kind == "model" else self.runner.tool_step
         try:
             outcome = run(step.run_id, step.seq, owner=owner)
         except FencedError as exc:
@@ -193,7 +203,7 @@ class InMemoryDispatcher:
             return
         except Exception as exc:
             try:
-                self._engine.fail_step(step.run_id, step.seq, exc, owner=owner)
+                self.runner.fail_step(step.run_id, step.seq, exc, owner=owner)
             except Exception:  # as on a worker: logged, and the run is left to the sweeper
                 log.exception("run %s step %s: the failure handler could not record the error", step.run_id, step.seq)
             return
@@ -201,14 +211,17 @@ class InMemoryDispatcher:
 
 
 @contextmanager
-def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = True) -> Iterator[InMemoryDispatcher]:
+def in_memory(
+    database: str | Path | Settings | None = None, *, autorun: bool = True, limiter: Limiter | None = None
+) -> Iterator[InMemoryDispatcher]:
     """Run every step inline for the block, on a real store; yields the dispatcher.
 
     `database`: a SQLite file (made and migrated if new) or a database URL, whole Settings (used
     as they are), or None: a SQLite file in a temporary folder removed afterwards.
     Within the block, agents built without a client (`agent.run`, `start`, `continue_run`) and
-    any `Client` built with the dispatcher's `settings` publish to it; `dispatcher.client` is one.
-    The store is the block's own and is closed on exit."""
+    any `Client` built with the dispatcher's `settings` use its runtime (installed as the
+    process's for those settings); `dispatcher.client` is one. The store is the block's own and
+    is closed on exit. `limiter`: flow control's, instead of one on the virtual clock."""
     with ExitStack() as stack:
         if isinstance(database, Settings):
             settings = database
@@ -221,10 +234,8 @@ def in_memory(database: str | Path | Settings | None = None, *, autorun: bool = 
             migrate(engine)
         store = Store(engine)
         stack.callback(store.dispose)
-        dispatcher = InMemoryDispatcher(settings, store=store, autorun=autorun)
-        set_dispatcher(settings, dispatcher)
-        stack.callback(set_dispatcher, settings, None)
-        stack.callback(set_limiter, settings, None)
+        dispatcher = InMemoryDispatcher(settings, store=store, autorun=autorun, limiter=limiter)
+        stack.callback(uninstall, dispatcher.runtime, install(dispatcher.runtime))
         stack.callback(use_client, use_client(dispatcher.client))
         yield dispatcher
 

@@ -34,6 +34,7 @@ from sqlalchemy import func, select
 from orchestrator.client import Client
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput
+from orchestrator.runtime import build
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
@@ -212,7 +213,7 @@ class Cluster:
 
     def start_sweeper(self) -> None:
         """Sweep every RATCHET_SWEEP_SECONDS in a thread of the test (what beat does in production)."""
-        engine = StepRunner(self.settings, store=self.store, dispatcher=self.dispatcher)
+        engine = StepRunner(build(self.settings, store=self.store, dispatcher=self.dispatcher))
         sweeper = Sweeper(engine)
 
         def loop() -> None:

@@ -16,12 +16,12 @@ import redis
 from sqlalchemy import event as sa_event
 from sqlalchemy import text
 
-from orchestrator import Agent, Client, RunStatus
+from orchestrator import Agent, Client, RunStatus, runtime
 from orchestrator import client as client_module
-from orchestrator.ports import get_final_channel
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
+from workers.redis.finals import RedisFinals
 
 S = RunStatus
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -114,9 +114,7 @@ def test_a_final_move_is_announced_once_committed_and_a_rolled_back_one_never(se
 
 
 def test_a_waiter_whose_redis_is_gone_polls_at_once_without_waiting_for_a_subscription(settings: Settings) -> None:
-    gone = settings.model_copy(update={"broker_url": f"redis://127.0.0.1:1/{uuid.uuid4().int % 16}"})
-    channel = get_final_channel(gone)
-    assert channel is not None
+    channel = RedisFinals(settings, f"redis://127.0.0.1:1/{uuid.uuid4().int % 16}")
 
     started = time.monotonic()
     assert channel.subscribe("some-run") is None
@@ -146,7 +144,7 @@ def test_an_exit_raised_inside_a_statement_on_sqlite_comes_out_as_itself(setting
 
 
 def test_a_payload_that_is_no_run_id_on_the_channel_does_not_stop_its_listener(settings: Settings) -> None:
-    channel = get_final_channel(settings)
+    channel = runtime.current(settings).finals
     assert channel is not None
     event = channel.subscribe("run-heard-after-garbage")
     assert event is not None

@@ -19,7 +19,7 @@ import redis
 from orchestrator import Agent, RunStatus
 from orchestrator.limits import LocalLimiter
 from orchestrator.models.base import RateLimit
-from orchestrator.ports import Ask, Limiter, Place, StepRef, set_limiter
+from orchestrator.ports import Ask, Limiter, Place, StepRef
 from orchestrator.settings import Settings
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
@@ -300,9 +300,8 @@ def test_a_limited_model_step_costs_one_round_trip_and_a_tool_step_none(tmp_path
         model = CountingModel(script=ScriptConfig(tool_batches=3))
         model.rate_limit = RateLimit(requests=1000, tokens=1_000_000)
         agent = Agent(name=name("trips"), model=model, tools=[lookup])
-        with limited(tmp_path, max_runs_per_key=2) as inline:
-            limiter = RedisLimiter(inline.settings, server.url)
-            set_limiter(inline.settings, limiter)
+        limiter = RedisLimiter(Settings(), server.url)
+        with limited(tmp_path, max_runs_per_key=2, limiter=limiter) as inline:
             limiter.admit(Ask(run_id="warm-up", model="other", rate=RateLimit()))  # the scripts loaded once
             limiter.release("warm-up", 1)
             stats = server.client()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Agent, RunStatus
-from orchestrator.ports import Ask, set_limiter
+from orchestrator import Agent, RunStatus, Settings
+from orchestrator.ports import Ask
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.waiting import wait_until
 from tests.flow_support import limited, logged, lookup, name, run_step_of
@@ -33,9 +33,9 @@ def test_the_sweeper_frees_the_place_of_a_run_that_ended_while_redis_was_unreach
     server = RedisServer(tmp_path / "redis", persistent=True).start()
     agent = Agent(name=name("places"), model=CountingModel(script=ScriptConfig(tool_batches=1)), tools=[lookup])
     try:
-        with limited(tmp_path, database_url=db_url, max_runs_per_key=1) as inline:
+        shared = RedisLimiter(Settings(), server.url)
+        with limited(tmp_path, database_url=db_url, max_runs_per_key=1, limiter=shared) as inline:
             assert inline.settings.run_slot_seconds == 900
-            set_limiter(inline.settings, RedisLimiter(inline.settings, server.url))
             watcher = RedisLimiter(inline.settings, server.url)  # another process's view of the places
             # Given a run of user u holding the place, and another parked waiting for it
             holder = agent.start("q", user_id="u").run_id

@@ -41,7 +41,7 @@ def run_ids(redis_url: str) -> Iterator[list[str]]:
 def test_deltas_written_by_several_steps_at_once_are_all_stored_in_order_when_each_run_flushes(
     settings: Settings, run_ids: list[str]
 ) -> None:
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     stored: dict[str, list[str | None]] = {}
 
     def step(run_id: str) -> None:
@@ -63,7 +63,7 @@ def test_deltas_written_by_several_steps_at_once_are_all_stored_in_order_when_ea
 def test_a_reader_waiting_on_a_streamed_run_wakes_when_a_delta_is_written_not_at_its_timeout(
     settings: Settings, run_ids: list[str]
 ) -> None:
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     run_id = run_ids[0]
     writer = threading.Timer(0.1, lambda: sink.write(delta(run_id, 1)))
     writer.start()
@@ -84,7 +84,7 @@ def test_a_reader_waiting_on_a_streamed_run_wakes_when_a_delta_is_written_not_at
 def test_a_sink_whose_redis_is_gone_drops_the_deltas_and_never_fails_or_holds_up_the_step(
     settings: Settings, run_ids: list[str]
 ) -> None:
-    sink = RedisDeltaSink(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+    sink = RedisDeltaSink(settings, "redis://127.0.0.1:1/0")
     run_id = run_ids[0]
 
     started = time.monotonic()
@@ -98,7 +98,7 @@ def test_a_sink_whose_redis_is_gone_drops_the_deltas_and_never_fails_or_holds_up
 def test_an_event_that_cannot_be_written_drops_its_own_run_only_not_the_others_in_its_batch(
     settings: Settings, run_ids: list[str]
 ) -> None:
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     bad, good = run_ids[0], run_ids[1]
     unwritable = delta(bad, 1).model_copy(update={"content": "\ud800"})  # no JSON holds a lone surrogate
 
@@ -112,7 +112,7 @@ def test_an_event_that_cannot_be_written_drops_its_own_run_only_not_the_others_i
 def test_a_batch_stores_each_runs_events_as_one_entry_read_back_in_order(
     settings: Settings, run_ids: list[str], redis_url: str
 ) -> None:
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     a, b = run_ids[0], run_ids[1]
     sink.write(delta(a, 1))  # a step's first event goes out alone, at once
     sink.flush(a)
@@ -136,7 +136,7 @@ def test_a_step_interrupted_while_its_flush_sends_other_runs_deltas_leaves_their
     # has not taken them (held off here, as a busy process's thread switch can), and X's step hits
     # its soft time limit while its flush sends that batch
     x, y = run_ids[:2]
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     hold = threading.Event()
     sink._flusher = threading.Thread(target=hold.wait, daemon=True)
     sink._flusher.start()
@@ -183,7 +183,7 @@ def test_a_step_interrupted_between_taking_a_batch_and_sending_it_leaves_the_sin
     # first delta, sent on its own thread by `write`; or what its `flush` found queued), before
     # the send began: the signal's handler raises there
     a, b = run_ids[:2]
-    sink = RedisDeltaSink(Settings(broker_url=redis_url))  # no database: the sink needs none
+    sink = RedisDeltaSink(Settings(broker_url=redis_url), redis_url)  # no database: the sink needs none
     take = sink._take
 
     def take_then_the_signal() -> list[RunEvent]:
@@ -232,7 +232,7 @@ def test_a_runs_stream_keeps_about_stream_maxlen_entries_the_newest_however_many
     run_ids: list[str], redis_url: str
 ) -> None:
     maxlen, written = 50, 1000
-    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_maxlen=maxlen))
+    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_maxlen=maxlen), redis_url)
     run_id = run_ids[0]
     for k in range(1, written + 1):
         sink.write(delta(run_id, k))
@@ -250,7 +250,7 @@ def test_a_runs_stream_keeps_about_stream_maxlen_entries_the_newest_however_many
 def test_a_runs_stream_expires_stream_ttl_after_its_last_write(run_ids: list[str], redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     key = KEY.format(run_id=run_ids[0])
-    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=120))
+    sink = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=120), redis_url)
     sink.write(delta(run_ids[0], 1))
     sink.flush(run_ids[0])
     assert 110 < r.ttl(key) <= 120
@@ -261,7 +261,7 @@ def test_a_runs_stream_expires_stream_ttl_after_its_last_write(run_ids: list[str
     assert 110 < r.ttl(key) <= 120
 
     # And once nothing writes (the run ended, or its worker died), the stream goes by itself
-    short = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=1))
+    short = RedisDeltaSink(Settings(broker_url=redis_url, stream_ttl=1), redis_url)
     short.write(delta(run_ids[1], 1))
     short.flush(run_ids[1])
     assert 0 < r.ttl(KEY.format(run_id=run_ids[1])) <= 1

@@ -25,6 +25,7 @@ from orchestrator import Agent, Client, RetryPolicy, RunStatus
 from orchestrator.errors import FencedError
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
+from orchestrator.runtime import build
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Claim, Store
@@ -68,7 +69,7 @@ def define(settings: Settings, **kwargs: object) -> Agent:
 
 @pytest.fixture
 def sweeper(settings: Settings, store: Store) -> Iterator[Sweeper]:
-    engine = StepRunner(settings, store=store, dispatcher=CeleryDispatcher(settings))
+    engine = StepRunner(build(settings, store=store, dispatcher=CeleryDispatcher(settings)))
     yield Sweeper(engine)
     engine.dispatcher.app.close()  # type: ignore[attr-defined]
 
@@ -215,7 +216,7 @@ def test_a_step_is_not_claimed_past_the_attempt_cap_and_the_sweeper_errors_it(
     settings: Settings, store: Store, clock: Clock
 ) -> None:
     capped = settings.model_copy(update={"max_step_attempts": 2})
-    sweeper = Sweeper(StepRunner(capped, store=store, dispatcher=CeleryDispatcher(capped)))
+    sweeper = Sweeper(StepRunner(build(capped, store=store, dispatcher=CeleryDispatcher(capped))))
     run_id = new_run(store)
     for owner in ("first", "second"):  # each worker dies holding the step
         assert store.claim(run_id, 0, "model", owner=owner, lease_seconds=30, max_attempts=2) is not None
@@ -275,7 +276,7 @@ def test_a_step_committed_but_never_published_is_published_by_ratchet_sweep(
     run_id = client.start(agent.name, input="hello").run_id
     # The first step runs, commits, and cannot publish the next one (the broker went away).
     down = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    engine = StepRunner(settings, dispatcher=CeleryDispatcher(down))
+    engine = StepRunner(build(settings, dispatcher=CeleryDispatcher(down)))
     assert engine.model_step(run_id, 0, owner="test") == "tools"
     record = client.store.get_record(run_id)
     assert (record.status, record.seq, record.next_step) == (S.QUEUED, 1, "tools")

@@ -19,7 +19,6 @@ from sqlalchemy import func, select
 
 from orchestrator import Agent, Client, InvalidInputError, RunNotFoundError, RunStatus, Team
 from orchestrator.events import MAX_PART, RunEvent, drop_restarted, parse_id
-from orchestrator.ports import get_delta_sink
 from orchestrator.reader import durable_events
 from orchestrator.settings import Settings
 from orchestrator.steps.live import LiveStep
@@ -216,7 +215,7 @@ def test_a_step_recovered_after_its_worker_died_mid_reply_says_step_restarted_an
     # A worker claimed the model step, streamed part of its reply, and died.
     doomed = inline.store.claim(run_id, 0, "model", owner="doomed", lease_seconds=30, max_attempts=5)
     assert doomed is not None
-    partial = LiveStep(get_delta_sink(inline.settings, inline.store), doomed, clock)
+    partial = LiveStep(inline.runtime.deltas, doomed, clock)
     partial.delta("the wh")
     inline.run_until_idle()  # the step's own delivery: dropped, the claim is held
     clock.advance(31)  # its lease expires; the sweeper takes the step back
@@ -336,7 +335,7 @@ def test_a_finished_streamed_run_is_read_from_the_database_while_its_delta_sink_
     agent = Agent(name=name(), model=ScriptedModel(script=ScriptConfig(final_text="all there")))
     run_id = inline.client.start(agent.name, input="hello", stream=True).run_id
     durable = durable_events(inline.store, run_id)[1]
-    gone = RedisDeltaSink(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+    gone = RedisDeltaSink(settings, "redis://127.0.0.1:1/0")
 
     events = list(follow(Follower(inline.store, gone, run_id), timeout=30))
 
@@ -358,7 +357,7 @@ class CountingStore:
 def redis_sink(settings: Settings) -> Iterator[object]:
     from workers.redis.delta_sink import RedisDeltaSink
 
-    sink = RedisDeltaSink(settings)
+    sink = RedisDeltaSink(settings, settings.broker_url)
     written: list[str] = []
     yield sink, written
     sink.discard(written)

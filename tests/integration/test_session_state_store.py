@@ -14,6 +14,7 @@ from sqlalchemy import text
 from orchestrator import RunStatus
 from orchestrator.errors import FencedError, RunConflictError
 from orchestrator.messages import Message, ToolCall
+from orchestrator.runtime import build
 from orchestrator.settings import Settings
 from orchestrator.state import StateChange
 from orchestrator.steps import StepRunner
@@ -122,7 +123,7 @@ def _waiting_on_a_lock(store: Store) -> bool:
 
 def test_the_failure_handler_stores_a_finished_calls_result_with_its_change(store: Store, db_url: str) -> None:
     claim = tool_step(store, "s-flush", "c1", "c2")
-    runner = StepRunner(Settings(database_url=db_url), store=store)
+    runner = StepRunner(build(Settings(database_url=db_url), store=store))
     flight = runner.inflight.begin(claim)
     flight.messages.append(result("c1"))
     flight.state_changes["c1"] = StateChange(set={"paid": True})

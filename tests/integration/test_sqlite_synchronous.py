@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigurationError
+from orchestrator.runtime import build
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store, forget_stores
@@ -36,7 +37,7 @@ def reported(store: Store) -> tuple[int, int]:
 
 
 def test_by_default_every_sqlite_commit_is_synced(tmp_path: Path) -> None:
-    engine = StepRunner(Settings.from_env({"RATCHET_DATABASE_URL": f"sqlite:///{tmp_path / 'default.db'}"}))
+    engine = StepRunner(build(Settings.from_env({"RATCHET_DATABASE_URL": f"sqlite:///{tmp_path / 'default.db'}"})))
     assert reported(engine.store) == (LEVELS["FULL"], LEVELS["FULL"])
     assert reported(Store.open(f"sqlite:///{tmp_path / 'plain.db'}")) == (LEVELS["FULL"], LEVELS["FULL"])
 
@@ -46,7 +47,7 @@ def test_the_level_is_the_setting(tmp_path: Path, level: str) -> None:
     settings = Settings.from_env(
         {"RATCHET_DATABASE_URL": f"sqlite:///{tmp_path / 'set.db'}", "RATCHET_SQLITE_SYNCHRONOUS": level}
     )
-    assert reported(StepRunner(settings).store) == (LEVELS[level.upper()],) * 2
+    assert reported(StepRunner(build(settings)).store) == (LEVELS[level.upper()],) * 2
 
 
 def test_an_unknown_level_is_refused_with_the_levels_to_use(tmp_path: Path) -> None:

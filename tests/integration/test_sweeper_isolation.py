@@ -13,6 +13,7 @@ import pytest
 from orchestrator import Agent, RunStatus
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
+from orchestrator.runtime import build
 from orchestrator.steps import StepRunner
 from orchestrator.store import Store, forget_stores
 from orchestrator.sweeper import Sweeper
@@ -35,7 +36,7 @@ class Unrenderable(Agent):
 def sweeper(db_url: str, redis_url: str, clock: Clock) -> Iterator[Sweeper]:
     settings = make_settings(db_url, redis_url, max_step_attempts=2)
     store = Store(Store.open(db_url).engine, clock=clock)
-    engine = StepRunner(settings, store=store, dispatcher=CeleryDispatcher(settings))
+    engine = StepRunner(build(settings, store=store, dispatcher=CeleryDispatcher(settings)))
     yield Sweeper(engine)
     engine.dispatcher.app.close()  # type: ignore[attr-defined]
     forget_stores()

@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator import Agent, RunStatus, Team, ports
+from orchestrator import Agent, RunStatus, Team
 from orchestrator.limits import LocalLimiter
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
-from orchestrator.ports import Ask, StepRef, Verdict, set_limiter
+from orchestrator.ports import Ask, StepRef, Verdict
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
 from tests.flow_support import limited, logged, lookup, name, run_step_of
@@ -165,9 +165,8 @@ class Spy(LocalLimiter):
 
 def test_a_step_with_no_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
     agent = Agent(name=name("free"), model=CountingModel(), tools=[lookup])
-    with limited(tmp_path, max_runs_per_key=2) as inline:
-        spy = Spy()
-        set_limiter(inline.settings, spy)
+    spy = Spy()
+    with limited(tmp_path, max_runs_per_key=2, limiter=spy) as inline:
         no_user = agent.start("q").run_id
         inline.run_until_idle()
         assert inline.client.get_run(no_user).status == S.COMPLETED and spy.asked == []
@@ -190,10 +189,10 @@ def test_a_concurrency_key_that_fails_puts_the_run_in_error_saying_so(tmp_path: 
     assert out.error.type == "ConfigurationError" and "concurrency_key raised KeyError" in out.error.message
 
 
-def test_a_run_that_ends_or_is_cancelled_without_a_limit_builds_no_limiter(tmp_path: Path) -> None:
+def test_a_run_that_ends_or_is_cancelled_without_a_limit_asks_the_limiter_nothing(tmp_path: Path) -> None:
     agent = Agent(name=name("unlimited"), model=CountingModel())
-    with limited(tmp_path) as inline:
-        set_limiter(inline.settings, None)  # what a worker without limits starts with: none built
+    spy = Spy()
+    with limited(tmp_path, limiter=spy) as inline:
         done = agent.start("q", user_id="u").run_id
         inline.run_until_idle()
         cancelled = agent.start("q", user_id="u").run_id
@@ -201,7 +200,7 @@ def test_a_run_that_ends_or_is_cancelled_without_a_limit_builds_no_limiter(tmp_p
 
         assert inline.client.get_run(done).status == S.COMPLETED
         assert inline.client.get_run(cancelled).status == S.CANCELLED
-        assert inline.settings not in ports._limiters  # neither the commit nor the cancel built one
+        assert spy.called == []  # neither the commit nor the cancel asked it anything
 
 
 class Boasting(ScriptedModel):
@@ -214,9 +213,8 @@ class Boasting(ScriptedModel):
 def test_a_reply_that_says_it_used_more_than_the_token_limit_is_charged_the_limit_only(tmp_path: Path) -> None:
     rate = RateLimit(tokens=1000, per=60)
     agent = Agent(name=name("boast"), model=Boasting(id=f"m-{uuid.uuid4().hex[:6]}", rate_limit=rate))
-    with limited(tmp_path) as inline:
-        spy = Spy()
-        set_limiter(inline.settings, spy)
+    spy = Spy()
+    with limited(tmp_path, limiter=spy) as inline:
         run_id = agent.start("q").run_id
         inline.run_until_idle()
         assert inline.client.get_run(run_id).status == S.COMPLETED
@@ -231,9 +229,8 @@ def test_a_429_longer_than_max_retry_after_blocks_the_model_no_longer_than_that(
     hit = ScriptedModel(id="shared-long", script=ScriptConfig(faults=[Fault(status=429, retry_after=7200.0)]),
                         rate_limit=rate)  # fmt: skip
     agent = Agent(name=name("long-429"), model=hit)
-    with limited(tmp_path, max_retry_after=900) as inline:
-        spy = Spy()
-        set_limiter(inline.settings, spy)
+    spy = Spy()
+    with limited(tmp_path, max_retry_after=900, limiter=spy) as inline:
         run_id = agent.start("q").run_id
         inline.run_until_idle()
         # The run told to wait two hours errors out, saying so; the model's other runs wait 900 s at most

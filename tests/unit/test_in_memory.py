@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator import Agent, Client, RunStatus, Settings
+from orchestrator import Agent, Client, RunStatus, Settings, runtime
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
-from orchestrator.ports import StepRef, get_dispatcher, set_dispatcher
+from orchestrator.ports import StepRef
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import Fault, ScriptConfig
 from tests.support import CountingModel
@@ -165,9 +165,8 @@ def test_the_dispatcher_named_in_settings_makes_every_producer_run_inline(tmp_pa
         database_url=f"sqlite:///{tmp_path / 'runs.db'}", dispatcher="orchestrator.testing:InMemoryDispatcher"
     )
     agent = Agent(name=name("named"), model=CountingModel(), client=Client(settings))
-    try:
-        out = agent.run("hi", timeout=0)
-        assert out.status == S.COMPLETED
-        assert isinstance(get_dispatcher(settings), InMemoryDispatcher)
-    finally:
-        set_dispatcher(settings, None)
+    out = agent.run("hi", timeout=0)
+    assert out.status == S.COMPLETED
+    process = runtime.current(settings)
+    assert isinstance(process.dispatcher, InMemoryDispatcher)
+    assert process is process.dispatcher.runtime  # its producers share the runtime its steps run on

@@ -17,6 +17,7 @@ from orchestrator import agent as agent_module
 from orchestrator.errors import ConfigurationError, InvalidInputError, RunNotFoundError
 from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
+from orchestrator.runtime import build
 from orchestrator.steps import StepRunner
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher
@@ -223,7 +224,7 @@ def test_a_step_its_publisher_could_not_route_is_sent_on_to_its_agents_queue(inl
 
     # ...and a worker that does sends it on to the agent's queue, at its priority.
     Agent(name=agent_name, model=CountingModel(), queue="private-net")
-    worker = StepRunner(inline.settings, store=inline.store, dispatcher=recorder)
+    worker = StepRunner(build(inline.settings, store=inline.store, dispatcher=recorder))
     assert worker.reroute(run_id, 0, "model") is True
     assert recorder.steps[-1] == StepRef(run_id=run_id, seq=0, kind="model", queue="private-net", priority=2)
     assert worker.reroute(run_id, 1, "model") is False  # stale: the claim drops it
@@ -240,5 +241,7 @@ def test_a_step_of_an_agent_on_the_default_queues_is_not_sent_on(inline: InMemor
     recorder = Recorder()
     run_id = Client(inline.settings, store=inline.store, dispatcher=recorder).start(agent.name, input="hi").run_id
 
-    assert StepRunner(inline.settings, store=inline.store, dispatcher=recorder).reroute(run_id, 0, "model") is False
+    assert (
+        StepRunner(build(inline.settings, store=inline.store, dispatcher=recorder)).reroute(run_id, 0, "model") is False
+    )
     assert recorder.steps == [StepRef(run_id=run_id, seq=0, kind="model")]

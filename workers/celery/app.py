@@ -29,7 +29,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.entity import Exchange, Queue
 
-from orchestrator import tracing
+from orchestrator import runtime, tracing
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
@@ -209,7 +209,9 @@ def import_agent_modules(modules: Sequence[str]) -> None:
 
 @worker_process_init.connect
 def _after_fork(**_: Any) -> None:
-    # A prefork child must not reuse the parent's pooled database connections.
+    # A prefork child must not reuse the parent's pooled database connections, nor a runtime
+    # built on them.
+    runtime.forget()
     forget_stores()
     # Forked with the agents' modules, which this finds imported; a pool that starts its
     # processes afresh (not by fork) imports them here.

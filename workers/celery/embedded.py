@@ -18,11 +18,11 @@ from celery.contrib.testing.worker import TestWorkController, setup_app_for_work
 from celery.utils.nodenames import anon_nodename
 from celery.worker import state
 
-from orchestrator.ports import set_dispatcher
 from orchestrator.routing import named_queues
+from orchestrator.runtime import Runtime, uninstall
 from orchestrator.settings import Settings
 from workers.celery.app import create_app
-from workers.celery.dispatch import CeleryDispatcher
+from workers.celery.tasks import runner_for
 
 
 class EmbeddedWorker:
@@ -49,11 +49,12 @@ class EmbeddedWorker:
         self.sweep = sweep
         self.loglevel = loglevel
         self._thread: threading.Thread | None = None
+        self._runtime: Runtime | None = None
 
     def start(self, timeout: float = 30.0) -> EmbeddedWorker:
         """Start consuming; returns once the consumer is ready."""
-        # Producers in this process publish through this app's connection pool.
-        set_dispatcher(self.settings, CeleryDispatcher(self.settings, app=self.app))
+        # The worker's runtime is the process's: producers here publish through this app's pool.
+        self._runtime = runner_for(self.app).runtime
         setup_app_for_worker(self.app, self.loglevel, None)
         s = self.settings
         # The default queues and every queue the agents of this process name: it runs them all.
@@ -91,6 +92,9 @@ class EmbeddedWorker:
             if self._thread.is_alive():
                 raise RuntimeError(f"the embedded worker did not stop within {timeout}s")
             self._thread = None
+        if self._runtime is not None:
+            uninstall(self._runtime)
+            self._runtime = None
         self.app.close()
 
     def __enter__(self) -> EmbeddedWorker:

@@ -37,6 +37,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerSh
 
 from orchestrator.control import RunControl, derived_run_id
 from orchestrator.errors import FencedError, RatchetError
+from orchestrator.runtime import build, install
 from orchestrator.steps import StepRunner
 from orchestrator.sweeping import FleetSweeper
 from workers.celery.app import CONTINUE_TASK, MODEL_TASK, START_TASK, SWEEP_TASK, TOOLS_TASK
@@ -47,7 +48,9 @@ _runners_lock = threading.Lock()
 
 
 def runner_for(app: Celery) -> StepRunner:
-    """This process's step runner for the app (rebuilt after a fork)."""
+    """This process's step runner for the app (rebuilt after a fork), on the worker's runtime:
+    the app's settings, with the app as the dispatcher. That runtime is installed as the
+    process's, so a producer in the worker (a tool that starts a run) publishes on the app too."""
     key = (id(app), os.getpid())
     with _runners_lock:
         runner = _runners.get(key)
@@ -55,12 +58,9 @@ def runner_for(app: Celery) -> StepRunner:
             from workers.celery.dispatch import CeleryDispatcher
 
             settings = app.ratchet_settings
-            runner = _runners[key] = StepRunner(
-                settings,
-                dispatcher=CeleryDispatcher(settings, app=app),
-                timeouts=(SoftTimeLimitExceeded,),
-                stopping=_worker_stopping,
-            )
+            runtime = build(settings, dispatcher=CeleryDispatcher(settings, app=app))
+            install(runtime)
+            runner = _runners[key] = StepRunner(runtime, timeouts=(SoftTimeLimitExceeded,), stopping=_worker_stopping)
         return runner
 
 
@@ -210,4 +210,4 @@ def _register_sweep(app: Celery) -> None:
 def _control(app: Celery) -> RunControl:
     """Run control over this process's step runner: its store, and its dispatcher on `app`."""
     runner = runner_for(app)
-    return RunControl(runner.store, runner.settings, dispatcher=runner.dispatcher)
+    return RunControl(runner.store, runner.settings, runner.dispatcher, limiter=runner.runtime.limiter)

@@ -43,13 +43,13 @@ log = logging.getLogger("ratchet.worker")
 
 
 class RedisDeltaSink:
-    """A `DeltaSink` (orchestrator.ports) on the broker's Redis."""
+    """A `DeltaSink` (orchestrator.ports) on the Redis at `url` (RATCHET_REDIS_URL)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, url: str) -> None:
         # Bounded like the broker's client (workers.celery.app): a Redis that stops answering holds the
         # sender thread, and so a streamed step's flush, for seconds, not for ever.
         self.client = redis.Redis.from_url(
-            settings.broker_url, socket_timeout=BROKER_SOCKET_TIMEOUT, socket_connect_timeout=BROKER_CONNECT_TIMEOUT
+            url, socket_timeout=BROKER_SOCKET_TIMEOUT, socket_connect_timeout=BROKER_CONNECT_TIMEOUT
         )
         self.ttl = max(1, round(settings.stream_ttl))
         self.maxlen = settings.stream_maxlen

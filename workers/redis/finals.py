@@ -1,4 +1,4 @@
-"""Waking waiters on SQLite through the broker's Redis: one pub/sub channel, `ratchet:final`.
+"""Waking waiters on SQLite through Redis (RATCHET_REDIS_URL): one pub/sub channel, `ratchet:final`.
 
 The store announces each run's final move once its transaction committed (PUBLISH of the run
 id); one subscriber thread per process wakes the threads `Client.wait`s of that run. Pub/sub
@@ -21,13 +21,13 @@ CHANNEL = "ratchet:final"
 
 
 class RedisFinals(Listener):
-    """A `FinalChannel` (orchestrator.ports) on the broker's Redis. Thread-safe."""
+    """A `FinalChannel` (orchestrator.ports) on the Redis at `url` (RATCHET_REDIS_URL). Thread-safe."""
 
     thread_name = "ratchet-finals"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, url: str) -> None:
         super().__init__()
-        self.url = settings.broker_url
+        self.url = url
         self.client = redis.Redis.from_url(
             self.url, socket_timeout=BROKER_SOCKET_TIMEOUT, socket_connect_timeout=BROKER_CONNECT_TIMEOUT
         )

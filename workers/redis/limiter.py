@@ -217,7 +217,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1
 
 
 class RedisLimiter:
-    """A `Limiter` on Redis at `url` (RATCHET_LIMITER_URL, or the broker's)."""
+    """A `Limiter` on Redis at `url` (RATCHET_LIMITER_URL, which is RATCHET_REDIS_URL by default)."""
 
     def __init__(self, settings: Settings, url: str, *, prefix: str = PREFIX) -> None:
         self.client = redis.Redis.from_url(url, socket_timeout=LIMITER_TIMEOUT, socket_connect_timeout=LIMITER_TIMEOUT)
