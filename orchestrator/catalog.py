@@ -37,7 +37,7 @@ from typing import Any
 from orchestrator.agent import AgentDefinition, registered
 from orchestrator.settings import Settings
 from orchestrator.store import Store
-from orchestrator.store.catalog import CatalogRow, Served
+from orchestrator.store.catalog_rows import CatalogRow, Served
 
 log = logging.getLogger("ratchet.catalog")
 

@@ -45,7 +45,7 @@ from orchestrator.limits import LocalLimiter
 from orchestrator.ports import DeltaSink, Dispatcher, FinalChannel, Limiter
 from orchestrator.settings import Settings
 from orchestrator.store import Store
-from orchestrator.store.deltas import TableDeltaSink
+from orchestrator.table_sink import TableDeltaSink
 
 #: The entry point group of dispatchers, named by RATCHET_DISPATCHER.
 DISPATCHERS = "ratchet.dispatchers"

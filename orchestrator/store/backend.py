@@ -29,6 +29,10 @@ T = TypeVar("T")
 class Backend(ABC):
     """The database-specific part of a `Store`. Thread-safe."""
 
+    #: Whether a list binds as one array parameter (`= ANY(:ids)`): the run history is then
+    #: chosen, fenced and read in single statements run on the driver (`store/history.py`).
+    binds_arrays = False
+
     def __init__(self, engine: Engine, *, quick_engine: Engine, lazy_engine: Engine) -> None:
         #: Durable writes.
         self.engine = engine

@@ -194,7 +194,8 @@ def _column(i: int) -> property:
 
 
 def _is_boolean(type_: Any, dialect: Dialect) -> bool:
-    return dialect.name == "sqlite" and isinstance(type_, Boolean)
+    """A Boolean column the dialect converts (SQLite's, stored as 0 and 1): read back as `bool`."""
+    return isinstance(type_, Boolean) and _converts(type_, dialect)
 
 
 def _converts(type_: Any, dialect: Dialect) -> bool:

@@ -148,10 +148,11 @@ def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
     return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
 
 
-def fix(conn: Connection, claim: Claim, num_runs: int, now: float) -> str:
+def fix(conn: Connection, claim: Claim, num_runs: int, now: float, *, arrays: bool) -> str:
     """Choose the claimed run's history and store it, fenced by the claim (epoch, owner, live
-    lease): the stored history, or FencedError if the claim was lost."""
-    if conn.dialect.name == "postgresql":
+    lease): the stored history, or FencedError if the claim was lost. `arrays`: the database
+    binds a list as one array (`Backend.binds_arrays`), so one statement does it all."""
+    if arrays:
         record = claim.record
         params = dict(
             b_session_id=record.session_id,
@@ -192,14 +193,14 @@ def parse(history: str) -> list[tuple[str, int]]:
     return [(str(run_id), int(count)) for run_id, count in json.loads(history)]
 
 
-def _read(conn: Connection, chosen: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Part]:
+def _read(conn: Connection, chosen: Sequence[tuple[str, int]], *, arrays: bool) -> dict[tuple[str, int], Part]:
     """The messages of each chosen run, up to its count then, without system messages."""
     if not chosen:
         return {}
     limits = dict(chosen)
     found: dict[tuple[str, int], list[Message]] = {key: [] for key in chosen}
     users: dict[tuple[str, int], str | None] = {}
-    if conn.dialect.name == "postgresql":
+    if arrays:
         rows = direct.rows(conn, MESSAGES_OF_PG, {"b_run_ids": list(limits)})
     else:
         rows = list(conn.execute(MESSAGES_OF, {"b_run_ids": list(limits)}))
@@ -257,8 +258,8 @@ def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int
     if claim.record.history is None:
 
         def fix_and_read(c: Connection) -> list[tuple[str, int]]:
-            chosen = parse(fix(c, claim, num_runs, now))
-            read.update(_read(c, cache.missing(chosen)))  # same transaction
+            chosen = parse(fix(c, claim, num_runs, now, arrays=backend.binds_arrays))
+            read.update(_read(c, cache.missing(chosen), arrays=backend.binds_arrays))  # same transaction
             return chosen
 
         chosen = backend.lazy(fix_and_read)
@@ -268,7 +269,7 @@ def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int
     found = cache.messages(chosen, user, read)
     if found is None:
         missing = cache.missing(chosen)
-        read = backend.quick(lambda c: _read(c, missing))
+        read = backend.quick(lambda c: _read(c, missing, arrays=backend.binds_arrays))
         found = cache.messages(chosen, user, read)
     cache.put(read)
     assert found is not None  # every chosen run is kept or was just read

@@ -35,6 +35,8 @@ T = TypeVar("T")
 class PostgresBackend(Backend):
     """The store on a PostgreSQL database, possibly behind a transaction-pooling PgBouncer."""
 
+    binds_arrays = True
+
     def __init__(self, engine: Engine) -> None:
         #: Whether single statements (the claim, a step's commit, a new run, reads) can be sent
         #: autocommitted: only where that runs them READ COMMITTED (`autocommit_is_read_committed`).

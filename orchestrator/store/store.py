@@ -34,10 +34,10 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import catalog, leases, metrics, reads, sessions, writes
+from orchestrator.store import catalog_rows, leases, metrics, reads, sessions, writes
 from orchestrator.store import history as session_history
 from orchestrator.store.backend import Backend
-from orchestrator.store.catalog import CatalogRow, Served
+from orchestrator.store.catalog_rows import CatalogRow, Served
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
 from orchestrator.store.history import HistoryCache
@@ -186,19 +186,19 @@ class Store(reads.Reader):
 
     def write_catalog(self, served: Sequence[Served]) -> None:
         """Write the definitions a worker serves, seen now: a new one first seen now, a known one
-        marked seen (`store/catalog.py`), in one transaction."""
+        marked seen (`store/catalog_rows.py`), in one transaction."""
         now = self.clock()
         with self.engine.begin() as conn:
             for item in served:
-                catalog.write(conn, item, now)
+                catalog_rows.write(conn, item, now)
 
     def read_catalog(self, name: str | None = None) -> list[CatalogRow]:
         """The catalog's rows (of `name` only, if given): by name, most recently seen first."""
-        return self._backend.quick(lambda c: catalog.read(c, name))
+        return self._backend.quick(lambda c: catalog_rows.read(c, name))
 
     def latest_catalog_row(self, name: str) -> CatalogRow | None:
         """The definition of `name` a worker served most recently, or None if none ever did."""
-        return self._backend.quick(lambda c: catalog.latest(c, name))
+        return self._backend.quick(lambda c: catalog_rows.latest(c, name))
 
     # ---------------------------------------------------------------- the guarded move
 

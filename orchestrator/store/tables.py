@@ -208,7 +208,7 @@ metric_totals = Table(
     PrimaryKeyConstraint("name", "agent", "label", name="pk_ratchet_metric_totals"),
 )
 
-# The agent catalog (migration 0013, `store/catalog.py`): each definition workers serve, one row
+# The agent catalog (migration 0013, `store/catalog_rows.py`): each definition workers serve, one row
 # per version (name and definition hash), with when a worker first and last said it serves it.
 agent_catalog = Table(
     "ratchet_agent_catalog",

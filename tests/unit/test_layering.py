@@ -25,55 +25,8 @@ PACKAGES = ("orchestrator", "workers")
 #: ("celery", "workers") is a logger or a key more often than a module, and is not counted.
 MODULE_STRING = re.compile(r"^(orchestrator|workers|celery|kombu|billiard)((\.\w+)+(:[\w.]+)?|:[\w.]+)$")
 
-#: Violations other helpers of issue 23 are fixing on their branches, by branch. The merger deletes
-#: this dict once those branches are in; until then each entry must still be a violation (so the
-#: list stays exact), and nothing outside it may be one.
-KNOWN_UNTIL_MERGE: dict[str, set[tuple[str, str]]] = {
-    # point 1: definitions know no producer (Agent's producer methods move above the client;
-    # a row reads the same in every process, so `run` no longer asks the agent registry).
-    "defs": {
-        ("orchestrator/agent.py", "orchestrator.client"),
-        ("orchestrator/agent.py", "orchestrator.events"),
-        ("orchestrator/run.py", "orchestrator.structured"),
-    },
-    # point 2: ports.py holds protocols and values; adapters come from entry points, not strings.
-    "runtime": {
-        ("orchestrator/ports.py", "orchestrator.flow"),
-        ("orchestrator/ports.py", "orchestrator.store"),
-        ("orchestrator/ports.py", "orchestrator.store.deltas"),
-        ("orchestrator/ports.py", "workers.redis.delta_sink"),
-        ("orchestrator/ports.py", "workers.redis.finals"),
-        ("orchestrator/ports.py", "workers.redis.limiter"),
-        ("orchestrator/settings.py", "workers.celery.dispatch"),
-    },
-    # point 3: event and timeline views are built above the store from the rows it returns.
-    "store": {
-        ("orchestrator/store/backend.py", "orchestrator.events"),
-        ("orchestrator/store/postgres.py", "orchestrator.events"),
-        ("orchestrator/store/reading.py", "orchestrator.events"),
-        ("orchestrator/store/reading.py", "orchestrator.timeline"),
-        ("orchestrator/store/reads.py", "orchestrator.events"),
-        ("orchestrator/store/reads.py", "orchestrator.timeline"),
-        # The delta sink in a table carries `RunEvent`s (it goes with the events, or they below it).
-        ("orchestrator/store/deltas.py", "orchestrator.events"),
-    },
-    # Not on any branch of this round: questions of which database this is, outside the
-    # backends, in files this branch does not own (reported to the merger; each wants a method
-    # of `store/backend.py`).
-    "reported": {
-        ("orchestrator/store/history.py", "conn.dialect.name == 'postgresql'"),
-        ("orchestrator/store/direct.py", "dialect.name == 'sqlite'"),
-        ("workers/health.py", "url.get_backend_name() == 'sqlite'"),
-        ("workers/health.py", "url.get_backend_name() != 'sqlite'"),
-    },
-    # Rooms ARCHITECTURE.md names that the other branches add (the table test).
-    "rooms": {
-        ("ARCHITECTURE.md", "orchestrator/runtime.py"),  # runtime
-        ("ARCHITECTURE.md", "orchestrator/limits.py"),  # step: flow.py renamed
-        ("ARCHITECTURE.md", "orchestrator/producer.py"),  # defs: the producer methods
-        ("ARCHITECTURE.md", "orchestrator/catalog.py"),  # catalog
-    },
-}
+#: Known violations, each as (module, what it imports or asks): none.
+KNOWN_UNTIL_MERGE: dict[str, set[tuple[str, str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -197,7 +150,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "routing": {"steps", "delegation", "control", "sweeper", "heartbeat", "catalog"} | TOP,
     **{room: {"store", "steps", "delegation", "control", "sweeper", "routing"} | TOP for room in ("flow", "limits")},
     "delegation": {"steps", "control", "sweeper"} | TOP,
-    "steps": {"control", "sweeper"} | TOP,
+    # The steps run on the runtime they are given (`StepRunner(runtime)`); the runtime imports no step.
+    "steps": {"control", "sweeper", "client", "testing"} | PRODUCER,
     "heartbeat": {"steps", "control", "sweeper", "delegation"} | TOP,
     "sweeper": {"control"} | TOP,
     "control": {"steps", "sweeper"} | TOP,
@@ -206,7 +160,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "reader": {"steps", "sweeper", "control"} | TOP,
     "tracing": {"store", "steps", "delegation", "control", "sweeper", "agent", "team", "tools"} | TOP,
     "client": PRODUCER | {"testing"},
-    "runtime": {"client", "testing"} | PRODUCER,
+    "runtime": {"client", "testing", "steps", "control", "sweeper", "delegation"} | PRODUCER,
 }
 
 

@@ -8,14 +8,14 @@ import ast
 from pathlib import Path
 
 import pytest
-from orchestrator.limits import LocalLimiter
 
 import orchestrator
 from orchestrator import Client, Settings, runtime
 from orchestrator.errors import ConfigurationError
+from orchestrator.limits import LocalLimiter
 from orchestrator.ports import StepRef
 from orchestrator.store import forget_stores
-from orchestrator.store.deltas import TableDeltaSink
+from orchestrator.table_sink import TableDeltaSink
 from orchestrator.testing import in_memory
 from workers.celery.dispatch import CeleryDispatcher
 from workers.redis.delta_sink import RedisDeltaSink

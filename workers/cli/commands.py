@@ -40,7 +40,7 @@ from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, RatchetError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
-from workers.cli.agents import add_agents_command
+from workers.cli.agent_commands import add_agents_command
 from workers.cli.render import jsonable, print_events, show
 from workers.cli.session_state import add_session_command, state_argument
 from workers.cli.stored import add_ops_commands
