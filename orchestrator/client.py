@@ -178,9 +178,15 @@ class Client:
         its team members) is published with it, so under a backlog its steps are taken before
         lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it)."""
         run_id = self.control.start(
-            agent, input=input, session_id=session_id, run_id=run_id, stream=stream, user_id=user_id,
-            session_state=session_state, priority=priority,
-        )  # fmt: skip
+            agent,
+            input=input,
+            session_id=session_id,
+            run_id=run_id,
+            stream=stream,
+            user_id=user_id,
+            session_state=session_state,
+            priority=priority,
+        )
         return RunHandle(run_id, self)
 
     def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:

@@ -101,8 +101,10 @@ class Heartbeat:
             log.warning(
                 "run %s: the step of epoch %s ran past the hard time limit (%gs); its lease is no longer "
                 "renewed, so the sweeper will take the run back when it expires",
-                step.run_id, step.epoch, limit,
-            )  # fmt: skip
+                step.run_id,
+                step.epoch,
+                limit,
+            )
         renewed = self.store.renew_leases(
             [(s.run_id, s.epoch, s.owner) for s in due], lease_seconds=self.settings.lease_seconds
         )

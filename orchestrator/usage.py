@@ -93,9 +93,12 @@ class Metrics(BaseModel):
         if prices is not None and tokens_in is not None and tokens_out is not None:
             cost = prices.cost(tokens_in, tokens_out)
         return cls(
-            input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=usage.get("cached_tokens"),
-            reasoning_tokens=usage.get("reasoning_tokens"), cost=cost,
-        )  # fmt: skip
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cache_read_tokens=usage.get("cached_tokens"),
+            reasoning_tokens=usage.get("reasoning_tokens"),
+            cost=cost,
+        )
 
     @classmethod
     def total(cls, parts: Iterable[Metrics | None]) -> Metrics:

@@ -112,9 +112,13 @@ class StepRunner:
 
     def _claim(self, run_id: str, seq: int, kind: str, owner: str) -> Claim | None:
         claim = self.store.claim(
-            run_id, seq, kind, owner=owner, lease_seconds=self.settings.lease_seconds,
+            run_id,
+            seq,
+            kind,
+            owner=owner,
+            lease_seconds=self.settings.lease_seconds,
             max_attempts=self.settings.max_step_attempts,
-        )  # fmt: skip
+        )
         if claim is None:
             self._dropped(run_id, seq, kind)
         return claim
@@ -129,8 +133,11 @@ class StepRunner:
             log.warning(
                 "run %s step %s (%s): no such run in this worker's database %s; the task was dropped. "
                 "Check that producers and workers use the same RATCHET_DATABASE_URL and broker",
-                run_id, seq, kind, self.store.display_url,
-            )  # fmt: skip
+                run_id,
+                seq,
+                kind,
+                self.store.display_url,
+            )
             return
         log.info("run %s step %s (%s): dropped (a duplicate or stale delivery)", run_id, seq, kind)
 

@@ -93,9 +93,12 @@ class Toolkit:
 def _renamed(function: Tool | Callable[..., Any], name: str, *, queue: str | None = None) -> Tool:
     if isinstance(function, Tool):
         return Tool(
-            function.fn, name=name, description=function.description, at_most_once=function.at_most_once,
+            function.fn,
+            name=name,
+            description=function.description,
+            at_most_once=function.at_most_once,
             queue=queue or function.queue,
-        )  # fmt: skip
+        )
     return Tool(function, name=name, queue=queue)
 
 

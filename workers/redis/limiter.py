@@ -274,9 +274,15 @@ class RedisLimiter:
 
     def wait_for_room(self, key: str, limit: int, step: StepRef) -> bool:
         body = json.dumps(
-            {"run_id": step.run_id, "seq": step.seq, "kind": step.kind, "queue": step.queue,
-             "priority": step.priority, "routed": step.routed}
-        )  # fmt: skip
+            {
+                "run_id": step.run_id,
+                "seq": step.seq,
+                "kind": step.kind,
+                "queue": step.queue,
+                "priority": step.priority,
+                "routed": step.routed,
+            }
+        )
         keys = [
             self._key("slots", key),
             self._key("run", step.run_id),
@@ -390,6 +396,10 @@ def _text(value: Any) -> str:
 def _step(fields: dict[str, Any]) -> StepRef:
     kind: StepKind = "tools" if fields["kind"] == "tools" else "model"
     return StepRef(
-        run_id=str(fields["run_id"]), seq=int(fields["seq"]), kind=kind, queue=fields.get("queue"),
-        priority=fields.get("priority"), routed=bool(fields.get("routed", True)),
-    )  # fmt: skip
+        run_id=str(fields["run_id"]),
+        seq=int(fields["seq"]),
+        kind=kind,
+        queue=fields.get("queue"),
+        priority=fields.get("priority"),
+        routed=bool(fields.get("routed", True)),
+    )

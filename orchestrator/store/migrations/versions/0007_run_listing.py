@@ -41,13 +41,19 @@ SETTLED = "status NOT IN ('QUEUED', 'RUNNING')"
 def upgrade() -> None:
     settled = sa.text(SETTLED)
     op.create_index(
-        "ix_ratchet_runs_status_listing", "ratchet_runs", ["status", "created_at", "run_id"],
-        postgresql_where=settled, sqlite_where=settled,
-    )  # fmt: skip
+        "ix_ratchet_runs_status_listing",
+        "ratchet_runs",
+        ["status", "created_at", "run_id"],
+        postgresql_where=settled,
+        sqlite_where=settled,
+    )
     op.create_index(
-        "ix_ratchet_runs_agent_listing", "ratchet_runs", ["agent_name", "status", "created_at", "run_id"],
-        postgresql_where=settled, sqlite_where=settled,
-    )  # fmt: skip
+        "ix_ratchet_runs_agent_listing",
+        "ratchet_runs",
+        ["agent_name", "status", "created_at", "run_id"],
+        postgresql_where=settled,
+        sqlite_where=settled,
+    )
 
 
 def downgrade() -> None:
