@@ -3,7 +3,7 @@
     ratchet demo                                   the seed scenarios on the embedded default
     ratchet migrate                                apply the store's migrations
     ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B] [any `celery worker` flag]
-    ratchet beat [--app MODULE]                    the sweeper's schedule (Celery beat)
+    ratchet beat [--app MODULE]                    the sweep sent from Celery beat (workers sweep anyway)
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
                 [--priority 0-9] [--wait | --stream] [--timeout T]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
@@ -155,12 +155,17 @@ def _add_process_commands(sub: Any) -> None:
     p.add_argument("-Q", "--queues", help="comma-separated queues (default: model, tools and control)")
     p.add_argument("-c", "--concurrency", type=int, help="worker processes or threads")
     p.add_argument("-P", "--pool", default="prefork", choices=["prefork", "threads", "solo", "gevent", "eventlet"])
-    p.add_argument("-B", "--beat", action="store_true", help="also run the sweeper's schedule in this worker")
+    p.add_argument(
+        "-B",
+        "--beat",
+        action="store_true",
+        help="also run Celery beat in this worker (recovery needs none: every worker sweeps)",
+    )
     p.add_argument("-n", "--hostname", help="node name (default: ratchet-PID@HOST)")
     p.add_argument("-l", "--loglevel", default="INFO")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("beat", help="run the sweeper's schedule (Celery beat)")
+    p = sub.add_parser("beat", help="send the sweep from Celery beat (with RATCHET_WORKER_SWEEPS=false on the workers)")
     p.add_argument("--app", action="append", default=[], metavar="MODULE")
     p.add_argument("-l", "--loglevel", default="INFO")
     p.set_defaults(func=cmd_beat)
