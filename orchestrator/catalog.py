@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agent import AgentDefinition, registered
+from orchestrator.forks import unforked
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.catalog_rows import CatalogRow, Served
@@ -285,8 +286,12 @@ class CatalogKeeper:
     logged and tried again at the next interval: the catalog never stops a worker."""
 
     def __init__(
-        self, store: Store, settings: Settings, agents: Callable[[], Sequence[AgentDefinition]] = registered
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        agents: Callable[[], Sequence[AgentDefinition]] = registered,
     ) -> None:
+        #: Opens the store at the first write, not before: a worker starts while its database is down.
         self.store = store
         self.settings = settings
         self.agents = agents
@@ -296,7 +301,8 @@ class CatalogKeeper:
     def write(self) -> list[Definition]:
         """Write (or mark seen) every definition served now; [] when the write failed."""
         try:
-            return write_served(self.store, self.agents())
+            with unforked():  # a pool process forked mid-write would inherit its locks held
+                return write_served(self.store(), self.agents())
         except Exception:
             log.exception("could not write the agent catalog; trying again in %ss", self.settings.catalog_seen_seconds)
             return []

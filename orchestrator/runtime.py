@@ -53,7 +53,7 @@ DISPATCHERS = "ratchet.dispatchers"
 #: the settings and its Redis URL.
 REDIS = "ratchet.redis"
 
-log = logging.getLogger("ratchet.flow")
+log = logging.getLogger("ratchet.limiter")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,9 +214,9 @@ def _limiter(settings: Settings) -> Limiter:
         if settings.limiter_url is not None:
             found = adapter(REDIS, "limiter", hint=_NO_REDIS)(settings, settings.limiter_url)
         else:
-            if not settings.is_embedded_broker:
+            if not settings.is_embedded_broker and settings.max_runs_per_key is not None:
                 log.warning(
-                    "flow control: limits are kept in each process, not shared by the workers: set "
+                    "limiter: limits are kept in each process, not shared by the workers: set "
                     "RATCHET_REDIS_URL (or RATCHET_LIMITER_URL) to a Redis to share them"
                 )
             found = LocalLimiter(slot_seconds=settings.run_slot_seconds)
@@ -243,7 +243,14 @@ def _load(group: str, name: str, hint: str) -> Callable[..., Any]:
         try:
             loaded: Callable[..., Any] = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(f"{name!r} cannot be imported ({exc}); name an importable module:Class") from None
+            moved = (
+                " (Ratchet's own adapters go by name now: RATCHET_DISPATCHER=celery)"
+                if module.startswith("workers.")
+                else ""
+            )
+            raise ConfigurationError(
+                f"{name!r} cannot be imported ({exc}); name an importable module:Class{moved}"
+            ) from None
         return loaded
     points = entry_points(group=group, name=name)
     if not points:

@@ -24,31 +24,15 @@ beside it before the holder renews; the next tick settles who holds it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
+from orchestrator.forks import unforked
 from orchestrator.settings import Settings
 from orchestrator.steps import StepRunner
 from orchestrator.sweeper import Sweeper, SweepReport
 
 log = logging.getLogger("ratchet.sweeper")
-
-#: Held by a sweeper thread while it works (a pass, building its runner), and taken by every fork
-#: of its process first (`os.register_at_fork`): a prefork pool process forked in the middle of a
-#: pass would inherit, held, the locks the pass holds (SQLite's own, the connection pools', the
-#: import system's) and hang at its first use of them. So a fork waits for the pass in progress.
-_working = threading.RLock()
-
-
-def _new_lock_after_fork() -> None:
-    global _working
-    _working = threading.RLock()  # the child's copy is held by the fork; no sweeper runs there
-
-
-os.register_at_fork(
-    before=lambda: _working.acquire(), after_in_parent=lambda: _working.release(), after_in_child=_new_lock_after_fork
-)
 
 #: The name of the sweeper's lease (`ratchet_leases.name`).
 SWEEP_LEASE = "sweeper"
@@ -102,7 +86,7 @@ class SweeperThread:
 
     The step runner is built by `runner()` in the thread, at its first tick: a worker does not
     wait on the database to start, and one that cannot reach it yet sweeps once it can. A fork of
-    the process (a prefork pool replacing a child) waits for the pass in progress (`_working`)."""
+    the process (a prefork pool replacing a child) waits for the pass in progress (`orchestrator.forks`)."""
 
     def __init__(self, runner: Callable[[], StepRunner], owner: str, *, every: float) -> None:
         self.owner = owner
@@ -130,7 +114,7 @@ class SweeperThread:
             return
         try:
             if self.fleet is not None:
-                with _working:
+                with unforked():
                     self.fleet.release()
         except Exception:  # the lease expires by itself
             log.exception("sweeper %s: could not let the sweep lease go; it expires by itself", self.owner)
@@ -138,7 +122,7 @@ class SweeperThread:
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                with _working:
+                with unforked():
                     if self.fleet is None:
                         self.fleet = FleetSweeper(self._runner(), self.owner)
                     self.fleet.sweep()

@@ -186,10 +186,11 @@ class Store(reads.Reader):
 
     def write_catalog(self, served: Sequence[Served]) -> None:
         """Write the definitions a worker serves, seen now: a new one first seen now, a known one
-        marked seen (`store/catalog_rows.py`), in one transaction."""
+        marked seen (`store/catalog_rows.py`), in one transaction. In one order, by name and hash,
+        whatever the worker's: two workers serving the same agents never lock their rows crosswise."""
         now = self.clock()
         with self.engine.begin() as conn:
-            for item in served:
+            for item in sorted(served, key=lambda s: (s.name, s.definition_hash)):
                 catalog_rows.write(conn, item, now)
 
     def read_catalog(self, name: str | None = None) -> list[CatalogRow]:

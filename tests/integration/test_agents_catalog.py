@@ -24,6 +24,7 @@ from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import settings_env
 from tests.integration.test_api import error_of
 from tests.integration.test_api_records import call
+from workers.api.agents import AgentDetail, AgentList, AgentVersion
 from workers.api.routes import create_app
 from workers.cli.commands import main
 
@@ -150,8 +151,13 @@ def test_ratchet_agents_lists_the_catalog_and_shows_one_agent_with_its_tools(
     answer = json.loads(capsys.readouterr().out)
     assert answer["live"] is True and answer["definitions"][0]["definition_hash"] == describe(mailer).hash
 
+    assert set(answer) == set(AgentDetail.model_fields)  # GET /agents/{agent}'s shape
+    assert set(answer["definitions"][0]) == set(AgentVersion.model_fields)
+
     assert main(["agents", "--json"]) == 0
-    assert {a["name"] for a in json.loads(capsys.readouterr().out)} >= {mailer.name, stale.name}
+    listed = json.loads(capsys.readouterr().out)
+    assert set(listed) == set(AgentList.model_fields)  # GET /agents' shape
+    assert {a["name"] for a in listed["agents"]} >= {mailer.name, stale.name}
 
     assert main(["agents", "no-such-agent"]) == 2
     assert "no worker has served an agent or team named 'no-such-agent'" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from orchestrator.runtime import build
 from orchestrator.store import Store
 from orchestrator.sweeping import SWEEP_LEASE, FleetSweeper
 from tests.conftest import make_settings
@@ -77,7 +78,7 @@ def test_of_many_takers_at_once_exactly_one_gets_the_lease(store: Store) -> None
 @pytest.fixture
 def runner(db_url: str, redis_url: str, store: Store) -> Iterator[StepRunner]:
     settings = make_settings(db_url, redis_url)
-    runner = StepRunner(settings, store=store, dispatcher=CeleryDispatcher(settings))
+    runner = StepRunner(build(settings, store=store, dispatcher=CeleryDispatcher(settings)))
     yield runner
     runner.dispatcher.app.close()  # type: ignore[attr-defined]
 

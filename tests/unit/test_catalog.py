@@ -158,7 +158,7 @@ def test_a_definition_no_worker_saw_lately_is_not_live_says_when_it_was_last_see
     inline: InMemoryDispatcher, clock: Clock
 ) -> None:
     agent = Agent(name=name("stale"), model=CountingModel(), queue="old-q")
-    keeper = CatalogKeeper(inline.store, inline.settings, agents=lambda: [agent])
+    keeper = CatalogKeeper(lambda: inline.store, inline.settings, agents=lambda: [agent])
     keeper.write()
     seen = inline.store.read_catalog(agent.name)[0].last_seen
     unregister(agent.name)

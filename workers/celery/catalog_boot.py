@@ -14,9 +14,9 @@ from typing import Any
 
 from celery import bootsteps
 
+from orchestrator import runtime
 from orchestrator.catalog import CatalogKeeper
 from orchestrator.settings import Settings
-from orchestrator.store import Store
 
 
 class CatalogStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is untyped
@@ -28,10 +28,7 @@ class CatalogStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is u
 
     def start(self, c: Any) -> None:
         settings: Settings = c.app.ratchet_settings
-        store = Store.open(
-            settings.database_url, auto_migrate=settings.auto_migrate, sqlite_synchronous=settings.sqlite_synchronous
-        )
-        self._keeper = CatalogKeeper(store, settings).start()
+        self._keeper = CatalogKeeper(lambda: runtime.open_store(settings), settings).start()
 
     def stop(self, c: Any) -> None:
         keeper, self._keeper = self._keeper, None

@@ -79,6 +79,11 @@ class SweeperStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery is u
         super().__init__(w, **kwargs)
         settings = getattr(w.app, "ratchet_settings", None)
         self.enabled = bool(settings is not None and settings.worker_sweeps and not without_sweeper)
+        if settings is not None and not settings.worker_sweeps:
+            log.warning(
+                "this worker does not sweep (RATCHET_WORKER_SWEEPS=false): run `ratchet beat`, or the runs of a "
+                "worker that dies stay RUNNING and due steps are not published again"
+            )
         self.thread: SweeperThread | None = None
 
     def start(self, w: Any) -> None:

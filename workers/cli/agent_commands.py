@@ -43,7 +43,9 @@ def cmd_agents(args: argparse.Namespace) -> int:
         by_name.setdefault(entry.definition.name, []).append(entry)
     if args.json:
         answer: Any = (
-            _agent(args.name, by_name[args.name]) if args.name else [_summary(n, e) for n, e in by_name.items()]
+            _agent(args.name, by_name[args.name])
+            if args.name
+            else {"agents": [_summary(n, e) for n, e in by_name.items()]}
         )
         print(json.dumps(answer, indent=2))
     elif args.name is not None:
@@ -57,6 +59,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 def version(entry: Entry) -> dict[str, Any]:
     """One definition as JSON, as the API answers it."""
     body = asdict(entry.definition)
+    del body["name"]  # the agent's, said once above its versions
     body["definition_hash"] = body.pop("hash")
     return {**body, "first_seen": entry.first_seen, "last_seen": entry.last_seen, "live": entry.live}
 

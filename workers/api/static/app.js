@@ -286,7 +286,8 @@ function runView(runId) {
 
   async function readAgent(run) { // once, after the first paint: the timeline does not wait for it
     agent = null;
-    const found = await api(`agents/${encodeURIComponent(run.agent_name)}`).catch(() => null);
+    // 404: no worker has served it (null); any other failure is said as that, not as a missing agent.
+    const found = await api(`agents/${encodeURIComponent(run.agent_name)}`).catch((e) => (e instanceof ApiError && e.status === 404 ? null : e));
     if (stopped) return;
     agent = found;
     const node = document.getElementById("definition");
@@ -402,6 +403,7 @@ function renderRun(run, steps, log, ctx) {
 function definitionNode(run, agent) {
   if (agent === undefined) return el("p", { class: "muted panel", id: "definition", text: "Reading the catalog…" });
   if (!agent) return el("p", { class: "muted panel", id: "definition", text: "No worker has served this agent into the catalog." });
+  if (agent instanceof Error) return el("p", { class: "muted panel", id: "definition", text: `Could not read the catalog: ${agent.message}` });
   const d = agent.definitions.find((v) => v.definition_hash === run.definition_hash) || agent.latest;
   const served = d.live ? "live" : `not live · last seen ${when(d.last_seen)} (${ago(d.last_seen)})`;
   const facts = [
