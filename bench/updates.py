@@ -144,6 +144,8 @@ class Database:
         return self._written(len(held) * times, seconds, wal)
 
     def _written(self, count: int, seconds: float, wal: Wal) -> Written:
+        """`count` steps (or renewals) that took `seconds` and wrote `wal`, as figures."""
+
         def total(rels: Callable[[str], bool], kinds: Callable[[str], bool] = lambda _: True, at: int = 1) -> float:
             return sum(v[at] for (rel, kind), v in wal.items() if rels(rel) and kinds(kind))
 
@@ -278,11 +280,11 @@ def _section(steps: Sides, renewals: Sides, setups: dict[str, str], before: str)
         floor, head, ratio = side.samples(figure)
         setup = setups["steps" if side is steps else "renewals"]
         has_ratio = unit != "%"
-        rows += [
-            Row(f"{what}, schema of {before}", setup, floor, unit, digits=digits),
-            Row(f"{what}, head", setup, head, unit, ratio=ratio if has_ratio else None,
-                ratio_note="vs the schema before" if has_ratio else "", digits=digits),
-        ]  # fmt: skip
+        note = "vs the schema before" if has_ratio else ""
+        rows.append(Row(f"{what}, schema of {before}", setup, floor, unit, digits=digits))
+        rows.append(
+            Row(f"{what}, head", setup, head, unit, ratio=ratio if has_ratio else None, ratio_note=note, digits=digits)
+        )
         numbers[f"updates_{key}_floor"], numbers[f"updates_{key}"] = median(floor), median(head)
         if has_ratio:
             numbers[f"updates_{key}_ratio"] = ratio
