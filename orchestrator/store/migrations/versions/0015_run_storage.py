@@ -7,10 +7,16 @@ status, which the sweeper's and the listing's indexes hold: PostgreSQL cannot do
 - `ix_ratchet_runs_parent` and `ix_ratchet_runs_user` hold only rows that have a parent run or a
   user: a top-level run without a user (most runs) takes no entry in them at each step. Their
   queries compare the column with `=`, which no NULL matches, so both databases still use them.
-- PostgreSQL: `ratchet_runs` keeps FILLFACTOR percent of each page for the rows' updates, so that
-  an update that changes no indexed column (a worker's heartbeat renewing a lease) finds room on
-  the row's own page and is done in place, with no index entry at all. It applies to pages
+- PostgreSQL: inserts fill `ratchet_runs`' pages to FILLFACTOR percent, the rest kept for the
+  rows' updates, so that an update that changes no indexed column (a worker's heartbeat renewing
+  a lease) finds room on the row's own page and is done in place, with no index entry at all. It applies to pages
   written from now on (VACUUM FULL or a dump and restore packs the existing ones again).
+
+A step's own two updates stay non-HOT: the status they change is in the sweep index's key and in
+the listing indexes' condition (migration 0007), and PostgreSQL does an update in place only when
+no column of any index's key or condition changes. On PostgreSQL the two indexes are built again
+in the migration's transaction, which blocks writes to ratchet_runs while they build (about a
+second per million runs on a small machine); on a large store, run `ratchet migrate` at a quiet time.
 
 Revision ID: 0015_run_storage
 Revises: 0012_run_request
