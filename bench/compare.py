@@ -27,14 +27,21 @@ FIGURES = (
     "per_step_ms_pg", "per_step_ms_sqlite", "e2e_ms_median_pg", "e2e_ms_median_sqlite",
 )  # fmt: skip
 ALLOWED = 1.05
+TRIES = 3
 
 
 def run(checkout: Path, out: Path, only: str, full: bool) -> dict[str, float]:
-    """One run of the benchmarks `only` in `checkout`; its figures."""
+    """One run of the benchmarks `only` in `checkout`; its figures. A run that fails is tried
+    again, up to `TRIES` times: on a loaded machine a worker can miss its minute to get ready."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
     env["PYTHONPATH"] = str(checkout)
     argv = [sys.executable, "-m", "bench", *([] if full else ["--quick"]), "--only", only, "--out", str(out)]
-    subprocess.run(argv, cwd=checkout, env=env, check=True)
+    for attempt in range(1, TRIES + 1):
+        if subprocess.run(argv, cwd=checkout, env=env).returncode == 0:
+            break
+        if attempt == TRIES:
+            raise SystemExit(f"compare: {' '.join(argv)} failed {TRIES} times in {checkout}")
+        print(f"compare: the run failed; again ({attempt + 1} of {TRIES})", file=sys.stderr, flush=True)
     data = json.loads((out / "results.json").read_text())
     return {k: float(data[k]) for k in FIGURES if isinstance(data.get(k), (int, float))}
 

@@ -44,7 +44,7 @@ PARTIAL = (
 
 def _on_postgresql(sql: str) -> None:
     """Run `sql` on PostgreSQL only (the storage parameter is PostgreSQL's), as a DDL event would."""
-    sa.DDL(sql).execute_if(dialect="postgresql")(None, op.get_bind())
+    sa.DDL(sql).execute_if(dialect="postgresql")(None, op.get_bind())  # type: ignore[no-untyped-call]
 
 
 def upgrade() -> None:
