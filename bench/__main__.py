@@ -24,6 +24,7 @@ from bench import (
     recovery,
     scaling,
     streaming,
+    updates,
 )
 from bench.env import DATABASES, BenchEnv, bench_env
 from bench.report import NOT_QUICK, REQUIRED, render, write
@@ -32,7 +33,7 @@ from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = ("overhead", "latency", "flat", "stream", "history", "io", "scale", "recovery", "memory", "listing", "page")
+ITEMS = tuple("overhead latency flat stream history updates io scale recovery memory listing page".split())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +106,11 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
         finally:
             for rig in rigs.values():
                 rig.close()
+    if "updates" in only:
+        run(
+            "run-row updates",
+            lambda: updates.measure(env, runs=4 if q else 30, batches=3 if q else 10, rounds=1 if q else 3),
+        )
     if "io" in only:
         run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
     if "scale" in only:
@@ -122,7 +128,8 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
 #: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
 PREFIXES = {
     "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-    "history": ("history",), "io": ("concurrency",), "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
+    "history": ("history",), "updates": ("updates",), "io": ("concurrency",),
+    "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
     "recovery": ("recovery",), "listing": ("listing",), "page": ("page",),
 }  # fmt: skip
 
