@@ -245,7 +245,7 @@ def _load(group: str, name: str, hint: str) -> Callable[..., Any]:
         except (ImportError, AttributeError) as exc:
             moved = (
                 " (Ratchet's own adapters go by name now: RATCHET_DISPATCHER=celery)"
-                if module.startswith("workers.")
+                if module.split(".")[0] == "workers"
                 else ""
             )
             raise ConfigurationError(
