@@ -7,7 +7,7 @@
 A new table: neither database rewrites anything.
 
 Revision ID: 0014_sweep_lease
-Revises: 0012_run_request
+Revises: 0013_agent_catalog
 Create Date: 2026-12-01
 """
 
