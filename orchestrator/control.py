@@ -186,7 +186,7 @@ class RunControl:
             self.store.mark_due(record.run_id, epoch=record.epoch)
             raise BrokerUnavailableError(
                 f"run {record.run_id} is saved as QUEUED but its step could not be published ({type(exc).__name__}: "
-                f"{exc}); nothing is lost: the sweeper (`ratchet sweep` or the beat task) publishes it once the broker "
+                f"{exc}); nothing is lost: the workers' sweeper (or `ratchet sweep`) publishes it once the broker "
                 "is reachable",
                 run_id=record.run_id,
             ) from exc

@@ -111,8 +111,8 @@ class RunWaitTimeout(RatchetError):
 class BrokerUnavailableError(RatchetError):
     """The run was saved as QUEUED, but its first task could not be published.
 
-    Nothing is lost: the sweeper (`ratchet sweep`, or the beat task) publishes it once the broker
-    is back. The run_id is in `run_id`."""
+    Nothing is lost: the workers' sweeper (or `ratchet sweep`) publishes it once the broker is
+    back. The run_id is in `run_id`."""
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)

@@ -71,7 +71,7 @@ class Message(BaseModel):
         return [ToolCall.from_openai(c) for c in self.tool_calls or []]
 
     def to_row(self) -> dict[str, Any]:
-        """The columns this message is stored under (see `store.schema.messages`).
+        """The columns this message is stored under (see `store.tables.messages`).
 
         The last guard before the database: text no column can hold is escaped and names are
         fitted to their columns here too, so no write (the failure handler's flush above all) can

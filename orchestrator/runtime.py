@@ -256,7 +256,7 @@ def _load(group: str, name: str, hint: str) -> Callable[..., Any]:
     if not points:
         raise ConfigurationError(
             f"no adapter {name!r} is installed in the entry point group {group!r}: install Ratchet with its "
-            "workers package (`pip install ratchet`; from a source checkout, `pip install -e .`, again after a "
+            "workers package (install this package; from a source checkout, `pip install -e .`, again after a "
             f"change of its entry points), {hint}"
         )
     point = next(iter(points))

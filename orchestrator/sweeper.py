@@ -1,6 +1,7 @@
 """The sweeper: recovers what Celery cannot — killed workers, hard time limits, lost messages.
 
-One pass (`Sweeper.sweep_once`, run by the beat task `ratchet.sweep` and by `ratchet sweep`):
+One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sweep lease
+(`orchestrator.sweeping`), by beat's `ratchet.sweep` where beat runs, and by `ratchet sweep`):
 
 - a RUNNING run whose lease expired (its worker died, froze, or hit the hard limit) goes back to
   QUEUED with a new epoch, which fences the old holder, and its step is published again; after

@@ -60,7 +60,7 @@ SUMMARY = (
 )
 #: The statuses a run moves between at every step: kept out of the listing indexes.
 STEPPING = (RunStatus.QUEUED, RunStatus.RUNNING)
-#: The listing indexes' condition (schema.py, migration 0007), as each query of theirs carries it.
+#: The listing indexes' condition (tables.py, migration 0007), as each query of theirs carries it.
 SETTLED = "status NOT IN ('QUEUED', 'RUNNING')"
 #: A position in the (created_at, run_id) order.
 Key = tuple[float, str]

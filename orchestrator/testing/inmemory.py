@@ -178,7 +178,7 @@ class InMemoryDispatcher:
     # ---------------------------------------------------------------- the runner, in one place
 
     def sweep(self) -> SweepReport:
-        """One sweeper pass (as the beat task runs it); what it publishes runs as usual."""
+        """One sweeper pass (as a worker's sweeper runs it); what it publishes runs as usual."""
         return Sweeper(self.runner).sweep_once()
 
     def _serve(self) -> None:

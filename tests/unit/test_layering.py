@@ -371,6 +371,46 @@ def test_the_rooms_table_names_only_files_that_exist() -> None:
     assert_only_known(missing, "ARCHITECTURE.md names a file that does not exist")
 
 
+#: A module file named in backticks, alone or with the folders above it (`tables.py`, `store/leases.py`).
+NAMED_FILE = re.compile(r"`([\w/]+\.py)`")
+
+
+def files_the_table_names() -> set[str]:
+    """The module files the rooms table of ARCHITECTURE.md names, as it writes them."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    return set(NAMED_FILE.findall(text.split("## The rooms", 1)[1].split("\n## ", 1)[0]))
+
+
+def unnamed(files: list[str], named: set[str]) -> list[str]:
+    """The files (paths from the root) that no name of `named` is: neither its path nor a tail
+    of it (`leases.py`, `store/leases.py`)."""
+    return [f for f in files if not any(f == n or f.endswith("/" + n) for n in named)]
+
+
+def test_the_rooms_table_names_every_module() -> None:
+    # A new module gets its line in the table, so the table stays the whole house. Package
+    # markers and the migrations' versions (history, not rooms) are left out.
+    files = sorted(
+        p.relative_to(ROOT).as_posix()
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if p.name not in {"__init__.py", "__main__.py"} and "versions" not in p.parts
+    )
+    missing = unnamed(files, files_the_table_names())
+    assert missing == [], f"name these modules in ARCHITECTURE.md's rooms table: {missing}"
+
+
+def test_a_module_is_named_by_its_file_name_or_its_path() -> None:
+    named = {"leases.py", "store/reads.py", "workers/api/agents.py"}
+    files = [
+        "orchestrator/store/leases.py",
+        "orchestrator/store/reads.py",
+        "workers/api/agents.py",
+        "workers/x/reads.py",
+    ]
+    assert unnamed(files, named) == ["workers/x/reads.py"]
+
+
 #: Where asking which database this is belongs: the backends, `database.py` (it opens an engine
 #: for a URL before any backend exists) and `Store`, which picks its backend.
 BACKENDS = {f"orchestrator/store/{name}.py" for name in ("backend", "sqlite", "postgres", "database", "store")}

@@ -6,14 +6,14 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     POST /runs                      start a run (Idempotency-Key: the same key starts one run)
     GET  /runs/{run_id}             the run, its messages and member runs
     GET  /runs/{run_id}/wait        the run once it stops, or as it is after `timeout` seconds
-    POST /runs/{run_id}/continue    continue it (ERROR/PAUSED in place; COMPLETED forks)
+    POST /runs/{run_id}/continue    continue it (ERROR in place; COMPLETED forks)
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
                                     (204 once the run has stopped and nothing is left to send)
     GET  /sessions/{id}             a session: its user, its state and its runs (?user_id=: only if it is theirs)
     GET  /sessions/{id}/runs        the same (the route it had first)
     GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
-    GET  /agents, GET /agents/{name}: the agent catalog, what the workers serve (`agents.py`)
+    GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)

@@ -13,6 +13,7 @@
     ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/cli/stored.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
+    ratchet agents [NAME] [--json]                 the agent catalog: what the workers serve (agent_commands.py)
     ratchet sweep                                  one sweeper pass
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
