@@ -25,9 +25,6 @@ PACKAGES = ("orchestrator", "workers")
 #: ("celery", "workers") is a logger or a key more often than a module, and is not counted.
 MODULE_STRING = re.compile(r"^(orchestrator|workers|celery|kombu|billiard)((\.\w+)+(:[\w.]+)?|:[\w.]+)$")
 
-#: Known violations, each as (module, what it imports or asks): none.
-KNOWN_UNTIL_MERGE: dict[str, set[tuple[str, str]]] = {}
-
 
 @dataclass(frozen=True)
 class Module:
@@ -117,14 +114,9 @@ def offenders(
     return found
 
 
-def known() -> set[tuple[str, str]]:
-    return set().union(*KNOWN_UNTIL_MERGE.values())
-
-
-def assert_only_known(found: set[tuple[str, str]], rule: str) -> None:
-    """No violation of `rule` but the ones another branch is fixing (KNOWN_UNTIL_MERGE)."""
-    new = sorted(found - known())
-    assert new == [], f"{rule}: {new}"
+def assert_none(found: set[tuple[str, str]], rule: str) -> None:
+    """No violation of `rule`, each as (module, what it imports or asks)."""
+    assert sorted(found) == [], f"{rule}: {sorted(found)}"
 
 
 # The rooms, as ARCHITECTURE.md draws them.
@@ -148,7 +140,7 @@ ALLOWED: dict[str, set[str]] = {
 TOP = {"client", "runtime", "testing"} | PRODUCER
 FORBIDDEN: dict[str, set[str]] = {
     "routing": {"steps", "delegation", "control", "sweeper", "heartbeat", "catalog"} | TOP,
-    **{room: {"store", "steps", "delegation", "control", "sweeper", "routing"} | TOP for room in ("flow", "limits")},
+    **{room: {"store", "steps", "delegation", "control", "sweeper", "routing"} | TOP for room in ("limits",)},
     "delegation": {"steps", "control", "sweeper"} | TOP,
     # The steps run on the runtime they are given (`StepRunner(runtime)`); the runtime imports no step.
     "steps": {"control", "sweeper", "client", "testing"} | PRODUCER,
@@ -165,28 +157,28 @@ FORBIDDEN: dict[str, set[str]] = {
 
 
 def test_values_import_only_values() -> None:
-    assert_only_known(offenders({room: ALLOWED[room] for room in VALUES}), "a value imports a room above it")
+    assert_none(offenders({room: ALLOWED[room] for room in VALUES}), "a value imports a room above it")
 
 
 def test_definitions_import_no_producer_no_store_no_step() -> None:
     rules = {room: ALLOWED[room] for room in DEFINITIONS}
-    assert_only_known(offenders(rules), "a definition imports a room above the definitions")
+    assert_none(offenders(rules), "a definition imports a room above the definitions")
 
 
 def test_the_store_imports_only_values() -> None:
-    assert_only_known(offenders({"store": ALLOWED["store"]}), "the store imports a room that is not a value")
+    assert_none(offenders({"store": ALLOWED["store"]}), "the store imports a room that is not a value")
 
 
 def test_event_and_timeline_views_import_only_values_and_the_store() -> None:
-    assert_only_known(offenders({room: ALLOWED[room] for room in VIEWS}), "a view imports a room above the store")
+    assert_none(offenders({room: ALLOWED[room] for room in VIEWS}), "a view imports a room above the store")
 
 
 def test_ports_hold_protocols_and_values_only() -> None:
-    assert_only_known(offenders({"ports": ALLOWED["ports"]}), "ports.py imports an implementation")
+    assert_none(offenders({"ports": ALLOWED["ports"]}), "ports.py imports an implementation")
 
 
 def test_no_domain_room_calls_up_into_a_room_above_it() -> None:
-    assert_only_known(offenders(forbidden=FORBIDDEN), "a domain room imports one above it")
+    assert_none(offenders(forbidden=FORBIDDEN), "a domain room imports one above it")
 
 
 def test_nothing_in_orchestrator_names_celery_kombu_or_workers_not_even_as_a_string() -> None:
@@ -197,7 +189,7 @@ def test_nothing_in_orchestrator_names_celery_kombu_or_workers_not_even_as_a_str
         for name, _ in imports(m)
         if name.split(".")[0] in {"celery", "kombu", "billiard", "workers"}
     }
-    assert_only_known(found, "orchestrator/ names Celery or workers/")
+    assert_none(found, "orchestrator/ names Celery or workers/")
 
 
 def test_the_test_doubles_are_imported_only_by_the_command_lines_demo() -> None:
@@ -211,7 +203,7 @@ def test_the_test_doubles_are_imported_only_by_the_command_lines_demo() -> None:
         for name, _ in imports(m)
         if name.startswith("orchestrator.testing")
     }
-    assert_only_known(found, "a module outside orchestrator/testing imports a test double")
+    assert_none(found, "a module outside orchestrator/testing imports a test double")
 
 
 def _is_private(name: str) -> bool:
@@ -279,7 +271,7 @@ def test_no_module_takes_a_private_name_from_another_module() -> None:
     # The sign of a file split along a line count. The rule is for orchestrator/ and workers/;
     # tests may look inside a module to check it (a test of `_parse` reads `_parse`).
     found = {(m.file, name) for m in modules() for name in private_uses(m)}
-    assert_only_known(
+    assert_none(
         found, "a module imports a _private name from another module (fold them back into one, or make the name public)"
     )
 
@@ -319,24 +311,6 @@ def test_every_kind_of_import_is_counted() -> None:
     ]
 
 
-def test_the_known_violations_are_still_violations() -> None:
-    # KNOWN_UNTIL_MERGE lists exactly what other branches fix: an entry fixed here goes.
-    found: set[tuple[str, str]] = set()
-    for room_rules in (ALLOWED,):
-        found |= offenders(room_rules)
-    found |= offenders(forbidden=FORBIDDEN)
-    found |= {
-        (m.file, n)
-        for m in modules()
-        for n, _ in imports(m)
-        if m.name.startswith("orchestrator") and n.startswith("workers")
-    }
-    found |= {(m.file, n) for m in modules() for n in private_uses(m)}
-    found |= {("ARCHITECTURE.md", f) for f in rooms_named() if not (ROOT / f).exists()}
-    found |= {(m.file, q) for m in modules() if m.file not in BACKENDS for q in dialect_questions(m)}
-    assert sorted(known() - found) == []
-
-
 def test_no_two_modules_share_a_file_name() -> None:
     # `events.py` twice is two things a reader must tell apart by their folder.
     seen: dict[str, list[str]] = {}
@@ -368,7 +342,7 @@ def rooms_named() -> set[str]:
 
 def test_the_rooms_table_names_only_files_that_exist() -> None:
     missing = {("ARCHITECTURE.md", name) for name in rooms_named() if not (ROOT / name).exists()}
-    assert_only_known(missing, "ARCHITECTURE.md names a file that does not exist")
+    assert_none(missing, "ARCHITECTURE.md names a file that does not exist")
 
 
 #: A module file named in backticks, alone or with the folders above it (`tables.py`, `store/leases.py`).
@@ -435,7 +409,7 @@ def dialect_questions(module: Module) -> Iterator[str]:
 
 def test_no_dialect_if_outside_the_backends() -> None:
     found = {(m.file, q) for m in modules() if m.file not in BACKENDS for q in dialect_questions(m)}
-    assert_only_known(found, "a module asks which database it is on: make it a method of store/backend.py")
+    assert_none(found, "a module asks which database it is on: make it a method of store/backend.py")
 
 
 def test_the_dialect_check_sees_each_way_of_asking() -> None:

@@ -1,7 +1,7 @@
 """The HTTP API's routes on the agent catalog: what the workers serve, and whether one still does.
 
     GET /agents           every agent and team a worker ever served: its latest definition, live or not
-    GET /agents/{name}    one of them, with every version workers served (most recently seen first)
+    GET /agents/{agent}   one of them, with every version workers served (most recently seen first)
 
 A definition is live while a worker marked it seen within three RATCHET_CATALOG_SEEN_SECONDS
 (`orchestrator.catalog`); an agent no live worker serves says when one last did. Read from the
@@ -93,7 +93,7 @@ class AgentList(BaseModel):
 
 
 class AgentDetail(AgentSummary):
-    """The answer of `GET /agents/{name}`."""
+    """The answer of `GET /agents/{agent}`."""
 
     definitions: list[AgentVersion] = Field(description="every definition workers served, most recently seen first")
 

@@ -196,7 +196,7 @@ async def wait_run(
     client: ClientDep,
     timeout: Annotated[float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds to wait")] = 30.0,
 ) -> RunOutput:
-    """The run once it stops (COMPLETED, ERROR, CANCELLED or PAUSED); if it is still going after
+    """The run once it stops (COMPLETED, ERROR or CANCELLED); if it is still going after
     `timeout` seconds, 200 with the run as it is then: its `status` says which, so wait again."""
     try:
         return await client.await_run(run_id, timeout)
@@ -212,7 +212,7 @@ async def wait_run(
     responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
 )
 def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
-    """Continue a run: ERROR, PAUSED and an expired RUNNING resume in place; COMPLETED forks a new
+    """Continue a run: ERROR and an expired RUNNING resume in place; COMPLETED forks a new
     run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
     RUNNING one whose worker is alive."""
     body = body or ContinueRequest()
