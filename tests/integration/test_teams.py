@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from orchestrator import Agent, Client, RunOutput, RunStatus, Team
-from orchestrator.delegation import Delegation, fan_in_now, start_members
-from orchestrator.messages import Message, ToolCall
+from orchestrator.delegation import fan_in_now
+from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat, OpenAIResponses
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
@@ -33,6 +33,7 @@ from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import settings_env
 from tests.integration.fencing import kinds, wait_for_late_commit
+from tests.support import waiting_team
 from workers.celery.embedded import EmbeddedWorker
 from workers.cli.commands import main as ratchet
 
@@ -316,7 +317,8 @@ def test_concurrent_fan_ins_append_each_members_answer_exactly_once(settings: Se
     a = Agent(name=f"a-{t}", model=OpenAIChat(id="a"))
     b = Agent(name=f"b-{t}", model=OpenAIChat(id="b"))
     team = Team(name=f"team-{t}", model=OpenAIChat(id="leader"), members=[a, b])
-    team_id = _waiting_team(store, team, [a, b])
+    team_id = waiting_team(store, team, [a, b])
+    assert store.get_record(team_id).status == S.WAITING
     for child in store.children(team_id):
         claim = store.claim(child.run_id, child.seq, "model", owner="test", lease_seconds=30, max_attempts=5)
         assert claim is not None
@@ -386,28 +388,6 @@ def test_the_sweeper_finishes_a_fan_in_that_a_crash_left_undone(
     assert after.status == S.ERROR and after.error is not None and after.error.type == "Crash"
     assert [m.role for m in after.messages] == ["user"]
     assert client.get_run(handle.run_id).status == S.ERROR
-
-
-def _waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
-    """A team run that delegated one call per member, through the same code the tool step uses."""
-    run_id = str(uuid.uuid4())
-    store.create_run(
-        run_id=run_id, session_id=f"s-{run_id}", agent_name=team.name, kind="team",
-        input_messages=[Message(role="user", content="go")], publish_grace=30,
-    )  # fmt: skip
-    claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
-    store.commit_step(
-        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
-        status=S.QUEUED, next_step="tools", publish_grace=30,
-    )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="test", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
-    start_members(store, claim, [], delegations, publish_grace=30)
-    assert store.get_record(run_id).status == S.WAITING
-    return run_id
 
 
 # ---------------------------------------------------------------- the example
