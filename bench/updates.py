@@ -132,7 +132,7 @@ class Database:
         with in_memory(self.settings, autorun=False) as dispatcher:
             store = dispatcher.store
             ids = [dispatcher.client.start("bench-instant", input="batches=1").run_id for _ in range(runs)]
-            claims = [store.claim(i, 0, "model", owner=f"bench:{i}", lease_seconds=600) for i in ids]
+            claims = [store.claim(i, 0, "model", owner=f"bench:{i}", lease_seconds=600, max_attempts=5) for i in ids]
             held = [(c.run_id, c.epoch, c.record.lease_owner or "") for c in claims if c is not None]
             with self.engine.connect() as conn, self._wal_held(conn):
                 start = conn.execute(_LSN).scalar()
