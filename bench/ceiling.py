@@ -6,7 +6,7 @@ ceiling measured in the same run.
 core, each consuming all of its side's queues. Ratchet and the floor (bare Celery chains of the
 same shape, their model hops calling through the openai client) run each pool configuration in
 `CONFIGS`, interleaved round by round. Two processes of 500 threads or greenlets hold all 1,000
-runs' model calls at once; 2 x 100 threads is what README.md recommends for threads.
+runs' model calls at once; 2 x 100 threads is what docs/operations.md recommends for threads.
 
 The floor's best configuration (by its median over the rounds) is the ceiling: what Celery alone
 gets out of this host for this work. Ratchet's best configuration is measured against it round by

@@ -11,7 +11,7 @@ figure is the page's own `performance` mark once the timeline is painted (three 
 ratio: the target is under 1 s on this 2-core machine. The list page's first load is measured the
 same way beside it.
 
-The rig (`ApiProcess`, `browser`) is the README screenshots' too (`python -m bench.screenshots`).
+The rig (`ApiProcess`, `browser`) is the screenshots' too (docs/observability.md; `python -m bench.screenshots`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The agents of the page benchmark and of the README's screenshots (`ratchet api --app
-bench.page_agents`), on the in-process scripted model: no model server, no API key.
+"""The agents of the page benchmark and of the run pages' screenshots in docs/observability.md
+(`ratchet api --app bench.page_agents`), on the in-process scripted model: no model server, no API key.
 
 - `researcher`: looks something up, calls a tool that fails, and its second model call is refused
   once (HTTP 400), so its run ends in ERROR with a tool error in it; continued, it completes.

@@ -1,4 +1,4 @@
-"""`python -m bench.screenshots DIR`: the README's pictures of the run pages, taken in headless
+"""`python -m bench.screenshots DIR`: the pictures of the run pages in docs/, taken in headless
 Chromium: DIR/ui-runs.png (the list), DIR/ui-run.png (a run in ERROR: its error, its tool error,
 its steps) and DIR/ui-team.png (a team run: its member runs as a tree). Not a test and not part
 of one (tests never write tracked files): run it by hand after changing the page, look at the

@@ -1,6 +1,6 @@
 """Delegation: a team's leader hands tasks to its members, which run as durable child runs.
 
-How one delegation goes (what a user sees of it: README.md, "Teams"):
+How one delegation goes (what a user sees of it: docs/teams.md):
 
 1. **Start.** The leader's assistant message calls `delegate_task_to_member(member_id, task)` or
    `delegate_task_to_members(task)`. The team's tool step runs the batch's other tools first;

@@ -1,7 +1,7 @@
 """The step protocol, and `StepRunner`, which applies it to every step a process runs.
 
-The protocol (README.md, "How a step works"): claim (guarded, bumps the epoch, sets the lease); work outside any
-transaction; commit fenced by the epoch, tried again through transient database errors
+The protocol (docs/guarantees.md, "How a step works"): claim (guarded, bumps the epoch, sets the
+lease); work outside any transaction; commit fenced by the epoch, tried again through transient database errors
 (`durably`); publish the next step after the commit. A step that raises is aborted here (a
 fenced one leaves only a trace); the task's failure handler then calls `fail_step`, which flushes
 the step's in-flight messages onto the run's ERROR row.

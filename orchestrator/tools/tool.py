@@ -77,7 +77,7 @@ class Tool:
         self.name = name or fn.__name__
         summary, params = docstring_parts(fn.__doc__)
         self.description = description or summary or self.name
-        #: If True, a call that started and never finished is not run again (README.md, "When a tool can run again").
+        #: If True, a call that started and never finished is not run again (docs/guarantees.md).
         self.at_most_once = at_most_once
         #: The queue of the tool batches that call it (workers that can run it consume it: a GPU
         #: host, a private network); None: the agent's queue, or the default tools queue.

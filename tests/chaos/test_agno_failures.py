@@ -1,4 +1,4 @@
-"""The two Agno failures Ratchet exists to beat (README.md, "Coming from Agno"):
+"""The two Agno failures Ratchet exists to beat (docs/coming-from-agno.md):
 
 1. Agno loses the run and the user's message when the process dies before the first
    checkpoint. Ratchet writes both before anything is published.

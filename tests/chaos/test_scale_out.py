@@ -9,7 +9,7 @@ file, a lease scaled to the test was lost to a heartbeat starved by the write lo
 again).
 The lease and heartbeat keep the defaults' proportions (15 s and 3 s) at a test's scale: a lease
 a heartbeat cannot renew in time is lost while its worker lives, and its tool calls may run
-again (README, "When a tool can run again", case 3)."""
+again (docs/guarantees.md, "When a tool can run again", case 3)."""
 
 from __future__ import annotations
 
