@@ -88,13 +88,18 @@ def test_stream_of_a_run_that_failed_prints_its_error_and_exits_nonzero_and_a_ba
 ) -> None:
     faulty = ScriptedModel(script=ScriptConfig(faults=[Fault(status=400, times=None)]))
     name = served(settings, Agent(name=f"cli-ev-{uuid.uuid4().hex[:6]}", model=faulty))
-    started = ratchet(settings, "run", name, "hello", "--stream", "--timeout", "30")
+    # With --json, `run --stream` prints only events, one a line, as `stream --json` does
+    started = ratchet(settings, "run", name, "hello", "--stream", "--timeout", "30", "--json")
     assert started.returncode == 1, started.stderr
-    run_id = started.stdout.splitlines()[0]
+    events = [json.loads(line) for line in started.stdout.splitlines()]
+    assert events[0]["event"] == "RunStarted" and events[-1]["event"] == "RunError"
+    run_id = events[0]["run_id"]
 
     done = ratchet(settings, "stream", run_id)
 
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1].split("  ")[0].endswith("RunError")
+    as_json = ratchet(settings, "stream", run_id, "--json")
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == events
     bad = ratchet(settings, "stream", run_id, "--after", "not-an-id")
     assert bad.returncode == 2 and "event id 'not-an-id'" in bad.stderr
