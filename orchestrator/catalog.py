@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.agent import AgentDefinition, registered
+from orchestrator.agent import AgentDefinition, find_agent, registered
 from orchestrator.forks import unforked
 from orchestrator.settings import Settings
 from orchestrator.store import Store
@@ -234,6 +234,14 @@ def entries(store: Store, settings: Settings, name: str | None = None) -> list[E
     """Every catalog entry (those of `name` only, if given): by name, most recently seen first."""
     now, window = store.clock(), live_seconds(settings)
     return [entry_of(r, now=now, window=window) for r in store.read_catalog(name)]
+
+
+def known(store: Store, name: str) -> bool:
+    """Whether an agent or team `name` is known to this deployment: this process defines it, or
+    a worker served it once (an entry in the catalog, live or not: a worker that serves it may
+    come back). A producer that asks before it writes a run refuses one that nothing would ever
+    run, rather than writing a run that fails on the worker (`ratchet run`)."""
+    return find_agent(name) is not None or store.latest_catalog_row(name) is not None
 
 
 class DefinitionCache:

@@ -98,10 +98,16 @@ def test_a_run_that_fails_shows_its_error_and_exits_nonzero(
 
 
 @pytest.mark.usefixtures("env")
-@pytest.mark.parametrize("command", [["show", "nope"], ["continue", "nope"], ["cancel", "nope"]])
-def test_an_unknown_run_id_is_a_one_line_error(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(command) == 2
-    assert capsys.readouterr().err.strip() == "ratchet: error: no run with run_id 'nope' in this database"
+@pytest.mark.parametrize(
+    "command", [["show", "nope"], ["continue", "nope"], ["cancel", "nope"], ["show", "run 1"], ["cancel", "run 1"]]
+)
+def test_an_unknown_run_id_is_a_one_line_error_and_exit_1(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Not found is a runtime failure (1), not a usage error (2). A lookup takes ids that new runs
+    # may not have (runs made before the rule): "run 1" is not found, not malformed.
+    assert main(command) == 1
+    assert capsys.readouterr().err.strip() == f"ratchet: error: no run with run_id {command[1]!r} in this database"
 
 
 @pytest.mark.usefixtures("env")
@@ -159,10 +165,11 @@ def test_running_twice_with_one_run_id_prints_the_same_run(
     session = Client(env).get_session("cli-keyed")
     assert session is not None and [r.run_id for r in session.runs] == [run_id]
 
-    assert main(["run", "someone-else", "hello", "--run-id", run_id]) == 2
+    other = Agent(name=f"{agent_name}-b", model=OpenAIChat(id="gpt-4o-mini")).name
+    assert main(["run", other, "hello", "--run-id", run_id]) == 1  # a conflict with a stored run: runtime
     assert one_line_error(capsys) == (
         f"ratchet: error: run_id '{run_id}' is already a run of agent '{agent_name}' in session 'cli-keyed'; "
-        "a run of agent 'someone-else' needs a run_id of its own"
+        f"a run of agent '{other}' needs a run_id of its own"
     )
 
 
@@ -200,8 +207,9 @@ def test_continuing_a_completed_run_twice_forks_once_and_a_fork_key_forks_again(
         (["continue", "RUN", "--input", ""], "input is empty"),
         (["continue", "RUN", "--fork-key", "k\x01"], "fork_key 'k\\x01' contains a control character"),
         (["show", "r" * 65], "not a valid run id: run_id is 65 characters long"),
-        # A lookup takes ids that new runs may not have (runs made before the rule): not found.
-        (["cancel", "run 1"], "no run with run_id 'run 1'"),
+        # Checked before the agent is looked for: a usage error, whether or not the agent is known
+        (["run", "no-such-agent", "a\x00b"], "input contains a NUL character at index 1"),
+        (["run", "no-such-agent", "hi", "--run-id", "rün"], "run_id 'rün' is not a valid run id"),
     ],
 )
 def test_a_producer_mistake_is_one_line_and_exit_2(

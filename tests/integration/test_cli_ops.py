@@ -70,13 +70,27 @@ def test_runs_filters_by_user_id_as_run_and_session_name_it(store: Store, capsys
         (["runs", "--since", "last tuesday"], "is not a time: give an ISO 8601 date or time"),
         (["prune", "--older-than", "a month"], "is not a duration: give a number of seconds, or a number and a unit"),
         (["prune", "--older-than", "1d", "--status", "QUEUED"], "never live ones: drop QUEUED from status"),
-        (["delete-session", "no-such-session"], "no session 'no-such-session' in this database"),
     ],
 )
 def test_what_these_commands_cannot_take_is_a_one_line_error(
     store: Store, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ratchet: error: ") and says in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["delete-session", "no-such-session"], "no session 'no-such-session' in this database"),
+        (["session", "no-such-session"], "no run was ever started in session 'no-such-session'"),
+    ],
+)
+def test_a_session_that_is_not_there_is_a_one_line_error_and_exit_1(
+    store: Store, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("ratchet: error: ") and says in err and len(err.strip().splitlines()) == 1
 
@@ -88,7 +102,7 @@ def test_show_log_prints_what_happened_to_the_run(store: Store, capsys: pytest.C
     out = capsys.readouterr().out
     assert "  log:\n" in out and "  error  step 0  to=ERROR" in out
 
-    assert main(["show", run_id, "--log", "--json"]) == 0
+    assert main(["show", run_id, "--log", "--json"]) == 1  # the status does not depend on the format
     (entry,) = json.loads(capsys.readouterr().out)["log"]
     assert entry["kind"] == "error" and entry["detail"]["to"] == "ERROR"
 

@@ -1,6 +1,10 @@
 """`ratchet run --stream` and `ratchet stream`, run as subprocesses against a real worker on Redis:
 events printed as they happen (text deltas inline), JSON lines with --json, resumed with --after,
-and the exit status of `ratchet show`."""
+and the exit status of `ratchet show`.
+
+The agents are defined in this process, after its worker started: each is written into the agent
+catalog as a worker that serves it writes it at boot, so that `ratchet run`, which does not import
+it, knows it."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator import Agent
+from orchestrator import Agent, Client
+from orchestrator.catalog import write_served
 from orchestrator.settings import Settings
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
@@ -37,10 +42,17 @@ def ratchet(settings: Settings, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def served(settings: Settings, agent: Agent) -> str:
+    """The agent's name, once it is in the catalog as a worker that serves it writes it."""
+    write_served(Client(settings).store, [agent])
+    return agent.name
+
+
 @pytest.fixture
-def agent_name() -> str:
+def agent_name(settings: Settings) -> str:
     config = ScriptConfig(batches=[[{"tool": "lookup", "arguments": {"q": "otters"}}]], final_text=ANSWER)
-    return Agent(name=f"cli-ev-{uuid.uuid4().hex[:6]}", model=ScriptedModel(script=config), tools=[lookup]).name
+    agent = Agent(name=f"cli-ev-{uuid.uuid4().hex[:6]}", model=ScriptedModel(script=config), tools=[lookup])
+    return served(settings, agent)
 
 
 @pytest.mark.usefixtures("worker")
@@ -74,15 +86,20 @@ def test_run_with_stream_prints_the_runs_events_with_its_text_inline_and_stream_
 def test_stream_of_a_run_that_failed_prints_its_error_and_exits_nonzero_and_a_bad_id_exits_2(
     settings: Settings,
 ) -> None:
-    name = f"cli-ev-{uuid.uuid4().hex[:6]}"
-    Agent(name=name, model=ScriptedModel(script=ScriptConfig(faults=[Fault(status=400, times=None)])))
-    started = ratchet(settings, "run", name, "hello", "--stream", "--timeout", "30")
+    faulty = ScriptedModel(script=ScriptConfig(faults=[Fault(status=400, times=None)]))
+    name = served(settings, Agent(name=f"cli-ev-{uuid.uuid4().hex[:6]}", model=faulty))
+    # With --json, `run --stream` prints only events, one a line, as `stream --json` does
+    started = ratchet(settings, "run", name, "hello", "--stream", "--timeout", "30", "--json")
     assert started.returncode == 1, started.stderr
-    run_id = started.stdout.splitlines()[0]
+    events = [json.loads(line) for line in started.stdout.splitlines()]
+    assert events[0]["event"] == "RunStarted" and events[-1]["event"] == "RunError"
+    run_id = events[0]["run_id"]
 
     done = ratchet(settings, "stream", run_id)
 
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1].split("  ")[0].endswith("RunError")
+    as_json = ratchet(settings, "stream", run_id, "--json")
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == events
     bad = ratchet(settings, "stream", run_id, "--after", "not-an-id")
     assert bad.returncode == 2 and "event id 'not-an-id'" in bad.stderr

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from orchestrator import catalog
 from orchestrator.catalog import Entry
 from orchestrator.client import Client
+from orchestrator.errors import AgentNotFoundError
 from workers.cli.render import terminal
 
 
@@ -35,9 +35,8 @@ def add_agents_command(sub: Any) -> None:
 def cmd_agents(args: argparse.Namespace) -> int:
     client = Client()
     entries = catalog.entries(client.store, client.settings, args.name)
-    if args.name is not None and not entries:
-        print(terminal(f"ratchet: error: no worker has served an agent or team named {args.name!r}"), file=sys.stderr)
-        return 2
+    if args.name is not None and not entries:  # as GET /agents/{agent} says it (404)
+        raise AgentNotFoundError(f"no worker has served an agent or team named {args.name!r}: none is in the catalog")
     by_name: dict[str, list[Entry]] = {}
     for entry in entries:  # by name, then most recently seen first
         by_name.setdefault(entry.definition.name, []).append(entry)

@@ -4,11 +4,11 @@
     ratchet migrate                                apply the store's migrations
     ratchet worker --app MODULE [-Q q,..] [-c N] [-P pool] [-B] [any `celery worker` flag]
     ratchet beat [--app MODULE]                    the sweep sent from Celery beat (workers sweep anyway)
-    ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
-                [--priority 0-9] [--wait | --stream] [--timeout T]
-    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait]
-    ratchet cancel RUN_ID
+    ratchet run AGENT INPUT [--session S] [--run-id ID] ... [--wait | --stream] [--json]
+    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait] [--json]
+    ratchet cancel RUN_ID [--json]
     ratchet show RUN_ID [--log] [--steps] [--json]   a run; --log: what happened to it; --steps: its steps
+                                                   (these four and `stream`: workers/cli/run_commands.py)
     ratchet session SESSION_ID [--user-id U] [--json]   a session: its user, state and runs
     ratchet runs [--status S] [--agent A] [--since T] ... [--json]; prune --older-than 30d [--status S];
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/cli/stored.py)
@@ -19,14 +19,14 @@
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
 
-Settings come from RATCHET_* variables (see orchestrator/settings.py). Errors print one line
-saying what to do and exit with status 2.
+Settings come from RATCHET_* variables (see orchestrator/settings.py). An error prints one line
+saying what to do (with --json, the HTTP API's error body) and the status says which kind it is:
+1 a runtime failure, 2 a usage error (`workers.cli.exits`, and the end of `ratchet --help`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import runpy
@@ -35,15 +35,15 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from orchestrator.client import Client
-from orchestrator.errors import ConfigurationError, RatchetError
+from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
+from workers.cli import exits
 from workers.cli.agent_commands import add_agents_command
-from workers.cli.render import jsonable, print_events, show
-from workers.cli.session_state import add_session_command, state_argument
+from workers.cli.exits import SIGPIPE_EXIT
+from workers.cli.run_commands import add_run_commands
 from workers.cli.stored import add_ops_commands
 from workers.health import add_health_command
 from workers.prometheus import add_metrics_command
@@ -54,30 +54,34 @@ if TYPE_CHECKING:
 
 #: The repository's examples/ (workers/cli/commands.py is two folders below it).
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-#: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
-SIGPIPE_EXIT = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `ratchet` command."""
+    """Entry point of the `ratchet` command; its exit status (`workers.cli.exits`)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    as_json = exits.wants_json(words)
     try:
-        args = _parse(argv)
-    except SystemExit as done:  # --help, or a usage error argparse has printed
-        raise SystemExit(_flushed(done.code if isinstance(done.code, int) else 2)) from None
+        args = _parse(words)
+    except exits.UsageError as exc:  # printed as text or JSON, and 2
+        raise SystemExit(_flushed(exits.report(exc, as_json=as_json) or exits.USAGE)) from None
+    except SystemExit as done:  # --help
+        raise SystemExit(_flushed(done.code if isinstance(done.code, int) else exits.USAGE)) from None
     except BrokenPipeError:  # --help into a reader that went away
         _discard_stdout()
         return SIGPIPE_EXIT
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         code = int(args.func(args) or 0)
-    except RatchetError as exc:
-        print(f"ratchet: error: {_printable(str(exc))}", file=sys.stderr)
-        code = 2
     except BrokenPipeError:
         _discard_stdout()
         code = SIGPIPE_EXIT
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
+    except Exception as exc:
+        status = exits.report(exc, as_json=as_json)
+        if status is None:  # a fault: its traceback
+            raise
+        code = status
     return _flushed(code)
 
 
@@ -99,17 +103,13 @@ def _discard_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _printable(text: str) -> str:
-    """One line that any terminal encoding can print: newlines folded, and characters the
-    encoding cannot take (a lone surrogate from invalid UTF-8 in argv) escaped."""
-    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
-    line = " ".join(text.splitlines())
-    return line.encode(encoding, "backslashreplace").decode(encoding, "replace")
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, except that help written into a closed pipe raises BrokenPipeError
-    like any other output here (argparse drops the error and exits 0)."""
+    """argparse's parser, except that a usage error is raised (`exits.UsageError`) for `main` to
+    report, as text or JSON, and that help written into a closed pipe raises BrokenPipeError like
+    any other output here (argparse drops the error and exits 0)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise exits.UsageError(message, prog=self.prog, usage=self.format_usage().rstrip())
 
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         (file or sys.stdout).write(self.format_help())
@@ -129,10 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
-    _add_run_commands(sub)
+    add_run_commands(sub)
     add_ops_commands(sub)
     add_agents_command(sub)
     add_health_command(sub)
+    parser.epilog, parser.formatter_class = exits.EPILOG, argparse.RawDescriptionHelpFormatter
     return parser
 
 
@@ -178,62 +179,6 @@ def _add_process_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_scripted_model)
     add_api_command(sub)
     add_metrics_command(sub)
-
-
-def _add_run_commands(sub: Any) -> None:
-    """The commands on runs: start, continue, cancel, show."""
-    p = sub.add_parser("run", help="start a run of an agent or team by name")
-    p.add_argument("agent")
-    p.add_argument("input")
-    p.add_argument("--session", help="session id (default: a new one); it takes runs only for its first run's user")
-    p.add_argument(
-        "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
-    )
-    p.add_argument(
-        "--user-id", help="who the run is for (with RATCHET_MAX_RUNS_PER_KEY, its runs in progress are limited)"
-    )
-    p.add_argument(
-        "--session-state",
-        type=state_argument,
-        metavar="JSON",
-        help="a JSON object merged over the session's state, key by key",
-    )
-    p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
-    p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
-    p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
-    p.add_argument("--priority", type=int, metavar="0-9", help="the run's priority, higher first (default: none, as 0)")
-    p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
-    p.add_argument("run_id")
-    p.add_argument("--input", help="a new user message to add first")
-    p.add_argument(
-        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
-    )
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float)
-    p.set_defaults(func=cmd_continue)
-
-    p = sub.add_parser("cancel", help="cancel a run that has not finished")
-    p.add_argument("run_id")
-    p.set_defaults(func=cmd_cancel)
-
-    p = sub.add_parser("show", help="show a run: status, error, messages, member runs")
-    p.add_argument("run_id")
-    p.add_argument("--log", action="store_true", help="and each run's log: retries, errors, recoveries, fences")
-    p.add_argument("--steps", action="store_true", help="and each run's steps: task, attempt, duration, tokens")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_show)
-
-    add_session_command(sub)
-
-    p = sub.add_parser("stream", help="print a run's events as they happen, until it stops")
-    p.add_argument("run_id")
-    p.add_argument("--after", metavar="ID", help="start after this event id (the last one you saw)")
-    p.add_argument("--json", action="store_true", help="one JSON object per event and line")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds (the run goes on)")
-    p.set_defaults(func=cmd_stream)
 
 
 def _import_apps(modules: Sequence[str]) -> list[str]:
@@ -350,55 +295,6 @@ def _schedule_file() -> Iterator[str]:
     when the sweep last ran, and the working directory may be read-only or a user's project."""
     with tempfile.TemporaryDirectory(prefix="ratchet-beat-") as folder:
         yield str(Path(folder) / "celerybeat-schedule")
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    _import_apps(args.app)
-    client = Client()
-    handle = client.start(
-        args.agent,
-        input=args.input,
-        session_id=args.session,
-        run_id=args.run_id,
-        stream=args.stream,
-        user_id=args.user_id,
-        session_state=args.session_state,
-        priority=args.priority,
-    )
-    print(handle.run_id, flush=args.stream)  # before the events it streams
-    if args.stream:
-        return print_events(client, handle.run_id, timeout=args.timeout)
-    if args.wait:
-        return show(handle.wait(args.timeout))
-    return 0
-
-
-def cmd_continue(args: argparse.Namespace) -> int:
-    handle = Client().continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
-    print(handle.run_id)
-    if args.wait:
-        return show(handle.wait(args.timeout))
-    return 0
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    out = Client().cancel(args.run_id)
-    print(f"{out.run_id} {out.status}")
-    return 0
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    client = Client()
-    out = client.get_run(args.run_id)
-    log, steps = client.get_log if args.log else None, client.get_steps if args.steps else None
-    if args.json:
-        print(json.dumps(jsonable(out, log, steps), indent=2, default=str))
-        return 0
-    return show(out, log=log, steps=steps)
-
-
-def cmd_stream(args: argparse.Namespace) -> int:
-    return print_events(Client(), args.run_id, after=args.after, as_json=args.json, timeout=args.timeout)
 
 
 def cmd_scripted_model(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from orchestrator.timeline import Step
 from orchestrator.usage import Metrics
 
 _STEP = TypeAdapter(Step)
+_RUN = TypeAdapter(RunOutput)
 
 
 def show(
@@ -77,16 +78,25 @@ def jsonable(
     log: Callable[[str], list[LogEntry]] | None = None,
     steps: Callable[[str], list[Step]] | None = None,
 ) -> dict[str, Any]:
-    """The run as JSON values (`ratchet show --json`); with `log` and `steps`, each run's too."""
-    data = {k: v for k, v in asdict(out).items() if k not in ("messages", "member_runs")}
-    data["messages"] = [m.model_dump(mode="json") for m in out.messages]
-    data["member_runs"] = [jsonable(m, log, steps) for m in out.member_runs]
+    """The run as JSON values, as the HTTP API answers it (its response model, `RunOutput`,
+    dumped alike); with `log` and `steps`, each run's (and each member run's) too."""
+    data: dict[str, Any] = _RUN.dump_python(out, mode="json")
+    _add_records(out, data, log, steps)
+    return data
+
+
+def _add_records(
+    out: RunOutput,
+    data: dict[str, Any],
+    log: Callable[[str], list[LogEntry]] | None,
+    steps: Callable[[str], list[Step]] | None,
+) -> None:
     if log is not None:
         data["log"] = [asdict(entry) for entry in log(out.run_id)]
     if steps is not None:
         data["steps"] = [_STEP.dump_python(step, mode="json") for step in steps(out.run_id)]
-    data["metrics"] = out.metrics.model_dump(mode="json")
-    return data
+    for member, member_data in zip(out.member_runs, data["member_runs"], strict=True):
+        _add_records(member, member_data, log, steps)
 
 
 def log_line(entry: LogEntry) -> str:

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from orchestrator.client import Client
-from orchestrator.errors import RatchetError
 from orchestrator.run import Session
+from workers.cli.exits import Refusal
 from workers.cli.render import jsonable, terminal
 
 
@@ -34,8 +34,8 @@ def cmd_session(args: argparse.Namespace) -> int:
     session = Client().get_session(args.session_id, user_id=args.user_id)
     if session is None:
         if args.user_id is not None:  # whether the session is somebody else's is not said
-            raise RatchetError(f"no session {args.session_id!r} of user_id {args.user_id!r}")
-        raise RatchetError(f"no run was ever started in session {args.session_id!r}")
+            raise Refusal(f"no session {args.session_id!r} of user_id {args.user_id!r}", type="SessionNotFound")
+        raise Refusal(f"no run was ever started in session {args.session_id!r}", type="SessionNotFound")
     if args.json:
         print(json.dumps(session_json(session), indent=2, default=str))
         return 0

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from typing import Any
 
 from orchestrator.client import Client
 from orchestrator.settings import Settings
+from workers.cli.exits import Refusal
 from workers.cli.render import print_page, terminal
 
 
@@ -87,9 +87,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_delete_session(args: argparse.Namespace) -> int:
     deleted = Client().delete_session(args.session_id)
-    if deleted is None:
-        print(terminal(f"ratchet: error: no session {args.session_id!r} in this database"), file=sys.stderr)
-        return 2
+    if deleted is None:  # as DELETE /sessions/{id} says it (404)
+        raise Refusal(f"no session {args.session_id!r} in this database", type="SessionNotFound")
     print(terminal(f"deleted session {args.session_id}: {deleted.runs} runs"))
     return 0
 
