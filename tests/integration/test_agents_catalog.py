@@ -159,5 +159,5 @@ def test_ratchet_agents_lists_the_catalog_and_shows_one_agent_with_its_tools(
     assert set(listed) == set(AgentList.model_fields)  # GET /agents' shape
     assert {a["name"] for a in listed["agents"]} >= {mailer.name, stale.name}
 
-    assert main(["agents", "no-such-agent"]) == 2
+    assert main(["agents", "no-such-agent"]) == 1
     assert "no worker has served an agent or team named 'no-such-agent'" in capsys.readouterr().err

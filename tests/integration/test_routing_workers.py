@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from sqlalchemy import delete
+from sqlalchemy import update
 
 from orchestrator import Client, RunStatus
 from orchestrator.settings import Settings
@@ -121,9 +121,10 @@ def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
     assert [t.result for t in private.tools] == ["found hello on gpu"]
     assert f"model_call[{private.run_id}.0.model." not in logs["default"].read_text()
 
-    # Without a catalog it cannot route the first step: the default worker sends it on
+    # Without a live definition (the workers served it long ago, by the catalog) it cannot route
+    # the first step: the default worker sends it on
     with Client(settings).store.engine.begin() as conn:
-        conn.execute(delete(agent_catalog))
+        conn.execute(update(agent_catalog).values(last_seen=0))
     again = Client(settings).get_run(produce(settings, logs, "private-agent", "hello again"))
     assert [t.result for t in again.tools] == ["found hello again on gpu"]
     assert f"model_call[{again.run_id}.0.model." in logs["default"].read_text()  # taken there, sent on

@@ -285,7 +285,7 @@ def test_the_http_api_answers_409_naming_neither_user_and_a_session_of_another_u
         assert not any(leak in theirs.text for leak in leaks)
 
 
-def test_the_command_line_prints_the_refusal_and_exits_2(
+def test_the_command_line_prints_the_refusal_and_exits_1(
     inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     agent = chat()
@@ -294,8 +294,8 @@ def test_the_command_line_prints_the_refusal_and_exits_2(
         monkeypatch.setenv(key, value)
     before = stored(inline.store)
 
-    assert ratchet(["run", agent.name, "hi", "--session", "s-cli", "--user-id", "bob"]) == 2
-    assert ratchet(["session", "s-cli", "--user-id", "bob"]) == 2
+    assert ratchet(["run", agent.name, "hi", "--session", "s-cli", "--user-id", "bob"]) == 1
+    assert ratchet(["session", "s-cli", "--user-id", "bob"]) == 1
 
     out = capsys.readouterr()
     assert out.out == ""

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator import Agent, Client, RunStatus
+from orchestrator.catalog import write_served
 from orchestrator.models import OpenAIChat
 from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
@@ -39,8 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_team_started_by_a_producer_that_does_not_import_it_shows_its_member_runs(
     settings: Settings, scripted: ScriptedServer, tmp_path: Path
 ) -> None:
-    # Given a team the worker knows, started from a command line that does not import it
+    # Given a team the worker knows, started from a command line that does not import it: in the
+    # catalog as a worker that serves it writes it at boot (this one started before it was defined)
     team, researcher, writer = research_team(settings, Ledger())
+    write_served(Client(settings).store, [team, researcher, writer])
     script(scripted, [to_member(researcher, "find facts"), to_member(writer, "write")])
     env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(ROOT)}
     env.pop("RATCHET_APP", None)
