@@ -69,6 +69,88 @@ def test_numpy_style_parameters_are_read_too() -> None:
     assert params == {"a": "The first.", "b": "The second, on two lines."}
 
 
+#: One tool's docstring in each style `docstring_parser` reads: Google, NumPy, reST and epydoc.
+STYLES = {
+    "google": """Charge a card.
+
+    Once per key.
+
+    Args:
+        amount (int): How much, in cents,
+            never negative.
+        currency: The ISO code.
+
+    Returns:
+        The receipt.
+    """,
+    "numpy": """Charge a card.
+
+    Once per key.
+
+    Parameters
+    ----------
+    amount : int
+        How much, in cents,
+        never negative.
+    currency : str
+        The ISO code.
+
+    Returns
+    -------
+    str
+        The receipt.
+    """,
+    "rest": """Charge a card.
+
+    Once per key.
+
+    :param amount: How much, in cents,
+        never negative.
+    :type amount: int
+    :param str currency: The ISO code.
+    :returns: The receipt.
+    """,
+    "epydoc": """Charge a card.
+
+    Once per key.
+
+    @param amount: How much, in cents,
+        never negative.
+    @type amount: int
+    @param currency: The ISO code.
+    @return: The receipt.
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_every_docstring_style_gives_the_description_and_each_parameters_description(style: str) -> None:
+    def charge(amount: int, currency: str = "EUR") -> str:
+        return f"{amount} {currency}"
+
+    charge.__doc__ = STYLES[style]
+    spec = Tool(charge).spec
+    assert spec.description == "Charge a card.\n\nOnce per key."
+    props = spec.parameters["properties"]
+    assert props["amount"] == {"type": "integer", "description": "How much, in cents, never negative."}
+    assert props["currency"] == {"type": "string", "default": "EUR", "description": "The ISO code."}
+
+
+def test_an_attributes_section_describes_no_parameter() -> None:
+    summary, params = docstring_parts(
+        """A shelf.
+
+        Attributes:
+            title: The shelf's own title.
+
+        Args:
+            size: How many books.
+        """
+    )
+    assert summary == "A shelf."
+    assert params == {"size": "How many books."}
+
+
 def test_a_parameter_the_docstring_does_not_name_has_no_description() -> None:
     def f(a: int, b: int) -> int:
         """Sum.
