@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from kombu.transport import redis as kombu_redis
 from sqlalchemy import delete
 
 from orchestrator import Client, RunStatus
@@ -133,14 +134,15 @@ def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
 
 
 def pushed(watch: BrokerWatch) -> list[tuple[str, str]]:
-    """(queue, task id) of every task message pushed onto a queue, in order (MONITOR's lines
-    escape the message as C strings do)."""
+    """(queue, task id) of every task message pushed onto a queue (onto one of its priority
+    lists), in order (MONITOR's lines escape the list's name and the message as C strings do)."""
     found = []
     for line in watch.commands:
         match = re.search(rb'"LPUSH" "([^"]*)" "(.*)"$', line)
         if match is not None:
             message = json.loads(codecs.escape_decode(match.group(2))[0])
-            found.append((match.group(1).decode(), message["headers"]["id"]))
+            queue = codecs.escape_decode(match.group(1))[0].decode().split(kombu_redis.Channel.sep)[0]
+            found.append((queue, message["headers"]["id"]))
     return found
 
 
