@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from kombu.transport import redis as kombu_redis
 from sqlalchemy import delete
 
 from orchestrator import Client, RunStatus
@@ -32,6 +31,7 @@ from tests.conftest import make_settings, settings_env
 from tests.integration.broker_watch import BrokerWatch
 from tests.integration.test_compose_commands import expand
 from tests.servers import RedisServer
+from workers.celery.broker import STEP_SEPARATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Imported by the workers and one producer only: in this process its agents would have every
@@ -141,7 +141,7 @@ def pushed(watch: BrokerWatch) -> list[tuple[str, str]]:
         match = re.search(rb'"LPUSH" "([^"]*)" "(.*)"$', line)
         if match is not None:
             message = json.loads(codecs.escape_decode(match.group(2))[0])
-            queue = codecs.escape_decode(match.group(1))[0].decode().split(kombu_redis.Channel.sep)[0]
+            queue = codecs.escape_decode(match.group(1))[0].decode().split(STEP_SEPARATOR)[0]
             found.append((queue, message["headers"]["id"]))
     return found
 

@@ -78,9 +78,13 @@ PRIORITY_STEPS = list(range(PRIORITY_MAX + 1))
 REDIS_SCHEMES = ("redis://", "rediss://")
 
 
+#: What kombu's Redis transport puts between a queue's name and a priority step's in a list's name.
+STEP_SEPARATOR: str = kombu_redis.Channel.sep
+
+
 def queue_lists(queue: str) -> list[str]:
     """The Redis lists kombu keeps for a queue, one per priority step, in the order it serves them."""
-    return [f"{queue}{kombu_redis.Channel.sep}{step}" if step else queue for step in PRIORITY_STEPS]
+    return [f"{queue}{STEP_SEPARATOR}{step}" if step else queue for step in PRIORITY_STEPS]
 
 
 def message_priority(broker_url: str, priority: int | None) -> int | None:
