@@ -76,8 +76,6 @@ log = logging.getLogger("ratchet.worker")
 PRIORITY_STEPS = list(range(PRIORITY_MAX + 1))
 #: The brokers kombu serves with its Redis transport, whose priorities are `PRIORITY_STEPS`.
 REDIS_SCHEMES = ("redis://", "rediss://")
-
-
 #: What kombu's Redis transport puts between a queue's name and a priority step's in a list's name.
 STEP_SEPARATOR: str = kombu_redis.Channel.sep
 
