@@ -1,96 +1,42 @@
 """A tool's JSON schema from its signature and docstring.
 
-Types and defaults come from the signature; each parameter's description from the docstring's
-`Args:` section (Google style; `Arguments:`, `Parameters:` and a numpy-style `Parameters` section
-with its dashed underline are read too). The docstring's text before its first section is the
-tool's description.
+Types and defaults come from the signature; each parameter's description from the docstring, read
+by `docstring_parser` (as Agno reads it) in whichever of its styles fits best: Google (`Args:`,
+`Arguments:`, `Parameters:`), NumPy (a `Parameters` section with its dashed underline), reST
+(`:param x:`) and epydoc (`@param x:`). The docstring's text before its sections (the short
+description, then the long one) is the tool's description.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
+import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from orchestrator.errors import ConfigurationError
 
-_ARGS_HEADERS = {"args", "arguments", "parameters", "params"}
-_OTHER_HEADERS = {
-    "returns", "return", "yields", "raises", "examples", "example", "notes", "note", "see also",
-    "attributes", "warnings", "warning", "references", "todo", "other parameters",
-}  # fmt: skip
-# `name: text`, `name (int): text`, `name (int, optional): text`; numpy: `name : int` (a space before
-# the colon), its text on the indented lines below.
-_GOOGLE_ITEM = re.compile(r"^\*{0,2}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
-_NUMPY_ITEM = re.compile(r"^(\w+)\s*(?::\s*.*)?$")
+#: The keys `docstring_parser` gives what describes a parameter, in any style (`Args:`, NumPy's
+#: `Other Parameters`, reST's `:param x:`, `:arg x:`, `:keyword x:`, epydoc's `@param x:`); not an
+#: `Attributes` section's entries, which describe a class.
+PARAMETER_KEYS = frozenset({"param", "parameter", "arg", "argument", "key", "keyword", "other_param"})
 
 
 def docstring_parts(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The docstring's summary (text before its first section) and its parameter descriptions."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    summary: list[str] = []
-    params: dict[str, str] = {}
-    i = 0
-    while i < len(lines):
-        header = _section_header(lines, i)
-        if header is None:
-            summary.append(lines[i])
-            i += 1
-            continue
-        name, i = header
-        body, i = _section_body(lines, i)
-        if name in _ARGS_HEADERS:
-            params.update(_parse_items(body))
-        while i < len(lines) and _section_header(lines, i) is None:
-            i += 1  # text after a section belongs to it, not to the summary
-    return "\n".join(summary).strip(), params
+    """The docstring's summary (its text before the first section) and its parameters' descriptions,
+    each on one line (a description's lines joined by a space); a parameter without one is left out."""
+    parsed = docstring_parser.parse(doc or "")
+    summary = parsed.short_description or ""
+    if parsed.long_description:
+        summary += ("\n\n" if parsed.blank_after_short_description else "\n") + parsed.long_description
+    params = {p.arg_name: _one_line(p.description) for p in parsed.params if p.args[0] in PARAMETER_KEYS}
+    return summary.strip(), {name: text for name, text in params.items() if text}
 
 
-def _section_header(lines: list[str], i: int) -> tuple[str, int] | None:
-    """The section starting at line i (its lowercased name, the index after the header), if any."""
-    text = lines[i].strip()
-    if text.endswith(":") and text[:-1].lower() in _ARGS_HEADERS | _OTHER_HEADERS and lines[i] == lines[i].lstrip():
-        return text[:-1].lower(), i + 1
-    underline = lines[i + 1].strip() if i + 1 < len(lines) else ""
-    if text.lower() in _ARGS_HEADERS | _OTHER_HEADERS and underline and set(underline) == {"-"}:
-        return text.lower(), i + 2
-    return None
-
-
-def _section_body(lines: list[str], i: int) -> tuple[list[str], int]:
-    """The section's lines up to the next header (or a blank line then unindented text)."""
-    body: list[str] = []
-    while i < len(lines) and _section_header(lines, i) is None:
-        body.append(lines[i])
-        i += 1
-    return body, i
-
-
-def _parse_items(body: list[str]) -> dict[str, str]:
-    """Each item's description: its first line's text after the colon and its indented lines."""
-    nonblank = [line for line in body if line.strip()]
-    if not nonblank:
-        return {}
-    base = min(len(line) - len(line.lstrip()) for line in nonblank)
-    items: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in nonblank:
-        indent, text = len(line) - len(line.lstrip()), line.strip()
-        if indent == base:
-            google = _GOOGLE_ITEM.match(text)
-            numpy = None if google else _NUMPY_ITEM.match(text)
-            if google:
-                current = items[google.group(1)] = [google.group(2)] if google.group(2) else []
-            elif numpy:
-                current = items[numpy.group(1)] = []
-            else:
-                current = None
-        elif current is not None:
-            current.append(text)
-    return {name: " ".join(words).strip() for name, words in items.items() if " ".join(words).strip()}
+def _one_line(text: str | None) -> str:
+    return " ".join(line.strip() for line in (text or "").splitlines() if line.strip())
 
 
 def signature_model(

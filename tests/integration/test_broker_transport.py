@@ -1,7 +1,9 @@
-"""`workers/celery/broker.py` overrides `conn_or_acquire`, a private method of kombu's Redis channel, and
-pyproject.toml bounds kombu to the series it was checked against. These tests fail loudly when a
-kombu upgrade moves what the override relies on: the method and its signature, what the override
-calls in its place, and the override being on the path Celery publishes through."""
+"""`workers/celery/broker.py` fixes two flaws of kombu's transports. On Redis it overrides
+`conn_or_acquire`, a public method of kombu's channel, and keeps the client kombu's own gives it;
+its priorities are kombu's `priority_steps` option, with nothing overridden. On the filesystem it
+overrides private hooks, and pyproject.toml bounds kombu to the series it was checked against.
+These tests fail loudly when a kombu upgrade moves what the overrides rely on, or fixes the flaw
+one of them is for."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from queue import Empty
 from typing import Any
 
 import pytest
-import redis
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu import Connection
 from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 
@@ -37,17 +39,25 @@ def shape(function: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
 
 
-def test_kombus_redis_channel_still_has_what_the_override_relies_on() -> None:
+def test_kombus_redis_channel_still_has_what_the_override_relies_on_and_the_flaw_it_fixes(redis_url: str) -> None:
     base = kombu_redis.Channel
     # The method overridden: a generator-based context manager taking an optional client.
     assert shape(base.conn_or_acquire) == [("self", POSITIONAL, EMPTY), ("client", POSITIONAL, None)]
     assert inspect.isgeneratorfunction(inspect.unwrap(base.conn_or_acquire))
     assert shape(broker.Channel.conn_or_acquire) == shape(base.conn_or_acquire)
-    # What the override calls in its place: a client built on the channel's pool.
-    assert shape(base._create_client) == [("self", POSITIONAL, EMPTY), ("asynchronous", POSITIONAL, False)]
     assert isinstance(inspect.getattr_static(base, "pool"), property)
     assert broker.Transport.Channel is broker.Channel
     assert issubclass(broker.Transport, kombu_redis.Transport)
+    # kombu's builds a new client on every call (the flaw: once it reuses one, drop the override),
+    # on the channel's pool, and leaves it usable when its block ends (the override keeps it).
+    with Connection(redis_url, transport=kombu_redis.Transport) as conn:
+        channel = conn.channel()
+        with channel.conn_or_acquire() as first:
+            pass
+        with channel.conn_or_acquire() as second:
+            pass
+        assert first is not second and first.connection_pool is second.connection_pool is channel.pool
+        assert first.ping()
 
 
 def test_celery_publishes_every_step_through_one_client_on_a_real_redis_channel(redis_url: str, tmp_path: Path) -> None:
@@ -61,14 +71,46 @@ def test_celery_publishes_every_step_through_one_client_on_a_real_redis_channel(
             first = channel._ratchet_client
         dispatcher.publish(StepRef(run_id="run-a", seq=1, kind="model"))
 
-        # Then both went through the override, which built one client on the channel's pool
+        # Then both went through the override, which kept the one client kombu built on the channel's pool
         assert isinstance(channel, broker.Channel)
         assert first is not None and first.connection_pool is channel.pool
         assert channel._ratchet_client is first
-        with redis.Redis.from_url(redis_url) as client:
-            assert client.llen(settings.model_queue) == 2
+        assert dispatcher.queue_lengths()[settings.model_queue] == 2
     finally:
         dispatcher.app.close()
+
+
+def test_kombus_own_redis_transport_serves_runs_highest_priority_first(redis_url: str, tmp_path: Path) -> None:
+    # Given steps published by priority, lowest first (None is as 0), the way the engine publishes them
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url)
+    priorities = [None, 0, 3, 9, 5, None, 9, 1]
+    dispatcher = CeleryDispatcher(settings)
+    try:
+        for seq, priority in enumerate(priorities):
+            dispatcher.publish(StepRef(run_id="run-p", seq=seq, kind="model", priority=priority))
+    finally:
+        dispatcher.app.close()
+    # When a consumer on kombu's own Redis transport (what a rediss:// broker is served by), with
+    # Ratchet's transport options and nothing of Ratchet's overridden, takes them one by one
+    options = celery_config(settings)["broker_transport_options"]
+    taken: list[int | None] = []
+    with Connection(redis_url, transport=kombu_redis.Transport, transport_options=options) as conn:
+        channel = conn.channel()
+        assert type(channel) is kombu_redis.Channel and channel.priority_steps == broker.PRIORITY_STEPS
+        while (message := channel.basic_get(settings.model_queue, no_ack=True)) is not None:
+            taken.append(priorities[json.loads(message.body)[0][1]])
+    # Then the highest priority came first, and steps of one priority in the order they were published
+    assert taken == [9, 9, 5, 3, 1, None, 0, None]
+
+
+def test_every_redis_broker_gets_ten_priority_steps_and_steps_written_in_kombus_order() -> None:
+    for url in ("redis://localhost:6379/0", "rediss://localhost:6380/0"):
+        options = celery_config(make_settings("sqlite:///x.db", url))["broker_transport_options"]
+        assert options["priority_steps"] == list(range(10)), url
+        assert [broker.message_priority(url, p) for p in (9, 5, 0, None)] == [0, 4, 9, 9]
+    for url in ("amqp://guest@localhost//", "filesystem://localhost/"):
+        assert [broker.message_priority(url, p) for p in (9, 0, None)] == [9, 0, None]
+        assert "priority_steps" not in celery_config(make_settings("sqlite:///x.db", url))["broker_transport_options"]
 
 
 # ---------------------------------------------------------------- the filesystem broker
@@ -76,8 +118,6 @@ def test_celery_publishes_every_step_through_one_client_on_a_real_redis_channel(
 
 def filesystem_channel(folder: Path, transport: type[Any]) -> Any:
     """A channel of `transport` on the embedded default's folders under `folder`."""
-    from kombu import Connection
-
     for sub in ("queue", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     options = {"data_folder_in": str(folder / "queue"), "data_folder_out": str(folder / "queue"),

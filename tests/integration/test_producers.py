@@ -30,6 +30,7 @@ from orchestrator.sweeper import Sweeper
 from orchestrator.testing.waiting import wait_until
 from tests.integration.producing import complete
 from workers.celery.app import create_app
+from workers.celery.broker import queue_lists
 from workers.celery.embedded import EmbeddedWorker
 from workers.celery.tasks import runner_for
 
@@ -199,7 +200,8 @@ def test_celery_producers_that_send_a_start_or_a_continue_twice_get_one_run(sett
 
 def queued_steps(settings: Settings) -> int:
     """Step messages waiting on this test's model queue (no worker consumes it)."""
-    return int(redis.Redis.from_url(settings.broker_url).llen(settings.model_queue))
+    client = redis.Redis.from_url(settings.broker_url)
+    return sum(int(client.llen(name)) for name in queue_lists(settings.model_queue))
 
 
 def runs_of(client: Client, session_id: str) -> list[RunOutput]:

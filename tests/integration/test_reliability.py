@@ -35,6 +35,7 @@ from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.support import Clock, clocked_store, new_run
+from workers.celery.broker import queue_lists
 from workers.celery.dispatch import CeleryDispatcher
 from workers.celery.embedded import EmbeddedWorker
 from workers.cli import commands as cli
@@ -57,8 +58,9 @@ def assistant(text: str = "hi") -> Message:
 
 
 def queued(redis_url: str, queue: str) -> int:
-    """Messages waiting in a queue (kombu's Redis transport keeps one list per queue)."""
-    return int(redis.Redis.from_url(redis_url).llen(queue))
+    """Messages waiting in a queue (kombu's Redis transport keeps one list per queue and priority)."""
+    client = redis.Redis.from_url(redis_url)
+    return sum(int(client.llen(name)) for name in queue_lists(queue))
 
 
 def define(settings: Settings, **kwargs: object) -> Agent:

@@ -31,6 +31,7 @@ from tests.conftest import make_settings, settings_env
 from tests.integration.broker_watch import BrokerWatch
 from tests.integration.test_compose_commands import expand
 from tests.servers import RedisServer
+from workers.celery.broker import STEP_SEPARATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Imported by the workers and one producer only: in this process its agents would have every
@@ -134,14 +135,15 @@ def test_steps_of_a_routed_agent_or_tool_run_on_the_worker_of_their_queue(
 
 
 def pushed(watch: BrokerWatch) -> list[tuple[str, str]]:
-    """(queue, task id) of every task message pushed onto a queue, in order (MONITOR's lines
-    escape the message as C strings do)."""
+    """(queue, task id) of every task message pushed onto a queue (onto one of its priority
+    lists), in order (MONITOR's lines escape the list's name and the message as C strings do)."""
     found = []
     for line in watch.commands:
         match = re.search(rb'"LPUSH" "([^"]*)" "(.*)"$', line)
         if match is not None:
             message = json.loads(codecs.escape_decode(match.group(2))[0])
-            found.append((match.group(1).decode(), message["headers"]["id"]))
+            queue = codecs.escape_decode(match.group(1))[0].decode().split(STEP_SEPARATOR)[0]
+            found.append((queue, message["headers"]["id"]))
     return found
 
 

@@ -1,13 +1,8 @@
-"""Tools as Agno users write them: descriptions from the docstring's Args section, toolkits that
-group methods, and async tools on one long-lived loop per process."""
+"""Tools as Agno users write them: descriptions from the docstring (in Google, NumPy, reST or epydoc
+style), and toolkits that group methods. Async tools' loop: tests/unit/test_tool_loop.py."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import threading
-import warnings
 from typing import Literal
 
 import pytest
@@ -16,7 +11,6 @@ from orchestrator import Agent, Toolkit
 from orchestrator.errors import ConfigurationError
 from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.tools import Tool, ToolContext, tool
-from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts
 
 
@@ -67,6 +61,88 @@ def test_numpy_style_parameters_are_read_too() -> None:
     )
     assert summary == "Add two numbers."
     assert params == {"a": "The first.", "b": "The second, on two lines."}
+
+
+#: One tool's docstring in each style `docstring_parser` reads: Google, NumPy, reST and epydoc.
+STYLES = {
+    "google": """Charge a card.
+
+    Once per key.
+
+    Args:
+        amount (int): How much, in cents,
+            never negative.
+        currency: The ISO code.
+
+    Returns:
+        The receipt.
+    """,
+    "numpy": """Charge a card.
+
+    Once per key.
+
+    Parameters
+    ----------
+    amount : int
+        How much, in cents,
+        never negative.
+    currency : str
+        The ISO code.
+
+    Returns
+    -------
+    str
+        The receipt.
+    """,
+    "rest": """Charge a card.
+
+    Once per key.
+
+    :param amount: How much, in cents,
+        never negative.
+    :type amount: int
+    :param str currency: The ISO code.
+    :returns: The receipt.
+    """,
+    "epydoc": """Charge a card.
+
+    Once per key.
+
+    @param amount: How much, in cents,
+        never negative.
+    @type amount: int
+    @param currency: The ISO code.
+    @return: The receipt.
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_every_docstring_style_gives_the_description_and_each_parameters_description(style: str) -> None:
+    def charge(amount: int, currency: str = "EUR") -> str:
+        return f"{amount} {currency}"
+
+    charge.__doc__ = STYLES[style]
+    spec = Tool(charge).spec
+    assert spec.description == "Charge a card.\n\nOnce per key."
+    props = spec.parameters["properties"]
+    assert props["amount"] == {"type": "integer", "description": "How much, in cents, never negative."}
+    assert props["currency"] == {"type": "string", "default": "EUR", "description": "The ISO code."}
+
+
+def test_an_attributes_section_describes_no_parameter() -> None:
+    summary, params = docstring_parts(
+        """A shelf.
+
+        Attributes:
+            title: The shelf's own title.
+
+        Args:
+            size: How many books.
+        """
+    )
+    assert summary == "A shelf."
+    assert params == {"size": "How many books."}
 
 
 def test_a_parameter_the_docstring_does_not_name_has_no_description() -> None:
@@ -152,72 +228,6 @@ def test_an_agent_refuses_two_toolkits_offering_the_same_name() -> None:
         Agent(name="twin-shelves", model=ScriptedModel(script=[]), tools=[Shelf(), Shelf()])
 
 
-def test_async_calls_from_every_thread_share_one_loop_that_outlives_each_call() -> None:
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    async def where() -> str:
-        loops.append(asyncio.get_running_loop())
-        return "here"
-
-    t = Tool(where)
-    ctx = ToolContext(run_id="r", tool_call_id="c")
-    assert t.call({}, ctx) == "here"
-    assert t.call({}, ctx) == "here"
-    # A worker thread of a threads pool shares the agent's tools, and so what they hold, with the others.
-    thread = threading.Thread(target=t.call, args=({}, ctx))
-    thread.start()
-    thread.join()
-    assert len(loops) == 3 and len(set(map(id, loops))) == 1 and not loops[0].is_closed()
-    assert process_loop()._loop is loops[0]
-
-
-def test_a_system_exit_inside_an_async_tool_reaches_the_caller_and_the_loop_keeps_running() -> None:
-    async def exits() -> None:
-        raise SystemExit(2)
-
-    async def fine() -> str:
-        return "still here"
-
-    ctx = ToolContext(run_id="r", tool_call_id="c")
-    with pytest.raises(SystemExit):
-        Tool(exits).call({}, ctx)
-    assert Tool(fine).call({}, ctx) == "still here"
-
-
-class TimeUp(Exception):
-    """Stands for Celery's SoftTimeLimitExceeded, which a signal raises in the waiting thread."""
-
-
-def test_an_async_call_interrupted_in_its_waiting_thread_is_cancelled_and_does_not_finish() -> None:
-    events: list[str] = []
-    cancelled = threading.Event()
-
-    async def slow() -> str:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        events.append("finished")
-        return "late"
-
-    def time_up(signum: int, frame: object) -> None:
-        raise TimeUp
-
-    # As Celery's pool does at the soft limit: SIGUSR1 to the thread waiting for the call.
-    previous = signal.signal(signal.SIGUSR1, time_up)
-    timer = threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGUSR1))
-    try:
-        timer.start()
-        with pytest.raises(TimeUp):
-            Tool(slow).call({}, ToolContext(run_id="r", tool_call_id="c"))
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGUSR1, previous)
-    assert cancelled.wait(timeout=5), "the interrupted call was not cancelled"
-    assert events == []
-
-
 def test_a_tool_registered_under_another_name_keeps_its_settings() -> None:
     @tool(at_most_once=True)
     def pay(amount: int) -> str:
@@ -229,24 +239,3 @@ def test_a_tool_registered_under_another_name_keeps_its_settings() -> None:
     assert [t.name for t in kit.tools] == ["pay_invoice"]
     assert kit.functions["pay_invoice"].at_most_once
     assert kit.functions["pay_invoice"].spec.description == "Pay."
-
-
-def test_a_forked_child_starts_its_own_loop_instead_of_the_parents() -> None:
-    async def pid() -> int:
-        return os.getpid()
-
-    ctx = ToolContext(run_id="r", tool_call_id="c")
-    assert Tool(pid).call({}, ctx) == os.getpid()  # the parent's loop exists before the fork
-    read, write = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12+ warns of forking a process with threads: that is the point
-        warnings.simplefilter("ignore", DeprecationWarning)
-        child = os.fork()
-    if child == 0:  # the child answers through the pipe and exits without pytest's teardown
-        try:
-            os.write(write, str(Tool(pid).call({}, ctx)).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as answer:
-        assert answer.read() == str(child)
-    os.waitpid(child, 0)

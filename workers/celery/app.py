@@ -34,7 +34,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from orchestrator.validation import PRIORITY_MAX
-from workers.celery.broker import FILESYSTEM_TRANSPORT
+from workers.celery.broker import FILESYSTEM_TRANSPORT, PRIORITY_STEPS, REDIS_SCHEMES
 from workers.celery.broker import TRANSPORT as BROKER_TRANSPORT
 from workers.celery.task_events import BackgroundTaskEvents
 
@@ -118,7 +118,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.control_queue,
         # RabbitMQ: every queue is declared with x-max-priority, so a step's priority (0-9, higher
         # first) orders it; a queue declared earlier without it must be deleted first (RabbitMQ
-        # refuses to change a queue's arguments). Redis: `workers.celery.broker.Channel`.
+        # refuses to change a queue's arguments). Redis: kombu's `priority_steps` (`workers.celery.broker`).
         "task_queue_max_priority": PRIORITY_MAX,
         "broker_transport_options": transport,
         # kombu's Redis transport with one publishing client per pool, not one per message.
@@ -145,7 +145,7 @@ def _transport(url: str) -> str | None:
 
 
 def _transport_options(settings: Settings) -> dict[str, Any]:
-    """The broker transport's options: the filesystem broker's folders, Redis's timeouts."""
+    """The broker transport's options: the filesystem broker's folders, Redis's priorities and timeouts."""
     transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
     if settings.broker_url.startswith("filesystem://"):
         folder = Path(settings.broker_folder)
@@ -159,9 +159,11 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
             "store_processed": False,
             "polling_interval": 0.05,
         }
-    elif settings.broker_url.startswith(("redis://", "rediss://")):
+    elif settings.broker_url.startswith(REDIS_SCHEMES):
         transport.update(
             {
+                # One list per priority, the lowest served first (`workers.celery.broker.message_priority`).
+                "priority_steps": PRIORITY_STEPS,
                 "socket_keepalive": True,
                 "health_check_interval": 25,
                 # Without timeouts a broker that accepts connections and never answers blocks a

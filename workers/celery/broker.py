@@ -1,28 +1,28 @@
 """kombu's transports, with two of their flaws fixed: the Redis one builds a client object per
 message; the filesystem one (the embedded default's broker) can crash a worker that starts beside
-another process. And the Redis one orders priorities as RabbitMQ does.
+another process. And a run's priority as kombu's Redis transport orders it.
 
 Redis.
 
 kombu's Redis channel builds a new `redis.Redis` client for every message it publishes (and every
-task event), which copies the client's ~200 response callbacks each time: about 40% of a
-publish in our measurements. This channel keeps one client per connection pool; redis-py
+task event), which copies the client's ~170 response callbacks each time: about as long as the
+publish's own round trip to Redis (redis-py 8.1, in our measurements). This channel keeps the first client kombu's
+`conn_or_acquire` gives it, one per connection pool, and hands it out from then on; redis-py
 clients are thread-safe (each command takes a connection from the pool). Used for `redis://`
-brokers (see `workers.celery.app.celery_config`).
-
-`conn_or_acquire` is private to kombu: pyproject.toml holds kombu to the minor series that
-tests/integration/test_broker_transport.py passed on. Called after its connection was closed,
-it fails with kombu's own AttributeError ('NoneType' object has no attribute 'hostname', from
-`_connparams` building a new pool), exactly as kombu's method does.
+brokers (see `workers.celery.app.celery_config`). It overrides no private name of kombu's:
+`conn_or_acquire` and `pool` are public members of its Redis channel, and kombu's own builds the
+client (with its key prefix and credential provider). Called after its connection was closed, it
+fails with kombu's own AttributeError ('NoneType' object has no attribute 'hostname'), as kombu's
+method does.
 
 Priorities. kombu keeps a Redis list per queue and priority step (the queue's name, then
 "\\x06\\x16" and the step; step 0 is the plain name) and a consumer's BRPOP names them in the
-order of `priority_steps`, so the first step is served first. Its default, [0, 3, 6, 9] with 0
-first, makes a lower number more urgent and lumps ten priorities into four, where RabbitMQ (with
-x-max-priority) serves a higher number first. `Channel` has ten steps, served 9 first: a
-priority means the same on both brokers (0-9, higher first), and a message without one, as 0,
-stays in the plain list, where it always was. Only `priority_steps` and `priority`, kombu's
-attributes for this, change; both producer and worker use this transport for redis:// URLs.
+order of its `priority_steps` transport option, the lowest step first: on Redis a lower number is
+more urgent, where RabbitMQ (with x-max-priority) serves a higher number first. Ratchet gives
+kombu ten steps (`PRIORITY_STEPS`, in every Redis broker's transport options) and publishes a run's
+priority p (0-9, higher first; none as 0) as `9 - p` (`message_priority`): a priority means the same
+on both brokers, and kombu orders it with nothing of its own overridden. A step of priority 9 sits
+in the queue's plain list, one of priority 0 (or none) in `<queue>\\x06\\x169`.
 
 Filesystem. kombu's channel binds a queue by creating its exchange's table file empty and only
 then locking it to write the table: a second process binding at that moment (a producer and a
@@ -33,8 +33,9 @@ name (kombu's creates the named file, then writes it, and a consumer in another 
 it empty in between): under a `.part-*` name no queue reads, removed if the write or rename fails
 or is interrupted; one a killed writer left behind is removed by a consuming channel, which looks
 every PART_SWEEP_SECONDS (first at its first poll) for those older than PART_STALE_SECONDS.
-`_queue_bind`, `get_table`, `_put` and `_get` are private to kombu: the same version bound and
-tests hold them.
+`_queue_bind`, `_put` and `_get` (hooks of kombu's virtual channel) and `_exchange_file` (kombu
+5.7's, which checks an exchange's name) are private to kombu: pyproject.toml bounds kombu to the
+series tests/integration/test_broker_transport.py passed on.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
 
+from orchestrator.validation import PRIORITY_MAX
+
 TRANSPORT = "workers.celery.broker:Transport"
 FILESYSTEM_TRANSPORT = "workers.celery.broker:FilesystemTransport"
 #: kombu's file locks (fcntl's flock on POSIX, its own on Windows), typed.
@@ -68,18 +71,32 @@ PART_STALE_SECONDS = 60.0
 #: How often a consuming channel looks for them.
 PART_SWEEP_SECONDS = 60.0
 log = logging.getLogger("ratchet.worker")
+#: The priority steps kombu's Redis transport keeps a list for (its `priority_steps` option),
+#: served lowest first: one per priority.
+PRIORITY_STEPS = list(range(PRIORITY_MAX + 1))
+#: The brokers kombu serves with its Redis transport, whose priorities are `PRIORITY_STEPS`.
+REDIS_SCHEMES = ("redis://", "rediss://")
+#: What kombu's Redis transport puts between a queue's name and a priority step's in a list's name.
+STEP_SEPARATOR: str = kombu_redis.Channel.sep
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists kombu keeps for a queue, one per priority step, in the order it serves them."""
+    return [f"{queue}{STEP_SEPARATOR}{step}" if step else queue for step in PRIORITY_STEPS]
+
+
+def message_priority(broker_url: str, priority: int | None) -> int | None:
+    """The priority a step of a run of `priority` (0-9, higher first; None as 0) is published with:
+    on Redis `9 - priority`, kombu's order (the lowest first); elsewhere the run's own."""
+    if broker_url.startswith(REDIS_SCHEMES):
+        return PRIORITY_MAX - (priority or 0)
+    return priority
 
 
 class Channel(kombu_redis.Channel):
-    """A Redis channel that reuses its publishing client and serves priority 9 first."""
+    """A Redis channel that reuses its publishing client."""
 
     _ratchet_client: Any = None
-    #: One list per priority, in the order BRPOP takes them: the highest first.
-    priority_steps = list(range(9, -1, -1))  # noqa: RUF012  (kombu's attribute)
-
-    def priority(self, n: int) -> int:
-        """The step of priority `n`: itself, within 0-9 (kombu's bisects steps it keeps ascending)."""
-        return min(max(int(n), 0), 9)
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
@@ -88,7 +105,8 @@ class Channel(kombu_redis.Channel):
             return
         cached = self._ratchet_client
         if cached is None or cached.connection_pool is not self.pool:
-            cached = self._ratchet_client = self._create_client()  # type: ignore[no-untyped-call]
+            with super().conn_or_acquire() as cached:  # kombu's: a new client on the channel's pool
+                self._ratchet_client = cached
         yield cached
 
 

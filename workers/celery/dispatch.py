@@ -4,9 +4,9 @@ Only `(run_id, seq)` crosses the broker. Each publish gets a fresh task id that 
 run id, so Flower shows every delivery of a step (`<run_id>.<seq>.<kind>.<nonce>`).
 
 A step goes to the queue its agent or tool names (`orchestrator.routing`), else to the default
-queue of its kind, with its run's priority (0-9, higher first, on Redis as on RabbitMQ: see
-`workers.celery.broker`). A step its publisher could not route carries `reroute=True`, and the worker
-that takes it sends it on (`StepRunner.reroute`).
+queue of its kind, with its run's priority (0-9, higher first, on Redis as on RabbitMQ: on Redis
+written as kombu orders it, `workers.celery.broker.message_priority`). A step its publisher could
+not route carries `reroute=True`, and the worker that takes it sends it on (`StepRunner.reroute`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
 from workers.celery.app import MODEL_TASK, TOOLS_TASK, create_app
+from workers.celery.broker import message_priority
 
 _TASKS = {"model": MODEL_TASK, "tools": TOOLS_TASK}
 
@@ -67,7 +68,7 @@ class CeleryDispatcher:
             args=[step.run_id, step.seq],
             kwargs=None if step.routed else {"reroute": True},
             queue=step.queue or self._queues[step.kind],
-            priority=step.priority,
+            priority=message_priority(self.settings.broker_url, step.priority),
             task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
             countdown=step.countdown,
             retry=True,
