@@ -55,7 +55,18 @@ class UsageError(Exception):
         self.usage = usage
 
 
-class Refusal(RatchetError):
+class CommandFailure(Exception):
+    """A runtime failure the command reports itself, typed as the HTTP API types the same
+    failure: not one of Ratchet's errors (those are all in orchestrator/errors.py), only how the
+    command line says one."""
+
+    type = "CommandFailure"
+
+    def to_record(self) -> dict[str, str]:
+        return {"type": self.type, "message": str(self)}
+
+
+class Refusal(CommandFailure):
     """A failure the command finds itself (a session that is not there), typed as the HTTP API
     types the same failure (`SessionNotFound`)."""
 
@@ -63,13 +74,11 @@ class Refusal(RatchetError):
         super().__init__(message)
         self.type = type
 
-    def to_record(self) -> dict[str, str]:
-        return {"type": self.type, "message": str(self)}
 
-
-class AboutRun(RatchetError):
-    """An error that concerns a run the command started or found: reported as `error`, naming
-    the run (`run_id`), so that `ratchet run --wait --json` that gives up says which run goes on."""
+class AboutRun(CommandFailure):
+    """A Ratchet error that concerns a run the command started or found: reported as that
+    error, naming the run (`run_id`), so that `ratchet run --wait --json` that gives up says
+    which run goes on."""
 
     def __init__(self, error: RatchetError, run_id: str) -> None:
         super().__init__(str(error))
@@ -80,8 +89,10 @@ class AboutRun(RatchetError):
         return self.error.to_record()
 
 
-class DatabaseUnavailable(RatchetError):
+class DatabaseUnavailable(CommandFailure):
     """The database cannot be reached (a connection refused, a file that cannot be opened)."""
+
+    type = "DatabaseUnavailable"
 
 
 @contextmanager
@@ -101,14 +112,14 @@ def status_of(exc: BaseException) -> int | None:
         return status_of(exc.error)
     if isinstance(exc, UsageError | ConfigurationError):
         return USAGE
-    if isinstance(exc, RatchetError | OperationalError | InterfaceError):
+    if isinstance(exc, RatchetError | CommandFailure | OperationalError | InterfaceError):
         return FAILURE
     return None
 
 
-def _known(exc: BaseException) -> RatchetError | UsageError:
-    """`exc` as a Ratchet error (a database's driver error as DatabaseUnavailable)."""
-    if isinstance(exc, RatchetError | UsageError):
+def _known(exc: BaseException) -> RatchetError | CommandFailure | UsageError:
+    """`exc` as an error the command reports (a database's driver error as DatabaseUnavailable)."""
+    if isinstance(exc, RatchetError | CommandFailure | UsageError):
         return exc
     return DatabaseUnavailable(
         f"cannot reach the database at {_database()}: {_first_line(getattr(exc, 'orig', None) or exc)}; check that "
@@ -131,7 +142,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def error_body(exc: RatchetError | UsageError) -> dict[str, Any]:
+def error_body(exc: RatchetError | CommandFailure | UsageError) -> dict[str, Any]:
     """The error as the HTTP API's error body: `{"error": {"type", "message", ...}}`."""
     if isinstance(exc, UsageError):
         return {"error": {"type": "UsageError", "message": str(exc), "usage": exc.usage}}
