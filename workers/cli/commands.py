@@ -18,6 +18,7 @@
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
+                [--workers N] [--root-path PATH]
 
 Settings come from RATCHET_* variables (see orchestrator/settings.py). Errors print one line
 saying what to do and exit with status 2.
