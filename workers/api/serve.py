@@ -6,8 +6,8 @@ what to set; and it refuses what a web page of another site could send it (`work
 With tokens it listens where it is told, and every request but /health and the API's own
 description needs one. The tokens are never logged: the start line says how many there are.
 
-`--workers N` serves it from N processes sharing the port (uvicorn's own supervisor, which
-restarts a worker that dies); each builds the app anew (`served_app`). `--root-path /prefix` is
+`--workers N` serves it from N uvicorn worker processes sharing the port; each imports the
+agents and builds the app anew (`served_app`). `--root-path /prefix` is
 for a proxy that serves the API under `/prefix` and strips it before forwarding: the schema,
 the docs, the run pages' redirects and `Location` then carry the prefix.
 
