@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -107,11 +108,23 @@ def api(api_settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
 
 
 def error_of(response: httpx.Response, status: int, type: str) -> dict[str, Any]:
-    """The response is `status` with the JSON error shape naming `type` and saying something."""
+    """The response is `status` with the error body (`workers.api.contract.ErrorBody`): JSON,
+    naming `type`, saying what went wrong in `detail` and again in `error.message`."""
     assert response.status_code == status, (response.status_code, response.text)
-    error = response.json()["error"]
-    assert error["type"] == type and error["message"], error
+    assert response.headers["content-type"] == "application/json", response.headers
+    body = response.json()
+    error = body["error"]
+    assert error["type"] == type and error["message"] and body["detail"] == error["message"], body
     return dict(error)
+
+
+def declared(schema: dict[str, Any], method: str, path: str) -> set[str] | None:
+    """The statuses the schema states for the operation serving `method` `path` (None: no route serves it)."""
+    for template, operations in schema["paths"].items():
+        if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):  # no other sign of a regex in them
+            operation = operations.get(method.lower())
+            return None if operation is None else set(operation["responses"])
+    return None
 
 
 @pytest.mark.usefixtures("scripted")
@@ -330,19 +343,56 @@ def mistakes() -> list[tuple[str, str, dict[str, Any], int, str]]:
         ("GET", "/runs/r1/wait", {"params": {"timeout": "1e9"}}, 422, "RequestValidationError"),
         ("POST", "/runs", {"json": {"agent": AGENT, "input": "x" * BODY_LIMIT}}, 413, "ContentTooLarge"),
         ("POST", "/runs", raw(chunked), 413, "ContentTooLarge"),
+        # Without tokens, what another site's page could send (`workers.api.loopback`)
+        ("GET", "/runs/r1", {"headers": {"Host": "rebound.example"}}, 421, "MisdirectedRequest"),
+        ("GET", "/runs/r1", {"headers": {"Origin": "https://elsewhere.example"}}, 403, "ForeignOrigin"),
+        (
+            "POST",
+            "/runs/r1/cancel",
+            {"content": b"", "headers": {"Content-Type": "text/plain"}},
+            415,
+            "UnsupportedMediaType",
+        ),
     ]
 
 
-def test_every_mistake_of_a_user_is_a_4xx_with_a_json_error(api: ApiServer) -> None:
+def test_every_mistake_of_a_user_is_a_4xx_with_the_error_body_its_operation_declares(api: ApiServer) -> None:
     with api.client() as http:
+        schema = http.get("/openapi.json").json()
         for method, path, kwargs, status, kind in mistakes():
             response = http.request(method, path, **kwargs)
             assert response.status_code == status, (method, path, response.status_code, response.text)
             error_of(response, status, kind)
+            # Stated in the schema, but where no operation serves the request (a path or method unknown)
+            statuses = declared(schema, method, path.partition("?")[0])
+            assert statuses is None or str(status) in statuses, (method, path, status, statuses)
+            assert statuses is not None or status in (404, 405), (method, path)
         # A method a path does not take: 405 naming every one it does, from whichever router
         assert http.delete("/runs/r1", headers=JSON).headers["allow"] == "GET"
         assert http.request("PATCH", "/sessions/s1", headers=JSON).headers["allow"] == "DELETE, GET"
     assert "Traceback" not in api.log.read_text()
+
+
+def test_a_fault_of_the_server_is_a_500_with_the_error_body_and_its_traceback_in_the_log(
+    redis_url: str, tmp_path: Path
+) -> None:
+    database = tmp_path / "ratchet.db"
+    api = start_api(make_settings(f"sqlite:///{database}", redis_url), tmp_path / "api.log")
+    try:
+        with api.client() as http:
+            run_id = http.post("/runs", json={"agent": AGENT, "input": "hello"}, headers=JSON).json()["run_id"]
+            schema = http.get("/openapi.json").json()
+            # When the store breaks under the running server
+            with sqlite3.connect(database) as conn:
+                conn.execute("ALTER TABLE ratchet_runs RENAME TO gone")
+            failed = http.get(f"/runs/{run_id}")
+            # Then the client gets the one error body, which says where to look, and nothing of the fault
+            error = error_of(failed, 500, "InternalError")
+            assert "its log says why" in error["message"] and "runs" not in error["message"]
+            assert "500" in (declared(schema, "GET", f"/runs/{run_id}") or set())
+    finally:
+        api.stop()
+    assert "Traceback" in api.log.read_text() and "no such table: ratchet_runs" in api.log.read_text()
 
 
 def test_the_openapi_schema_is_served_and_names_every_endpoint(api: ApiServer) -> None:

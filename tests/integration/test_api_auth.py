@@ -1,6 +1,7 @@
 """Every route of the API needs a token but those it declares public (`workers.api.gate.PUBLIC_PATHS`):
 the routes are walked from the app itself, so a new one is held to the rule without anyone
-naming it here. In process over ASGI; a request the gate refuses never reaches the database."""
+naming it here; the same where an app of yours mounts the API under a path. In process over
+ASGI; a request the gate refuses never reaches the database."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import re
 from pathlib import Path
 
 import httpx2 as httpx
+import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
 from tests.conftest import make_settings
+from workers.api import create_app, mount
 from workers.api.gate import PUBLIC_PATHS
-from workers.api.routes import create_app
 
 TOKEN = "walk-token"
 
@@ -39,19 +41,27 @@ def answers(app: FastAPI, requests: list[tuple[str, str]], headers: dict[str, st
     return asyncio.run(send())
 
 
-def test_every_route_not_declared_public_answers_401_without_a_token(redis_url: str, tmp_path: Path) -> None:
-    app = create_app(make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url, api_tokens=TOKEN))
-    walked = routes(app)
-    guarded = [(m, p) for m, p in walked if p not in PUBLIC_PATHS]
-    assert len(guarded) >= 15 and ("POST", "/runs/x1/cancel") in guarded  # the walk finds the routers' routes
+@pytest.mark.parametrize("prefix", ["", "/ratchet"], ids=["served", "mounted in an app of your own"])
+def test_every_route_not_declared_public_answers_401_without_a_token(
+    redis_url: str, tmp_path: Path, prefix: str
+) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url, api_tokens=TOKEN)
+    if prefix:  # the public paths are the API's own, under the path it is mounted at; the rest is yours
+        app = FastAPI()
+        ratchet = mount(app, prefix, settings)
+    else:
+        app = ratchet = create_app(settings)
+    walked = routes(ratchet)
+    guarded = [(m, prefix + p) for m, p in walked if p not in PUBLIC_PATHS]
+    assert len(guarded) >= 15 and ("POST", f"{prefix}/runs/x1/cancel") in guarded  # the walk finds the routers' routes
 
     for headers in ({}, {"Authorization": "Bearer not-the-token"}, {"Authorization": f"Basic {TOKEN}"}):
         got = answers(app, guarded, {**headers, "Content-Type": "application/json"})
         assert {route: status for route, status in got.items() if status != 401} == {}, headers
     # The public ones are served without one (a run page's file, the schema, liveness)
-    public = answers(app, [(m, p) for m, p in walked if p in PUBLIC_PATHS and m == "GET"], {})
+    public = answers(app, [(m, prefix + p) for m, p in walked if p in PUBLIC_PATHS and m == "GET"], {})
     assert {route: status for route, status in public.items() if status == 401} == {}
-    assert public[("GET", "/health")] == 200 and public[("GET", "/ui/")] == 200
+    assert public[("GET", f"{prefix}/health")] == 200 and public[("GET", f"{prefix}/ui/")] == 200
 
 
 def test_every_guarded_operation_declares_the_bearer_scheme_so_a_generated_client_sends_the_token(

@@ -1,6 +1,8 @@
 """The API's schema states what its validators take (`workers/api/contract.py`): each pattern is
 held to the `orchestrator.validation` check behind it, both ways where the rule is exact, and
-every text a request carries has a rule in the schema, so a new parameter cannot go unstated."""
+every text a request carries has a rule in the schema, so a new parameter cannot go unstated.
+And it names what a generated client is built from: every operation by an explicit operationId
+and a summary of its own, every error status it answers with the one error body."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from fastapi.routing import iter_route_contexts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +21,7 @@ from orchestrator.errors import InvalidInputError
 from orchestrator.events import event_id, parse_id
 from orchestrator.settings import Settings
 from orchestrator.store.listing import encode_cursor
-from workers.api import contract
-from workers.api.routes import create_app
+from workers.api import contract, create_app
 
 #: Deterministic: the same examples on every run, and nothing written to a database of examples.
 SAMPLES = settings(derandomize=True, max_examples=100, database=None, deadline=None)
@@ -139,3 +141,70 @@ def test_every_text_a_request_carries_has_its_limits_in_the_schema() -> None:
     assert len(texts) > 20
     unstated = [where for where, s in texts if "pattern" not in s or "minLength" not in s]
     assert unstated == []
+    # And the size of an input, as `validation.input_text` limits it
+    bodies = schema["components"]["schemas"]
+    assert {bodies[m]["properties"]["input"]["maxLength"] for m in ("StartRequest", "ContinueRequest")} == {
+        validation.INPUT_MAX_BYTES
+    }
+
+
+def operations(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """("METHOD /path", operation) of each operation in the schema."""
+    return [(f"{m.upper()} {p}", o) for p, methods in schema["paths"].items() for m, o in methods.items()]
+
+
+def test_every_operation_has_an_explicit_camel_case_id_and_a_summary_of_its_own() -> None:
+    app = create_app(Settings(database_url="sqlite:///unused.db"))
+    stated = operations(app.openapi())
+    assert len(stated) >= 17
+    ids = [o.get("operationId", "") for _, o in stated]
+    # Given in each route (FastAPI's generated ones read `start_run_runs_post`), and stable: a
+    # generated client names its methods after them
+    assert [i for i in ids if not re.fullmatch(r"[a-z]+([A-Z][a-z]+)*", i)] == []
+    given = {r.operation_id for r in iter_route_contexts(app.routes) if getattr(r, "include_in_schema", False)}
+    assert set(ids) == given and len(set(ids)) == len(ids), ids
+    summaries = [o.get("summary", "") for _, o in stated]
+    assert "" not in summaries and len(set(summaries)) == len(summaries), summaries
+    assert {"startRun", "getRun", "getSession", "getSessionRuns", "streamRunEvents"} <= set(ids)
+
+
+def test_every_link_names_an_operation_of_the_schema() -> None:
+    schema = create_app(Settings(database_url="sqlite:///unused.db")).openapi()
+    ids = {o["operationId"] for _, o in operations(schema)}
+    links = schema["paths"]["/runs"]["post"]["responses"]["202"]["links"]
+    assert {link["operationId"] for link in links.values()} <= ids and len(links) == 9
+
+
+def error_schemas(schema: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(operation, status) -> the content of each 4xx and 5xx response the schema states."""
+    return {
+        (where, status): response.get("content", {})
+        for where, operation in operations(schema)
+        for status, response in operation["responses"].items()
+        if status[0] in "45"
+    }
+
+
+@pytest.mark.parametrize("tokens", ["", "t0k3n"], ids=["without tokens", "with tokens"])
+def test_every_error_status_of_every_operation_is_the_error_body_in_json(tokens: str) -> None:
+    schema = create_app(Settings(database_url="sqlite:///unused.db", api_tokens=tokens)).openapi()
+    errors = error_schemas(schema)
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    # A failed health check answers its report, which says what failed in `detail` too
+    report = {("GET /health/checks", "503")}
+    assert {where: content for where, content in errors.items() if content != body and where not in report} == {}
+    assert "detail" in schema["components"]["schemas"]["HealthReport"]["properties"]
+    error_body = schema["components"]["schemas"]["ErrorBody"]
+    assert error_body["required"] == ["detail", "error"] and error_body["properties"]["detail"]["type"] == "string"
+    assert "HTTPValidationError" not in schema["components"]["schemas"]  # FastAPI's 422, never answered
+    # Every operation may fail on the server; a stream's refusals are JSON like the others'
+    assert {where for where, _ in operations(schema)} == {where for where, status in errors if status == "500"}
+    assert {"401", "404", "422"} <= {status for where, status in errors if where == "GET /runs/{run_id}/events"}
+    # Without tokens, the refusals of the Guard in front of every route (`workers.api.loopback`)
+    guarded = {(where, status) for where, status in errors if status in {"403", "415", "421"}}
+    if tokens:
+        assert guarded == set()
+    else:
+        writes = {where for where, _ in operations(schema) if not where.startswith("GET ")}
+        assert {where for where, status in guarded if status == "415"} == writes
+        assert {where for where, status in guarded if status == "421"} == {where for where, _ in operations(schema)}

@@ -115,7 +115,14 @@ def _summaries(entries: list[Entry]) -> dict[str, AgentDetail]:
     }
 
 
-@router.get("/agents", response_model=AgentList, tags=["agents"], responses=refusals(401))
+@router.get(
+    "/agents",
+    operation_id="listAgents",
+    summary="List the agents and teams",
+    response_model=AgentList,
+    tags=["agents"],
+    responses=refusals(401),
+)
 def list_agents(client: ClientDep) -> AgentList:
     """Every agent and team a worker ever served, by name, with its latest definition and whether
     a live worker serves it."""
@@ -123,7 +130,14 @@ def list_agents(client: ClientDep) -> AgentList:
     return AgentList(agents=[AgentSummary(**d.model_dump(exclude={"definitions"})) for d in details.values()])
 
 
-@router.get("/agents/{agent}", response_model=AgentDetail, tags=["agents"], responses=refusals(401, 404, 422))
+@router.get(
+    "/agents/{agent}",
+    operation_id="getAgent",
+    summary="Get an agent or team",
+    response_model=AgentDetail,
+    tags=["agents"],
+    responses=refusals(401, 404, 422),
+)
 def get_agent(agent: AgentName, client: ClientDep) -> AgentDetail:
     """One agent or team, with every definition workers served. 404 if no worker ever served it."""
     details = _summaries(catalog.entries(client.store, client.settings, agent))

@@ -38,10 +38,16 @@ class HealthReport(BaseModel):
 
     healthy: bool
     checks: list[CheckOut]
+    detail: str | None = Field(
+        default=None,
+        description="503: each check that failed and what it found, where a client looks for an error's detail",
+    )
 
 
 @router.get(
     "/health/checks",
+    operation_id="checkHealth",
+    summary="Run the health checks",
     response_model=HealthReport,
     tags=["meta"],
     responses={503: {"model": HealthReport, "description": "a check failed"}, **refusals(401, 422)},
@@ -92,4 +98,5 @@ def health_checks(
     )
     response.status_code = 200 if report.healthy else 503
     checks = [CheckOut(name=c.name, ok=c.ok, detail=c.detail, info=c.info) for c in report.checks]
-    return HealthReport(healthy=report.healthy, checks=checks)
+    failed = "; ".join(f"{c.name}: {c.detail}" for c in checks if not c.ok)
+    return HealthReport(healthy=report.healthy, checks=checks, detail=failed or None)

@@ -150,22 +150,26 @@ class ContinueRequest(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    """What went wrong: the error's type name and a message saying what to do."""
+    """What went wrong: the error's type name, for a client to branch on, and what to do."""
 
-    type: str
-    message: str
+    type: str = Field(description="the error's name: RunNotFoundError, RequestValidationError, Unauthorized...")
+    message: str = Field(description="what went wrong and what to do (the same text as `detail`)")
     run_id: str | None = Field(
         default=None,
         description="503: the run, saved as QUEUED, that the sweeper will publish; 409 RunLiveError: the live run",
     )
     details: list[dict[str, Any]] | None = Field(
-        default=None, description="422 only: each field that does not fit, and why"
+        default=None, description="422 only: each field that does not fit (`loc`, `msg`, `type`)"
     )
 
 
 class ErrorBody(BaseModel):
-    """Every error response."""
+    """Every error response, of every route and status (`workers.api.problems`): `detail` says
+    what went wrong and what to do, `error.type` names the error."""
 
+    detail: str = Field(
+        description="what went wrong and what to do: always text, a 422's too (its fields are in `error.details`)"
+    )
     error: ErrorDetail
 
 
@@ -175,31 +179,30 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
 
 
-def _operation(path: str, method: str) -> str:
-    """An operationRef: the JSON pointer of an operation in this schema."""
-    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
-
-
-_BY_RUN = [("GetRun", "/runs/{run_id}", "get"), ("WaitForRun", "/runs/{run_id}/wait", "get"),
-           ("ContinueRun", "/runs/{run_id}/continue", "post"), ("CancelRun", "/runs/{run_id}/cancel", "post"),
-           ("RunEvents", "/runs/{run_id}/events", "get"), ("RunLog", "/runs/{run_id}/log", "get"),
-           ("RunSteps", "/runs/{run_id}/steps", "get")]  # fmt: skip
-_BY_SESSION = [("GetSession", "/sessions/{session_id}", "get"), ("DeleteSession", "/sessions/{session_id}", "delete")]
+#: The operations a run's answer links to, by operationId (each route states its own, in camelCase).
+_BY_RUN = ("getRun", "waitForRun", "continueRun", "cancelRun", "streamRunEvents", "getRunLog", "getRunSteps")
+_BY_SESSION = ("getSession", "deleteSession")
 #: OpenAPI links of an answer that is a run: what a client can do with it next, by its run_id and
 #: session_id (a generated client, and a stateful fuzzer, follow them).
 RUN_LINKS: dict[str, Any] = {
-    name: {"operationRef": _operation(path, method), "parameters": {key: f"$response.body#/{key}"}}
+    operation[0].upper() + operation[1:]: {"operationId": operation, "parameters": {key: f"$response.body#/{key}"}}
     for key, operations in (("run_id", _BY_RUN), ("session_id", _BY_SESSION))
-    for name, path, method in operations
+    for operation in operations
 }
+#: What every operation may answer besides its own refusals: a fault of the server's.
+SERVER_FAULT = 500
 
 
 def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route answering JSON: these statuses, each with the error body."""
-    return {code: {"model": ErrorBody} for code in codes}
+    """The `responses=` of a route answering JSON: these statuses and a 500, each with the error body."""
+    return {code: {"model": ErrorBody} for code in (*codes, SERVER_FAULT)}
 
 
 def json_refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The same for a route whose own answer is not JSON (a stream, plain text): its errors are."""
-    schema = {"$ref": "#/components/schemas/ErrorBody"}
-    return {code: {"content": {"application/json": {"schema": schema}}} for code in codes}
+    return {code: error_content() for code in (*codes, SERVER_FAULT)}
+
+
+def error_content() -> dict[str, Any]:
+    """A response of the schema whose body is the error body, as JSON."""
+    return {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}

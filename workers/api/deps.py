@@ -1,6 +1,7 @@
-"""What the API's routes depend on: the `Client` the app serves, and the bearer token scheme
-each router declares. Its own module so that the routes (`routes.py`, `records.py`,
-`checks.py`) all take them from here and none imports another."""
+"""What the API's routes depend on: the `Client` the app serves, the bearer token scheme each
+router declares, and the path the API is served under. Its own module so that the routes
+(`routes.py`, `records.py`, `checks.py`, `ui.py`) and the gate all take them from here and none
+imports another."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPBearer
+from starlette.types import Scope
 
 from orchestrator.client import Client
 
@@ -26,3 +28,21 @@ def token_router() -> APIRouter:
     generated from it send the header. The token itself is checked by the Gate, before the body
     is read."""
     return APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+
+
+def root_path(scope: Scope) -> str:
+    """The path in front of the API's own (`ratchet api --root-path`, or where an app mounts it),
+    without a trailing slash: '' when the API is served at the root."""
+    return str(scope.get("root_path", "")).rstrip("/")
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path as the routes match it: without the root path in front, as Starlette's
+    router strips it (a server told `--root-path /p` sees `/p/health` for the proxy's `/health`)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workers.api import ui
+from workers.api.deps import route_path
 from workers.api.problems import error_response
 
 #: Paths served without a token: the liveness probe, the API's own description, and the run
@@ -45,7 +46,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if self._tokens and scope["path"] not in PUBLIC_PATHS and not self._authorized(headers):
+        if self._tokens and (route_path(scope) or "/") not in PUBLIC_PATHS and not self._authorized(headers):
             refusal = error_response(
                 401,
                 "Unauthorized",

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
+from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from workers.api.contract import error_content
 from workers.api.problems import error_response
 
 #: The methods that change nothing: every other one must say it sends JSON.
@@ -100,6 +103,31 @@ class Guard:
     def _allowed(self, origin: str, scheme: str, host: str) -> bool:
         """The request's own origin (the page the API served), or one listed."""
         return origin.lower() in self._origins or same_origin(origin, scheme, host)
+
+
+#: What the Guard answers, by status, as the schema says it of every operation it stands in front of.
+REFUSED = {421: "Host names no loopback address", 403: "a page of another origin", 415: "a write that is not JSON"}
+
+
+def declare_refusals(app: FastAPI) -> None:
+    """The app's schema with what the Guard refuses stated on each operation: 421 and 403 on
+    every one, 415 on those whose method is not SAFE. For an API served without tokens."""
+    stated = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = stated()
+            for operations in schema.get("paths", {}).values():
+                for method, operation in operations.items():
+                    for status, description in REFUSED.items():
+                        if status != 415 or method.upper() not in SAFE:
+                            operation["responses"].setdefault(
+                                str(status), {"description": description, **error_content()}
+                            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def add_cors(app: Starlette, origins: Sequence[str]) -> None:

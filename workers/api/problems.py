@@ -1,8 +1,12 @@
 """How the HTTP API answers a failure: one JSON shape and one status per error.
 
-Every error body is `{"error": {"type": ..., "message": ...}}`, plus `run_id` where a run was
-saved anyway (503) and `details` for a request that does not fit its schema (422). A user's
-mistake is always a 4xx; a 500 means a fault of the server, logged with its traceback.
+Every error body, a route's or FastAPI's own (a path no route serves, a method it does not take,
+a request that does not fit), is `{"detail": ..., "error": {"type": ..., "message": ...}}`
+(`workers.api.contract.ErrorBody`): `detail` says what went wrong and what to do, where a FastAPI
+client looks first, and `error.message` says the same; `error.type` names the error, for a client
+to branch on; `error.run_id` where a run was saved anyway (503) or is in the way (409 RunLiveError)
+and `error.details` for a request that does not fit its schema (422). A user's mistake is always a
+4xx; a 500 means a fault of the server, logged with its traceback.
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
     RunConflictError, RunBusyError, RunNotContinuableError  409
@@ -67,9 +71,10 @@ class ApiError(Exception):
 
 
 def error_response(status: int, type: str, message: str, **extra: Any) -> JSONResponse:
-    """The one error shape, `{"error": {"type", "message", ...extra}}`."""
+    """The one error shape, `{"detail": message, "error": {"type", "message", ...extra}}`."""
     headers = extra.pop("headers", None)
-    return JSONResponse({"error": {"type": type, "message": message, **extra}}, status_code=status, headers=headers)
+    body = {"detail": message, "error": {"type": type, "message": message, **extra}}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def status_of(exc: RatchetError) -> int:
@@ -134,7 +139,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 def allowed_methods(request: Request) -> str:
     """Every method some route takes on the request's path: Starlette's 405 names only those of
-    the first route it found there (`/sessions/{id}` has GET in one router, DELETE in another)."""
+    the first route it found there (GET and DELETE `/sessions/{id}` are two routes)."""
     methods: set[str] = set()
     for route in iter_route_contexts(request.app.routes):  # included routers' routes too
         if route.methods and route.matches(request.scope)[0] != Match.NONE:

@@ -1,12 +1,14 @@
-"""The HTTP API's routes on stored runs: list them, read a run's log and steps, delete a session.
+"""The HTTP API's routes on stored runs: list them, read a run's log and steps, read and delete a session.
 
     GET    /runs                 a page of runs, newest first: ?status=ERROR&agent=a&since=6h&cursor=...
     GET    /runs/{run_id}/log    what happened to the run besides its messages (retries, errors...)
     GET    /runs/{run_id}/steps  its steps: task, attempt, status, duration, tokens (`orchestrator.timeline`)
+    GET    /sessions/{id}        a session: its user, its state and its runs (?user_id=: only if it is theirs)
+    GET    /sessions/{id}/runs   the same (the path it had first)
     DELETE /sessions/{id}        the session, its runs and everything stored for them
 
-Each calls `Client` (`list_runs`, `get_log`, `get_steps`, `delete_session`) with the same arguments and
-errors. `GET /runs/{run_id}/events` is another thing: the run's events as a live stream
+Each calls `Client` (`list_runs`, `get_log`, `get_steps`, `get_session`, `delete_session`) with the
+same arguments and errors. `GET /runs/{run_id}/events` is another thing: the run's events as a live stream
 (`workers.api.routes`); the log is a stored record, read at once. Pruning old runs is the command
 line's and Python's (`ratchet prune`, `Client.prune`): a bulk delete is an operator's job, run
 from a schedule, not a request a token holder makes.
@@ -20,7 +22,7 @@ from fastapi import Query
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from orchestrator import validation as v
-from orchestrator.run import LogEntry, RunPage
+from orchestrator.run import LogEntry, RunPage, Session
 from orchestrator.timeline import Step
 from workers.api.contract import CURSOR, MOMENT, STATUSES, RunId, SessionId, name, pattern, refusals, text, texts
 from workers.api.deps import ClientDep, token_router
@@ -50,7 +52,14 @@ class SessionDeleted(BaseModel):
     runs: int = Field(description="runs deleted, member runs included")
 
 
-@router.get("/runs", response_model=RunPage, tags=["runs"], responses=refusals(401, 422))
+@router.get(
+    "/runs",
+    operation_id="listRuns",
+    summary="List runs",
+    response_model=RunPage,
+    tags=["runs"],
+    responses=refusals(401, 422),
+)
 def list_runs(
     client: ClientDep,
     status: Annotated[
@@ -102,14 +111,28 @@ def list_runs(
     )
 
 
-@router.get("/runs/{run_id}/log", response_model=RunLog, tags=["runs"], responses=refusals(401, 404, 422))
+@router.get(
+    "/runs/{run_id}/log",
+    operation_id="getRunLog",
+    summary="Get a run's log",
+    response_model=RunLog,
+    tags=["runs"],
+    responses=refusals(401, 404, 422),
+)
 def run_log(run_id: RunId, client: ClientDep) -> RunLog:
     """The run's log, oldest first: retries, errors, leases the sweeper took back, fenced writes,
     delegations and fan-ins, continues, cancels (not its member runs': ask for each)."""
     return RunLog(run_id=run_id, entries=client.get_log(run_id))
 
 
-@router.get("/runs/{run_id}/steps", response_model=RunSteps, tags=["runs"], responses=refusals(401, 404, 422))
+@router.get(
+    "/runs/{run_id}/steps",
+    operation_id="getRunSteps",
+    summary="Get a run's steps",
+    response_model=RunSteps,
+    tags=["runs"],
+    responses=refusals(401, 404, 422),
+)
 def run_steps(run_id: RunId, client: ClientDep) -> RunSteps:
     """The run's steps in order: each one's task (a model call, a tool batch, a fan-in), status,
     attempt, when it could start and ended (its duration includes time in the queue: a claim's
@@ -119,7 +142,12 @@ def run_steps(run_id: RunId, client: ClientDep) -> RunSteps:
 
 
 @router.delete(
-    "/sessions/{session_id}", response_model=SessionDeleted, tags=["sessions"], responses=refusals(401, 404, 409, 422)
+    "/sessions/{session_id}",
+    operation_id="deleteSession",
+    summary="Delete a session",
+    response_model=SessionDeleted,
+    tags=["sessions"],
+    responses=refusals(401, 404, 409, 422),
 )
 def delete_session(session_id: SessionId, client: ClientDep) -> SessionDeleted:
     """Delete the session, its runs (member runs included) and everything stored for them. 409
@@ -129,3 +157,40 @@ def delete_session(session_id: SessionId, client: ClientDep) -> SessionDeleted:
     if deleted is None:
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
     return SessionDeleted(session_id=session_id, runs=deleted.runs)
+
+
+@router.get(
+    "/sessions/{session_id}",
+    operation_id="getSession",
+    summary="Get a session",
+    response_model=Session,
+    tags=["sessions"],
+    responses=refusals(401, 404, 422),
+)
+@router.get(
+    "/sessions/{session_id}/runs",
+    operation_id="getSessionRuns",
+    summary="Get a session (its first path)",
+    description="The same answer as `GET /sessions/{session_id}` (getSession), at the path it had first.",
+    response_model=Session,
+    tags=["sessions"],
+    responses=refusals(401, 404, 422),
+)
+def get_session(
+    session_id: SessionId,
+    client: ClientDep,
+    user_id: Annotated[
+        str | None,
+        Query(description="the session only if it is this user's, with this user's runs"),
+        text(name(v.USER_ID_MAX)),
+    ] = None,
+) -> Session:
+    """The session: its user, its state, and its runs, oldest first, each with its messages and
+    member runs. With `user_id`: 404 unless the session is that user's (its first run's), and
+    only that user's runs."""
+    session = client.get_session(session_id, user_id=user_id)
+    if session is None:
+        if user_id is not None:  # whether the session is somebody else's is not said
+            raise ApiError(404, "SessionNotFound", f"no session {session_id!r} of user_id {user_id!r}")
+        raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
+    return session

@@ -1,7 +1,9 @@
 """The HTTP API: runs started, read, waited for, continued, cancelled and streamed over HTTP.
 
 A producer like the command line: every route calls an `orchestrator.Client`, and the workers
-run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`workers.api.serve`).
+run the steps. `create_app()` builds the ASGI app; `mount()` serves it inside an app of your own,
+under a path; `ratchet api` serves it on uvicorn (`workers.api.serve`). Each operation has an
+explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its own.
 
     POST /runs                      start a run (Idempotency-Key: the same key starts one run)
     GET  /runs/{run_id}             the run, its messages and member runs
@@ -10,9 +12,8 @@ run the steps. `create_app()` builds the ASGI app; `ratchet api` serves it (`wor
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
                                     (204 once the run has stopped and nothing is left to send)
-    GET  /sessions/{id}             a session: its user, its state and its runs (?user_id=: only if it is theirs)
-    GET  /sessions/{id}/runs        the same (the route it had first)
-    GET  /runs, GET /runs/{run_id}/log, /steps, DELETE /sessions/{id}: listing, logs, steps, deletes (`records.py`)
+    GET  /runs, GET /runs/{run_id}/log, /steps, GET and DELETE /sessions/{id}: listing, logs,
+                                    steps, sessions (`records.py`)
     GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
@@ -30,20 +31,27 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from starlette.applications import Starlette
 
 from orchestrator import validation
 from orchestrator.agent import get_agent
 from orchestrator.client import Client
 from orchestrator.control import derived_run_id
-from orchestrator.errors import AgentNotFoundError, RunConflictError, RunWaitTimeout, SessionOwnedError
+from orchestrator.errors import (
+    AgentNotFoundError,
+    ConfigurationError,
+    RunConflictError,
+    RunWaitTimeout,
+    SessionOwnedError,
+)
 from orchestrator.events import RunEvent
-from orchestrator.run import RunOutput, RunRecord, Session
+from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from workers.api import agents, checks, problems, records, ui
 from workers.api.contract import (
@@ -54,7 +62,6 @@ from workers.api.contract import (
     ContinueRequest,
     Health,
     RunId,
-    SessionId,
     StartRequest,
     json_refusals,
     name,
@@ -62,10 +69,9 @@ from workers.api.contract import (
     refusals,
     text,
 )
-from workers.api.deps import ClientDep, token_router
+from workers.api.deps import ClientDep, root_path, token_router
 from workers.api.gate import Gate
-from workers.api.loopback import Guard, add_cors
-from workers.api.problems import ApiError
+from workers.api.loopback import Guard, add_cors, declare_refusals
 from workers.prometheus import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
@@ -76,7 +82,8 @@ router = token_router()
 
 
 def create_app(settings: Settings | None = None, *, client: Client | None = None) -> FastAPI:
-    """The API's ASGI app over `client` (default: a Client of `settings`, default from the env)."""
+    """The API's ASGI app over `client` (default: a Client of `settings`, default from the env).
+    To serve it inside a FastAPI app of your own, under a path: `mount`."""
     settings = settings or Settings.from_env()
     client = client or Client(settings)
 
@@ -100,6 +107,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
     if not settings.api_token_values:
         app.add_middleware(Guard, origins=settings.api_cors_origin_values)
+        declare_refusals(app)
     if settings.api_cors_origin_values:
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
@@ -107,8 +115,40 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.include_router(agents.router)
     app.include_router(ui.router)
     app.include_router(checks.router)
-    app.add_api_route("/health", _health, methods=["GET"], response_model=Health, tags=["meta"])
+    app.add_api_route(
+        "/health",
+        _health,
+        methods=["GET"],
+        operation_id="getHealth",
+        summary="Liveness",
+        response_model=Health,
+        tags=["meta"],
+        responses=refusals(),
+    )
     return app
+
+
+def mount(
+    app: Starlette, path: str = "/ratchet", settings: Settings | None = None, *, client: Client | None = None
+) -> FastAPI:
+    """Serve the API inside `app`, an app of your own, under `path`, and return the API's app.
+    All of it is there: its routes, its schema and docs (`{path}/openapi.json`, `{path}/docs`),
+    the token check, the limits, the error shape and the run pages; and its start (the store
+    opened) runs in `app`'s lifespan, around your own, since a server starts only the outer app.
+    Your own routes, their middleware and their errors are left as they were."""
+    if not path.startswith("/") or path.endswith("/"):
+        raise ConfigurationError(f"mount the API under a path such as '/ratchet', not {path!r}: a '/' first, none last")
+    ratchet = create_app(settings, client=client)
+    app.mount(path, ratchet)
+    yours = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def both(outer: Any) -> AsyncIterator[Any]:
+        async with ratchet.router.lifespan_context(ratchet), yours(outer) as state:
+            yield state
+
+    app.router.lifespan_context = both
+    return ratchet
 
 
 def _health() -> Health:
@@ -118,6 +158,8 @@ def _health() -> Health:
 
 @router.post(
     "/runs",
+    operation_id="startRun",
+    summary="Start a run",
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
@@ -125,6 +167,7 @@ def _health() -> Health:
 )
 def start_run(
     body: StartRequest,
+    request: Request,
     response: Response,
     client: ClientDep,
     idempotency_key: Annotated[
@@ -162,7 +205,8 @@ def start_run(
             f"Idempotency-Key {key!r} was sent with another request before ({exc}); a new request needs a new key"
         ) from None
     run = client.get_run(handle.run_id)
-    response.headers["Location"] = f"/runs/{run.run_id}"
+    # Under the path a proxy (`ratchet api --root-path`) or a mount puts in front: the URL a client can follow.
+    response.headers["Location"] = f"{root_path(request.scope)}/runs/{run.run_id}"
     return run
 
 
@@ -184,13 +228,27 @@ def _served(agent: str) -> None:
         ) from None
 
 
-@router.get("/runs/{run_id}", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
+@router.get(
+    "/runs/{run_id}",
+    operation_id="getRun",
+    summary="Get a run",
+    response_model=RunOutput,
+    tags=["runs"],
+    responses=refusals(401, 404, 422),
+)
 def get_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """The run with its messages and member runs."""
     return client.get_run(run_id)
 
 
-@router.get("/runs/{run_id}/wait", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 422))
+@router.get(
+    "/runs/{run_id}/wait",
+    operation_id="waitForRun",
+    summary="Wait for a run to stop",
+    response_model=RunOutput,
+    tags=["runs"],
+    responses=refusals(401, 404, 422),
+)
 async def wait_run(
     run_id: RunId,
     client: ClientDep,
@@ -206,6 +264,8 @@ async def wait_run(
 
 @router.post(
     "/runs/{run_id}/continue",
+    operation_id="continueRun",
+    summary="Continue a run",
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
@@ -220,7 +280,14 @@ def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None 
     return client.get_run(handle.run_id)
 
 
-@router.post("/runs/{run_id}/cancel", response_model=RunOutput, tags=["runs"], responses=refusals(401, 404, 409, 422))
+@router.post(
+    "/runs/{run_id}/cancel",
+    operation_id="cancelRun",
+    summary="Cancel a run",
+    response_model=RunOutput,
+    tags=["runs"],
+    responses=refusals(401, 404, 409, 422),
+)
 def cancel_run(run_id: RunId, client: ClientDep) -> RunOutput:
     """Cancel a run that has not finished, and its member runs; 409 for a COMPLETED run."""
     return client.cancel(run_id)
@@ -266,6 +333,8 @@ async def _prepend(first: RunEvent, rest: AsyncIterator[RunEvent]) -> AsyncItera
 
 @router.get(
     "/runs/{run_id}/events",
+    operation_id="streamRunEvents",
+    summary="Stream a run's events",
     response_class=EventSourceResponse,
     tags=["runs"],
     responses={
@@ -288,33 +357,13 @@ async def run_events(
         yield ServerSentEvent(raw_data=data, event=event.event, id=event.id)
 
 
-@router.get("/sessions/{session_id}", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
-@router.get("/sessions/{session_id}/runs", response_model=Session, tags=["sessions"], responses=refusals(401, 404, 422))
-def session_runs(
-    session_id: SessionId,
-    client: ClientDep,
-    user_id: Annotated[
-        str | None,
-        Query(description="the session only if it is this user's, with this user's runs"),
-        text(name(validation.USER_ID_MAX)),
-    ] = None,
-) -> Session:
-    """The session: its user, its state, and its runs, oldest first, each with its messages and
-    member runs. With `user_id`: 404 unless the session is that user's (its first run's), and
-    only that user's runs."""
-    session = client.get_session(session_id, user_id=user_id)
-    if session is None:
-        if user_id is not None:  # whether the session is somebody else's is not said
-            raise ApiError(404, "SessionNotFound", f"no session {session_id!r} of user_id {user_id!r}")
-        raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
-    return session
-
-
 @router.get(
     "/metrics",
+    operation_id="getMetrics",
+    summary="Prometheus metrics",
     response_class=PlainTextResponse,
     tags=["meta"],
-    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **json_refusals(401)},
+    responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **json_refusals(401, 422)},
 )
 def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     """Prometheus metrics in its text format: runs by agent and status, retries, sweeper

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from importlib import resources
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
+
+from workers.api.deps import root_path
 
 #: The files the page is made of, and their types.
 FILES = {
@@ -53,8 +55,11 @@ def _file(name: str) -> bytes:
 
 @router.get("/")
 @router.get("/ui")
-def _to_page() -> RedirectResponse:
-    return RedirectResponse("ui/", status_code=307)  # relative: right behind a path prefix too
+def _to_page(request: Request) -> RedirectResponse:
+    # Under the root path when the server knows it (`--root-path`, a mount); else relative, which
+    # is right behind a prefix it was not told of too, but for the prefix alone without its slash.
+    root = root_path(request.scope)
+    return RedirectResponse(f"{root}/ui/" if root else "ui/", status_code=307)
 
 
 @router.get("/ui/")

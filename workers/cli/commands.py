@@ -18,6 +18,7 @@
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
     ratchet api --app MODULE [--host H] [--port N] the HTTP API (workers/api/serve.py)
+                [--workers N] [--root-path PATH]
 
 Settings come from RATCHET_* variables (see orchestrator/settings.py). An error prints one line
 saying what to do (with --json, the HTTP API's error body) and the status says which kind it is:
