@@ -52,8 +52,10 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
     from celery import Celery
 
-#: The repository's examples/ (workers/cli/commands.py is two folders below it).
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: The seed scenarios `ratchet demo` runs: installed from the wheel, the copy it carries as
+#: workers/examples/ (pyproject.toml's package-dir); in a source checkout, the repository's examples/.
+_PACKAGED = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[2] / "examples"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,7 +195,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not path.exists():
         names = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.py"))) or "none"
         raise ConfigurationError(f"no example {args.example!r} in {EXAMPLES.name}/ (known: {names})")
-    sys.path.insert(0, str(EXAMPLES.parent))
     runpy.run_path(str(path), run_name="__main__")
     return 0
 
