@@ -58,7 +58,9 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> N
 
         from workers.api.routes import create_app
     except ImportError as exc:
-        raise ConfigurationError(f"ratchet api needs the api extra (pip install 'ratchet[api]'): {exc}") from None
+        raise ConfigurationError(
+            f"ratchet api needs the api extra (pip install 'ratchet-agents[api]'): {exc}"
+        ) from None
     log.setLevel(logging.INFO)  # the start line below, and requests that fail on the server
     tokens = settings.api_token_values
     if tokens:
