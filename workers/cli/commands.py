@@ -43,6 +43,7 @@ from workers.api.serve import add_api_command
 from workers.cli import exits
 from workers.cli.agent_commands import add_agents_command
 from workers.cli.exits import SIGPIPE_EXIT
+from workers.cli.launch import VersionAction
 from workers.cli.run_commands import add_run_commands
 from workers.cli.stored import add_ops_commands
 from workers.health import add_health_command
@@ -129,6 +130,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     add_run_commands(sub)
