@@ -1,23 +1,40 @@
-# The two commands a newcomer runs: `make demo` and `make test`. Both set everything up first.
+# The two commands a newcomer runs: `make demo` and `make test`. Both set everything up first,
+# each only what it needs: the demo installs Ratchet alone (`pip install -e .`), the tests every
+# extra and the test tools (`.[dev]`). Each has its own stamp, so either may run first.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.installed-demo-stamp
 
 .PHONY: demo test test-fast lint typecheck bench bench-quick services clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Ratchet needs Python 3.11 or newer (set PYTHON=python3.11)")'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+	@$(PYTHON) -m venv $(VENV) || { \
 		echo "venv failed: installing python3-venv"; apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install -q --upgrade pip
+
+# Ratchet was installed as `ratchet` before (an unrelated project's name on the public index): an
+# editable install of this folder under that name would stay beside the new one, and so would its
+# metadata in ratchet.egg-info/, found as a second distribution whenever this folder is on sys.path.
+FORGET_OLD_NAME = if $(BIN)/python -m pip show ratchet 2>/dev/null | grep -qx "Editable project location: $(CURDIR)"; \
+	then $(BIN)/python -m pip uninstall -q -y ratchet; fi; rm -rf ratchet.egg-info
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@$(FORGET_OLD_NAME)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	@$(FORGET_OLD_NAME)
+	$(BIN)/python -m pip install -q -e .
+	@touch $(DEMO_STAMP)
 
 ## Run the seed scenarios, a team delegating to two members, a streamed run, a chat with session
 ## history and an extraction job with an output schema, on the embedded default: SQLite,
 ## a broker that needs no server, an in-process worker, and the scripted model unless OPENAI_API_KEY is set.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo
 	$(BIN)/ratchet demo team_research
 	$(BIN)/ratchet demo streaming

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces of runs, optional (`pip install 'ratchet[otel]'`): one trace per run.
+"""OpenTelemetry traces of runs, optional (`pip install 'ratchet-agents[otel]'`): one trace per run.
 
 Ratchet uses the OpenTelemetry API only, and records nothing until the application sets a tracer
 provider (`opentelemetry.trace.set_tracer_provider`, in every process that starts runs or runs

@@ -32,10 +32,12 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 #: The only isolation level Ratchet's PostgreSQL transactions run at (see above).
 PG_ISOLATION = "READ COMMITTED"
+#: What installs the PostgreSQL driver (psycopg 3): SQLite users need none, so it is an extra.
+POSTGRES_EXTRA = "ratchet-agents[postgres]"
 
 
 def normalise_url(url: str) -> str:
-    """Use psycopg 3 for plain `postgresql://` URLs (the driver Ratchet installs)."""
+    """Use psycopg 3 for plain `postgresql://` URLs (the driver the `postgres` extra installs)."""
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
@@ -59,7 +61,13 @@ def open_engine(url: str, *, sqlite_synchronous: str = "FULL", **kwargs: Any) ->
     kwargs.setdefault("pool_size", 5)
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("isolation_level", PG_ISOLATION)
-    return create_engine(url, **kwargs)
+    try:
+        return create_engine(url, **kwargs)
+    except ModuleNotFoundError as exc:  # the driver is an extra: SQLite needs none
+        raise ConfigurationError(
+            f"RATCHET_DATABASE_URL is a PostgreSQL URL, and its driver {exc.name or ''} is not installed: "
+            f"pip install '{POSTGRES_EXTRA}'"
+        ) from None
 
 
 def autocommit_is_read_committed(engine: Engine) -> bool:

@@ -64,13 +64,14 @@ def this_environment() -> str:
     return f"'{sys.executable}' -m venv --system-site-packages --without-pip .venv"
 
 
-def stood_in(block: str, used: set[str]) -> str:
-    """`block` with `VENV` made this environment and `INSTALLS` skipped, noting which it met."""
+def stood_in(block: str, used: set[str], environment: str | None = None) -> str:
+    """`block` with `VENV` made this environment (or the command `environment`) and `INSTALLS`
+    skipped, noting which it met."""
     lines = []
     for line in block.splitlines():
         command = line.split("#", 1)[0].strip()
         if command == VENV:
-            line = this_environment()
+            line = environment or this_environment()
         elif command in INSTALLS:
             line = ": skipped, this environment holds it"
         used.add(command)
@@ -180,11 +181,11 @@ def shown_as(printed: str, shown: str) -> bool:
     return re.fullmatch(pattern, printed.strip()) is not None
 
 
-def set_up(terminal: Terminal, used: set[str]) -> Path:
+def set_up(terminal: Terminal, used: set[str], environment: str | None = None) -> Path:
     """The README's setup pasted into `terminal` (a folder, a virtual environment, Ratchet), then
     the files written into that folder as the README shows them: the folder."""
     setup = commands("1")[0]
-    terminal.paste(stood_in(setup, used))
+    terminal.paste(stood_in(setup, used, environment))
     status, folder, printed = terminal.prompt(60)
     assert status == 0, printed
     for name, text in FILE.findall(readme()):

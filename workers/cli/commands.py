@@ -44,6 +44,7 @@ from workers.api.serve import add_api_command
 from workers.cli import exits
 from workers.cli.agent_commands import add_agents_command
 from workers.cli.exits import SIGPIPE_EXIT
+from workers.cli.launch import VersionAction
 from workers.cli.run_commands import add_run_commands
 from workers.cli.stored import add_ops_commands
 from workers.health import add_health_command
@@ -53,8 +54,10 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
     from celery import Celery
 
-#: The repository's examples/ (workers/cli/commands.py is two folders below it).
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: The seed scenarios `ratchet demo` runs: installed from the wheel, the copy it carries as
+#: workers/examples/ (pyproject.toml's package-dir); in a source checkout, the repository's examples/.
+_PACKAGED = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[2] / "examples"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,6 +131,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ratchet", description="Durable LLM agents and teams on Celery.")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     add_run_commands(sub)
@@ -194,7 +198,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not path.exists():
         names = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.py"))) or "none"
         raise ConfigurationError(f"no example {args.example!r} in {EXAMPLES.name}/ (known: {names})")
-    sys.path.insert(0, str(EXAMPLES.parent))
     runpy.run_path(str(path), run_name="__main__")
     return 0
 
