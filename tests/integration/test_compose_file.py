@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,16 @@ def test_flower_needs_a_password_the_user_sets(tmp_path: Path) -> None:
             ["sh", "-c", script], env={"PATH": os.defpath}, capture_output=True, text=True, timeout=30
         )
         assert done.returncode == 1 and "set FLOWER_PASSWORD" in done.stderr and "celery" not in done.stderr, done
+
+
+def test_the_api_does_not_start_without_its_tokens(tmp_path: Path) -> None:
+    # compose makes no secret file for an empty variable: `ratchet api` as compose starts it, then
+    api = rendered({"RATCHET_APP": "tests.integration.compose_agents"})["services"]["api"]
+    env = {k: v.replace("/run/secrets/", f"{tmp_path}/") for k, v in api["environment"].items()}
+    env |= {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = [sys.executable, "-m", "workers.cli", *api["command"][1:]]
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "RATCHET_API_TOKENS_FILE: cannot read" in done.stderr, done
 
 
 def test_the_scripted_model_runs_only_under_its_profile_and_a_real_key_talks_to_the_real_api() -> None:
