@@ -11,6 +11,14 @@ run. `Settings.validate_limits` enforces at start-up: soft limit < hard limit < 
 (no step outlives its broker message), and a lease of at least three heartbeats (one late beat
 does not lose a claim). Keep the model timeout (plus backoff) under the soft limit too; that one
 is advice, since a model may set its own timeout.
+
+The settings that may hold a credential (`SECRET_SETTINGS`: the URLs, which may carry a password,
+and the API's tokens) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
+(a compose or Kubernetes secret), read when the settings are, its trailing line break dropped.
+Setting both RATCHET_<NAME> and RATCHET_<NAME>_FILE, or naming a file that cannot be read or is
+empty, is a ConfigurationError that names the variable and the file, never the value. The
+provider's key (OPENAI_API_KEY) is not a setting; `env_secret` reads it, or OPENAI_API_KEY_FILE,
+at each call.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ DEFAULT_HOME = Path(".ratchet")
 LEASE_HEARTBEATS = 3
 #: RATCHET_MODEL_TIMEOUT's default, also the timeout of a model call made outside a worker.
 DEFAULT_MODEL_TIMEOUT = 120.0
+#: The settings that may hold a credential, each read from RATCHET_<NAME>_FILE too.
+SECRET_SETTINGS = ("database_url", "broker_url", "redis_url", "limiter_url", "api_tokens")
+#: The suffix of a variable that names the file holding a secret's value.
+FILE_SUFFIX = "_FILE"
 
 
 class Settings(BaseModel):
@@ -228,9 +240,17 @@ class Settings(BaseModel):
             name = key[len(PREFIX) :].lower()
             if name in fields:
                 values[name] = value
+            elif name.removesuffix(FILE_SUFFIX.lower()) in SECRET_SETTINGS:
+                pass  # read below, with the variable it stands for
             elif name not in _NOT_SETTINGS:
                 known = ", ".join(PREFIX + f.upper() for f in fields)
-                raise ConfigurationError(f"unknown setting {key}; known settings: {known}")
+                from_files = ", ".join(PREFIX + f.upper() + FILE_SUFFIX for f in SECRET_SETTINGS)
+                raise ConfigurationError(
+                    f"unknown setting {key}; known settings: {known}; read from a file: {from_files}"
+                )
+        for name in SECRET_SETTINGS:
+            if (from_file := secret_from_file(PREFIX + name.upper(), env)) is not None:
+                values[name] = from_file
         try:
             return cls.model_validate(values)
         except ValueError as exc:
@@ -271,13 +291,38 @@ _NOT_SETTINGS = {"test_database_url", "test_redis_url", "test_pg_url", "test_amq
 
 
 def env_secret(name: str) -> str | None:
-    """Read a secret (an API key) from the environment at the moment it is needed.
+    """Read a secret (an API key) from the environment at the moment it is needed: `name`, or the
+    file `name`_FILE names (read again at each call, so a rotated file takes effect at once).
 
     Secrets are not settings: they are never copied into a Settings object, a run row, a task
     or a log line, and reading them late means fixing a key on the workers takes effect on the
-    next call without a restart.
+    next call without a restart. Both set, or a file that cannot be read: ConfigurationError.
     """
-    return os.environ.get(name) or None
+    from_file = secret_from_file(name, os.environ)
+    return from_file if from_file is not None else os.environ.get(name) or None
+
+
+def secret_from_file(name: str, env: Mapping[str, str]) -> str | None:
+    """The value of the file `name`_FILE names in `env` (its trailing line break dropped), or None
+    when that variable is unset or empty. ConfigurationError, naming the variables and the file but
+    never the value, when `name` is set too, or the file cannot be read as text or is empty."""
+    var = name + FILE_SUFFIX
+    path = env.get(var)
+    if not path:
+        return None
+    if env.get(name):
+        raise ConfigurationError(
+            f"{name} and {var} are both set: set one of them (the value, or the path of a file holding it)"
+        )
+    try:
+        value = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigurationError(f"{var}: cannot read {path!r}: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{var}: {path!r} is not UTF-8 text") from None
+    if not value:
+        raise ConfigurationError(f"{var}: {path!r} is empty: write the value of {name} in it")
+    return value
 
 
 def env_value(name: str) -> str | None:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from orchestrator.errors import ModelCallError
+from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
 from orchestrator.models._keys import API_KEY_VAR, key_problem
@@ -109,11 +109,14 @@ class OpenAIModel(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.
         With `context.on_delta` the reply is streamed (`orchestrator.models._streaming`)."""
-        api_key = self._api_key or env_secret(API_KEY_VAR)
+        try:
+            api_key = self._api_key or env_secret(API_KEY_VAR)
+        except ConfigurationError as exc:  # OPENAI_API_KEY_FILE unreadable, or both set
+            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
         if not api_key:
             raise ModelCallError(
-                f"{self.describe()}: no API key: set {API_KEY_VAR} in the environment of the workers "
-                "(it is read at each call, so no restart is needed)",
+                f"{self.describe()}: no API key: set {API_KEY_VAR} (or {API_KEY_VAR}_FILE, a file holding it) in the "
+                "environment of the workers (it is read at each call, so no restart is needed)",
                 retryable=False,
                 kind="AuthenticationError",
             )
