@@ -49,8 +49,8 @@ demo: $(DEMO_STAMP)
 TEST_JOBS  ?= 3
 CHAOS_JOBS ?= 2
 test: $(STAMP) services
-	$(BIN)/ruff check orchestrator workers tests examples bench
-	$(BIN)/ruff format --check orchestrator workers tests examples bench
+	$(BIN)/ruff check orchestrator workers tests examples bench scripts
+	$(BIN)/ruff format --check orchestrator workers tests examples bench scripts
 	$(BIN)/mypy
 	$(BIN)/python -m pytest tests -m "not chaos" -n $(TEST_JOBS) --dist worksteal --durations=25
 	$(BIN)/python -m pytest tests -m chaos -n $(CHAOS_JOBS) --dist worksteal --durations=15
@@ -59,8 +59,8 @@ services:
 	@bash tests/services.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator workers tests examples bench
-	$(BIN)/ruff format --check orchestrator workers tests examples bench
+	$(BIN)/ruff check orchestrator workers tests examples bench scripts
+	$(BIN)/ruff format --check orchestrator workers tests examples bench scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
