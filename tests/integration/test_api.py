@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -22,8 +23,12 @@ import httpx2 as httpx
 import pytest
 
 import tests.integration.compose_agents  # noqa: F401  (the embedded worker runs its agent)
-from orchestrator import Client, RunStatus
+from orchestrator import Agent, Client, RunStatus
+from orchestrator.catalog import write_served
+from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
+from orchestrator.store import Store
+from orchestrator.store.database import open_engine
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
@@ -290,6 +295,30 @@ def test_a_start_the_broker_refuses_is_a_503_naming_the_run_it_saved(db_url: str
             assert again.status_code == 202 and again.json()["run_id"] == error["run_id"]
     finally:
         server.stop()
+
+
+def test_a_start_takes_an_agent_only_a_worker_served_and_refuses_one_nobody_knows(
+    api: ApiServer, api_settings: Settings
+) -> None:
+    # Given an agent this server's --app modules do not define, which a worker served days ago
+    agent = Agent(name=f"api-served-{uuid.uuid4().hex[:6]}", model=OpenAIChat(id="gpt-4o-mini"))
+    then = Store(open_engine(api_settings.database_url), clock=lambda: time.time() - 3 * 86400)
+    try:
+        write_served(then, [agent])
+    finally:
+        then.dispose()
+
+    with api.client() as http:
+        # When it is started through the API, the run is written, waiting for a worker (as `ratchet run`)
+        taken = http.post("/runs", json={"agent": agent.name, "input": "hello"})
+        # and an agent no module defines and no worker served is a 404, with nothing written
+        unknown = f"nobody-{uuid.uuid4().hex[:6]}"
+        refused = http.post("/runs", json={"agent": unknown, "input": "hello"})
+
+    assert taken.status_code == 202, taken.text
+    assert Client(api_settings).get_run(taken.json()["run_id"]).status == RunStatus.QUEUED
+    assert "no worker has served it" in error_of(refused, 404, "AgentNotFoundError")["message"]
+    assert Client(api_settings).list_runs(agent=unknown).runs == []
 
 
 def raw(body: bytes | Iterator[bytes]) -> dict[str, Any]:

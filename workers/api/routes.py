@@ -39,8 +39,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
 
-from orchestrator import validation
-from orchestrator.agent import get_agent
+from orchestrator import catalog, validation
 from orchestrator.client import Client
 from orchestrator.control import derived_run_id
 from orchestrator.errors import (
@@ -182,7 +181,7 @@ def start_run(
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
     the same Idempotency-Key started it before). Location: the run's URL."""
-    _served(validation.agent_name(body.agent))
+    _served(client, validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
     run_id = None if key is None else idempotent_run_id(key, body.user_id)
     try:
@@ -217,15 +216,15 @@ def idempotent_run_id(key: str, user_id: str | None) -> str:
     return derived_run_id("idempotency", key) if user_id is None else derived_run_id("idempotency", user_id, key)
 
 
-def _served(agent: str) -> None:
-    """AgentNotFoundError (404) for a name no module of this server defines, said for an HTTP
-    client: the registry's own message tells an operator to restart a worker."""
-    try:
-        get_agent(agent)
-    except AgentNotFoundError:
+def _served(client: Client, agent: str) -> None:
+    """AgentNotFoundError (404) for a name that neither a module of this server defines nor any
+    worker ever served (the agent catalog), as `ratchet run` refuses it: said for an HTTP client,
+    before anything is written."""
+    if not catalog.known(client.store, agent):
         raise AgentNotFoundError(
-            f"no agent or team named {agent!r} is served here: the server knows those its --app modules define"
-        ) from None
+            f"no agent or team named {agent!r} is known here: none of this server's --app modules defines it "
+            "and no worker has served it (GET /agents lists those that have); start a worker whose module defines it"
+        )
 
 
 @router.get(
