@@ -136,9 +136,10 @@ class Settings(BaseModel):
     #: Where the domain publishes steps: the name of an installed dispatcher (the entry point
     #: group "ratchet.dispatchers": "celery" is Ratchet's), or "module:Class" of your own.
     dispatcher: str = "celery"
-    #: The bearer tokens the HTTP API (`ratchet api`) accepts, comma-separated (several, so a
-    #: token can be rotated without downtime). A secret: shown masked, never logged. Unset, the
-    #: API takes requests without a token and so serves 127.0.0.1 only.
+    #: The bearer tokens the HTTP API (`ratchet api`) accepts, separated by commas or line breaks
+    #: (one a line in RATCHET_API_TOKENS_FILE; several, so a token can be rotated without
+    #: downtime). A secret: shown masked, never logged. Unset, the API takes requests without a
+    #: token and so serves 127.0.0.1 only.
     api_tokens: SecretStr | None = None
     #: The largest request body the HTTP API reads, in bytes: a larger one is refused with 413
     #: before it is parsed. The default leaves room for an input at its 1 MiB limit in JSON.
@@ -256,13 +257,28 @@ class Settings(BaseModel):
         except ValueError as exc:
             raise ConfigurationError(f"invalid Ratchet settings: {exc}") from None
 
+    @model_validator(mode="after")
+    def validate_api_tokens(self) -> Settings:
+        """Refuse a token with whitespace inside (`tok a`): no client could send it as a bearer
+        token, and it is most likely two tokens run together. Raised as a ConfigurationError, not a
+        ValueError, so that pydantic's message, which quotes the input, never shows a token."""
+        if any(not token.isprintable() or any(c.isspace() for c in token) for token in self.api_token_values):
+            raise ConfigurationError(
+                "RATCHET_API_TOKENS (or RATCHET_API_TOKENS_FILE): a token holds whitespace or a control "
+                "character; separate the tokens with commas or line breaks, each without spaces, tabs or "
+                "control characters inside"
+            )
+        return self
+
     @property
     def api_token_values(self) -> tuple[str, ...]:
-        """The API's bearer tokens (RATCHET_API_TOKENS split at commas, blanks dropped); empty when
-        none is set. Read only to compare a request's token with them."""
+        """The API's bearer tokens: RATCHET_API_TOKENS (or its file) split at commas and line breaks,
+        each stripped, blanks dropped; empty when none is set. Read only to compare a request's
+        token with them."""
         if self.api_tokens is None:
             return ()
-        return tuple(t for t in (part.strip() for part in self.api_tokens.get_secret_value().split(",")) if t)
+        parts = self.api_tokens.get_secret_value().replace(",", "\n").splitlines()
+        return tuple(t for t in (part.strip() for part in parts) if t)
 
     @property
     def api_cors_origin_values(self) -> tuple[str, ...]:

@@ -8,11 +8,18 @@ these versions (`pip install --no-deps -r constraints.txt`, then `pip check`), s
 one commit install the same packages. pip resolves ratchet-agents with the extras the image's
 services need and the build backend, as in a fresh environment (`--dry-run --ignore-installed`:
 nothing is installed); tests/unit/test_constraints.py checks the result against pyproject.toml.
+
+pip runs without the caller's pip configuration, so the pins are the package index's, not this
+machine's: no configuration file is read (PIP_CONFIG_FILE is the null device), and the
+environment's constraints and extra package sources are dropped (PIP_CONSTRAINT,
+PIP_BUILD_CONSTRAINT, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX). PIP_INDEX_URL is
+kept: set it to reach the index through a mirror (a mirror in a configuration file is not read).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: The extras the image's services need: PostgreSQL's driver, `ratchet api`, traces, Flower.
 EXTRAS = ("postgres", "api", "otel", "flower")
+#: The caller's pip settings that would pin or add packages of its own machine.
+LOCAL_PIP = ("PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
 HEADER = """\
 # Every package the image installs, at one version each (the Dockerfile installs these with
 # --no-deps, then runs pip check): ratchet-agents[{extras}] and its build backend, resolved
@@ -31,6 +40,11 @@ HEADER = """\
 #   extras: {extras}
 #   resolved with: CPython {python} on Linux
 """
+
+
+def pip_environment(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` for a pip that reads no configuration file and none of LOCAL_PIP."""
+    return {k: v for k, v in environ.items() if k not in LOCAL_PIP} | {"PIP_CONFIG_FILE": os.devnull}
 
 
 def resolve() -> dict[str, str]:
@@ -54,6 +68,7 @@ def resolve() -> dict[str, str]:
                 *wanted,
             ],
             check=True,
+            env=pip_environment(dict(os.environ)),
         )
         installs = json.loads(report.read_text())["install"]
     pins = {i["metadata"]["name"]: i["metadata"]["version"] for i in installs}

@@ -61,6 +61,7 @@ def test_help_lists_the_exit_statuses(ratchet: Any) -> None:
     statuses = done.stdout.split("exit status:\n", 1)[1]
     for line in ("  0    success", "  1    a runtime failure: no such run", "  2    a usage error"):
         assert f"\n{line}" in f"\n{statuses}", statuses
+    assert '{"detail": <message>, "error": {"type": ..., "message": <message>}}' in statuses
 
 
 def test_success_is_0_and_what_is_not_there_is_1_in_one_line_or_as_json(ratchet: Any, settings: Settings) -> None:
@@ -77,7 +78,8 @@ def test_success_is_0_and_what_is_not_there_is_1_in_one_line_or_as_json(ratchet:
     as_json = ratchet("show", "nope", "--json")
     assert (as_json.returncode, as_json.stdout) == (1, "")
     assert json.loads(as_json.stderr) == {
-        "error": {"type": "RunNotFoundError", "message": "no run with run_id 'nope' in this database"}
+        "detail": "no run with run_id 'nope' in this database",
+        "error": {"type": "RunNotFoundError", "message": "no run with run_id 'nope' in this database"},
     }
     session = ratchet("session", "no-such-session", "--json")
     assert session.returncode == 1 and json.loads(session.stderr)["error"]["type"] == "SessionNotFound"
@@ -94,11 +96,12 @@ def test_a_usage_error_is_2_and_nothing_is_written(ratchet: Any, settings: Setti
     ]
     as_json = ratchet("cancel", "--json")
     assert as_json.returncode == 2 and json.loads(as_json.stderr) == {
+        "detail": "the following arguments are required: run_id",
         "error": {
             "type": "UsageError",
             "message": "the following arguments are required: run_id",
             "usage": "usage: ratchet cancel [-h] [--json] run_id",
-        }
+        },
     }
     malformed = ratchet("run", AGENT, "hello", "--run-id", "r" * 65, "--app", APP, "--json")
     assert malformed.returncode == 2, malformed.stderr

@@ -115,6 +115,8 @@ def test_the_secrets_reach_the_services_that_need_them_as_files_and_no_environme
             assert env["OPENAI_API_KEY_FILE"] == "/run/secrets/openai_api_key"
         assert not set(SECRETS.values()) & set(env) and "FLOWER_BASIC_AUTH" not in env, service
     assert not [v for v in values.values() if v in json.dumps(model)]
+    # compose reads the file with none of them set (compose.yaml's header: set all three)
+    assert rendered({}, profiles=["*"])["secrets"] == model["secrets"]
     # From a file instead: an override file, as compose.yaml's header says
     override = tmp_path / "compose.override.yaml"
     override.write_text("secrets:\n  api_tokens: !override { file: ./secrets/api_tokens }\n")

@@ -54,8 +54,8 @@ def test_the_projects_image_builds_on_ratchets_within_its_constraints() -> None:
     assert render([COMPOSE], {})["services"]["api"]["image"] == "ratchet:local"
     theirs = [line for line in (SAMPLE / "Dockerfile").read_text().splitlines() if line and not line.startswith("#")]
     assert theirs[0] == "FROM ratchet:local" and theirs[-1] == "USER nobody"
-    assert "RUN pip install --no-cache-dir -c /app/constraints.txt -r /tmp/requirements.txt" in theirs
-    assert "COPY myproject /app/myproject" in theirs
+    assert "RUN pip install --no-cache-dir -c /app/constraints.txt -r /app/requirements.txt" in theirs
+    assert "COPY requirements.txt /app/requirements.txt" in theirs and "COPY myproject /app/myproject" in theirs
 
 
 def test_a_variable_of_the_shell_wins_and_the_scripted_env_file_works_for_the_project_too() -> None:

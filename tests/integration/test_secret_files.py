@@ -64,6 +64,24 @@ def test_only_the_last_line_break_of_a_file_goes_and_a_windows_one_too(tmp_path:
     assert Settings.from_env({"RATCHET_DATABASE_URL_FILE": secret(tmp_path, URL)}).database_url == URL
 
 
+def test_a_tokens_file_holds_one_token_a_line_or_several_separated_by_commas(tmp_path: Path) -> None:
+    # One a line, as a secret manager writes them; read as one token 'tok-a\ntok-b', every request
+    # was refused while the API said it had a token.
+    s = Settings.from_env({"RATCHET_API_TOKENS_FILE": secret(tmp_path, "tok-a\n  tok-b \r\n\ntok-c, tok-d\n")})
+    assert s.api_token_values == ("tok-a", "tok-b", "tok-c", "tok-d")
+    assert Settings.from_env({"RATCHET_API_TOKENS": "tok-a\ntok-b"}).api_token_values == ("tok-a", "tok-b")
+
+
+@pytest.mark.parametrize("value", ["tok-a tok-b", "tok-a,tok\tb", "tok-a\x00b"])
+def test_a_token_with_whitespace_inside_is_refused_without_showing_it(tmp_path: Path, value: str) -> None:
+    for env in ({"RATCHET_API_TOKENS": value}, {"RATCHET_API_TOKENS_FILE": secret(tmp_path, value)}):
+        with pytest.raises(ConfigurationError) as caught:
+            Settings.from_env(env)
+        said = str(caught.value)
+        assert "RATCHET_API_TOKENS (or RATCHET_API_TOKENS_FILE): a token holds whitespace" in said
+        assert "tok-a" not in said
+
+
 def test_a_value_and_its_file_both_set_is_refused_without_either_value(tmp_path: Path) -> None:
     path = secret(tmp_path, URL)
     with pytest.raises(ConfigurationError) as caught:

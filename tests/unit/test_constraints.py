@@ -9,7 +9,11 @@ pinned too, inside that package's range. The image's own `pip check` is the last
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -114,3 +118,27 @@ def test_every_requirement_of_the_pinned_packages_is_pinned_inside_its_range() -
     if not unread:  # the whole graph was read: nothing pinned is left over from an older resolve
         needed = {n for n, _ in seen}
         assert needed >= set(pinned), f"pinned but needed by nothing: {sorted(set(pinned) - needed)}"
+
+
+def test_the_script_resolves_without_the_callers_pip_configuration(tmp_path: Path) -> None:
+    # A machine's own constraints and package sources, in a configuration file and in the
+    # environment: the pip the script runs reads none of them (the index URL it keeps)
+    spec = importlib.util.spec_from_file_location("constraints_script", ROOT / "scripts" / "constraints.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nconstraint = {tmp_path / 'pins.txt'}\nextra-index-url = https://local.invalid/\n")
+    local = {
+        "PIP_CONFIG_FILE": str(config),
+        "PIP_CONSTRAINT": str(tmp_path / "env-pins.txt"),
+        "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+        "PIP_INDEX_URL": "https://mirror.invalid/simple",
+    }
+    env = script.pip_environment({**os.environ, **local})
+    said = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert said.returncode == 0, said.stderr
+    assert "pins.txt" not in said.stdout and "local.invalid" not in said.stdout and "wheels" not in said.stdout
+    assert "mirror.invalid" in said.stdout

@@ -6,10 +6,10 @@
     130  interrupted (Ctrl-C); 141: stdout's reader went away, as a shell reports SIGPIPE
 
 `status_of` is the one place that maps an error to its status; `report` prints it: one line,
-`ratchet: error: ...`, on stderr, or with --json the HTTP API's error body, `{"error": {"type":
-..., "message": ...}}` (and `run_id` where a run is concerned), on stderr as well: stdout holds
-only what a command answers. An error that is none of these (a fault of Ratchet's) keeps its
-traceback, and Python's status, 1.
+`ratchet: error: ...`, on stderr, or with --json the HTTP API's error body, `{"detail": ...,
+"error": {"type": ..., "message": ...}}` (`detail` the message again, and `run_id` in `error`
+where a run is concerned), on stderr as well: stdout holds only what a command answers. An
+error that is none of these (a fault of Ratchet's) keeps its traceback, and Python's status, 1.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ exit status:
        wrong (ConfigurationError)
   130  interrupted; 141: stdout's reader went away
 
-With --json, an error is the HTTP API's error body on stderr: {"error": {"type": ..., "message": ...}}."""
+With --json, an error is the HTTP API's error body on stderr:
+  {"detail": <message>, "error": {"type": ..., "message": <message>}}."""
 
 
 class UsageError(Exception):
@@ -143,14 +144,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def error_body(exc: RatchetError | CommandFailure | UsageError) -> dict[str, Any]:
-    """The error as the HTTP API's error body: `{"error": {"type", "message", ...}}`."""
+    """The error as the HTTP API's error body: `{"detail": message, "error": {"type", "message", ...}}`."""
     if isinstance(exc, UsageError):
-        return {"error": {"type": "UsageError", "message": str(exc), "usage": exc.usage}}
+        return {"detail": str(exc), "error": {"type": "UsageError", "message": str(exc), "usage": exc.usage}}
     body: dict[str, Any] = dict(exc.to_record())
     run_id = getattr(exc, "run_id", None)
     if run_id is not None:
         body["run_id"] = run_id
-    return {"error": body}
+    return {"detail": body["message"], "error": body}
 
 
 def report(exc: BaseException, *, as_json: bool) -> int | None:
