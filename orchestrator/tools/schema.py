@@ -7,23 +7,22 @@ its dashed underline), reST (`:param x:`) and epydoc (`@param x:`). The docstrin
 its sections (the short description, then the long one) is the tool's description.
 
 An item of a Google section without its colon (`Raises:` then a bare `TypeError`, or an `Args:`
-line `x the x`) makes `docstring_parser`'s Google parser refuse the whole docstring, and its
-automatic choice then reads it in another style, whose description is the whole text, sections
-and all. `TolerantGoogleParser` reads such an item as describing nothing and keeps the others;
-and a description is cut at its first Google section header whichever style read it.
-It overrides `_build_meta`, private to `docstring_parser`: pyproject.toml bounds it to the series
-tests/unit/test_toolkit.py passed on.
+line `x the x`) makes `docstring_parser`'s Google parser refuse the whole docstring, and another
+style then reads it with the whole text, sections and all, as its description. So a Google reading
+that fails is tried again without those items (`without_unparsed_items`: such an item describes
+nothing; the section's other items stand), and a description is cut at its first Google section
+header whichever style read it. Only the library's public `parse` is used.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
 import docstring_parser
-from docstring_parser import Docstring, DocstringMeta, DocstringStyle, ParseError
-from docstring_parser.google import GoogleParser
+from docstring_parser import Docstring, DocstringStyle, ParseError
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from orchestrator.errors import ConfigurationError
@@ -41,25 +40,49 @@ def docstring_parts(doc: str | None) -> tuple[str, dict[str, str]]:
     summary = parsed.short_description or ""
     if parsed.long_description:
         summary += ("\n\n" if parsed.blank_after_short_description else "\n") + parsed.long_description
-    header = GOOGLE.titles_re.search(summary)  # a reading that failed Google's: its sections' text
+    header = SECTION.search(summary)  # a reading that failed Google's: its sections' text
     if header:
         summary = summary[: header.start()]
     params = {p.arg_name: _one_line(p.description) for p in parsed.params if p.args[0] in PARAMETER_KEYS}
     return summary.strip(), {name: text for name, text in params.items() if text}
 
 
-class TolerantGoogleParser(GoogleParser):
-    """`docstring_parser`'s Google parser, which reads an item it cannot parse as describing nothing
-    (not a parameter) where the library's refuses the whole docstring."""
-
-    def _build_meta(self, text: str, title: str) -> DocstringMeta:
-        try:
-            return super()._build_meta(text, title)
-        except ParseError:  # no colon (`TypeError` alone, `x the x`): the section's other items stand
-            return DocstringMeta(args=["unparsed", title], description=text)
+#: A Google section's header line, as docstring_parser knows them: its title alone, then a colon.
+SECTION = re.compile(
+    r"^[ \t]*(Args|Arguments|Parameters|Params|Other Parameters|Keyword Args|Keyword Arguments|Kwargs|Attributes"
+    r"|Raises|Raise|Exceptions|Except|Returns|Return|Yields|Yield|Examples?|Notes?|Warnings?|See Also|Todo"
+    r"|References):[ \t]*$",
+    re.MULTILINE,
+)
 
 
-GOOGLE = TolerantGoogleParser()
+def without_unparsed_items(doc: str) -> str:
+    """`doc` without the items of its Google sections that have no colon (an item is a section's
+    line at the section's first indentation; deeper lines continue the item above)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    kept: list[str] = []
+    item_indent: int | None = None  # inside a section: its items' indentation, once seen
+    in_section = False
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if SECTION.match(line):
+            in_section, item_indent = True, None
+        elif in_section and line.strip():
+            if indent == 0:
+                in_section = False  # the section ended: prose again
+            else:
+                item_indent = indent if item_indent is None else item_indent
+                if indent == item_indent and ":" not in line:
+                    continue  # `TypeError` alone, `x the x`: describes nothing
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _google(doc: str) -> Docstring:
+    try:
+        return docstring_parser.parse(doc, style=DocstringStyle.GOOGLE)
+    except ParseError:
+        return docstring_parser.parse(without_unparsed_items(doc), style=DocstringStyle.GOOGLE)
 
 
 def read_docstring(doc: str) -> Docstring:
@@ -68,10 +91,8 @@ def read_docstring(doc: str) -> Docstring:
     readings: list[Docstring] = []
     for style in (DocstringStyle.GOOGLE, DocstringStyle.NUMPYDOC, DocstringStyle.REST, DocstringStyle.EPYDOC):
         try:
-            if style is DocstringStyle.GOOGLE:
-                readings.append(GOOGLE.parse(doc))
-            else:
-                readings.append(docstring_parser.parse(doc, style=style))
+            google = style is DocstringStyle.GOOGLE
+            readings.append(_google(doc) if google else docstring_parser.parse(doc, style=style))
         except ParseError:
             continue
     if not readings:
