@@ -49,10 +49,15 @@ class ToolLoop:
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Run the awaitable on this loop and return its result (or raise its exception)."""
         call = _Call(awaitable)
+        future: Future[Any] | None = None
         try:
-            outcome = self.portal.start_task_soon(call.run).result()
-        except BaseException:
-            call.abandon()  # the caller is giving up (its time limit): the call must not finish
+            future = self.portal.start_task_soon(call.run)  # waits for the loop to take it
+            outcome = future.result()
+        except BaseException as exc:
+            # Raised in the caller's thread as it waited (its soft time limit, SoftTimeLimitExceeded,
+            # an Exception), not by the tool: the caller is giving up, and the call must not finish.
+            if future is None or not (future.done() and not future.cancelled() and future.exception() is exc):
+                call.abandon()
             raise
         if isinstance(outcome, _Escaped):
             raise outcome.exc

@@ -103,11 +103,24 @@ def test_kombus_own_redis_transport_serves_runs_highest_priority_first(redis_url
     assert taken == [9, 9, 5, 3, 1, None, 0, None]
 
 
-def test_every_redis_broker_gets_ten_priority_steps_and_steps_written_in_kombus_order() -> None:
-    for url in ("redis://localhost:6379/0", "rediss://localhost:6380/0"):
-        options = celery_config(make_settings("sqlite:///x.db", url))["broker_transport_options"]
-        assert options["priority_steps"] == list(range(10)), url
-        assert [broker.message_priority(url, p) for p in (9, 5, 0, None)] == [0, 4, 9, 9]
+#: A broker of each scheme kombu serves with its Redis transport.
+REDIS_BROKERS = (
+    "redis://localhost:6379/0",
+    "rediss://localhost:6380/0",
+    "sentinel://localhost:26379;sentinel://localhost:26380",
+    "redis+socket:///redis.sock",
+)
+
+
+@pytest.mark.parametrize("url", REDIS_BROKERS)
+def test_every_redis_broker_gets_ten_priority_steps_and_steps_written_in_kombus_order(url: str) -> None:
+    assert isinstance(Connection(url).transport, kombu_redis.Transport)  # kombu serves it with its Redis one
+    options = celery_config(make_settings("sqlite:///x.db", url))["broker_transport_options"]
+    assert options["priority_steps"] == list(range(10)), url
+    assert [broker.message_priority(url, p) for p in (9, 5, 0, None)] == [0, 4, 9, 9]
+
+
+def test_other_brokers_keep_the_runs_own_priorities() -> None:
     for url in ("amqp://guest@localhost//", "filesystem://localhost/"):
         assert [broker.message_priority(url, p) for p in (9, 0, None)] == [9, 0, None]
         assert "priority_steps" not in celery_config(make_settings("sqlite:///x.db", url))["broker_transport_options"]

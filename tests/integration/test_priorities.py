@@ -8,12 +8,17 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
+import redis
 
 from orchestrator import Agent, Client, RunStatus, Settings
 from orchestrator.testing.script import ScriptConfig
+from tests.conftest import make_settings
 from tests.support import CountingModel
+from workers.celery.app import START_TASK, SWEEP_TASK, create_app
+from workers.celery.broker import queue_lists
 from workers.celery.embedded import EmbeddedWorker
 
 S = RunStatus
@@ -80,3 +85,25 @@ def test_on_rabbitmq_a_backlogs_high_priority_runs_go_first(amqp_settings: Setti
     # When one worker with one slot drains them, then they ran highest first
     drain(amqp_settings, client, runs)
     assert_priority_order(client, runs)
+
+
+@pytest.mark.parametrize("how", ["send_task", "apply_async"])
+def test_on_redis_a_task_sent_without_a_priority_waits_in_the_list_of_no_priority(
+    redis_url: str, tmp_path: Path, how: str
+) -> None:
+    # Given the app Ratchet runs (beat sends its sweep through it; Flower and `send_task` a start)
+    settings = make_settings(f"sqlite:///{tmp_path / 'ratchet.db'}", redis_url)
+    app = create_app(settings)
+    client = redis.Redis.from_url(settings.broker_url)
+    try:
+        # When a task is sent by name, or called, with no priority
+        if how == "send_task":
+            app.send_task(START_TASK, args=["run-x"])
+        else:
+            app.tasks[SWEEP_TASK].apply_async()
+        # Then it waits in the list served last, with runs of no priority, not in the one served first
+        lengths = [client.llen(name) for name in queue_lists(settings.control_queue)]
+        assert lengths == [0] * 9 + [1], lengths
+    finally:
+        client.close()
+        app.close()

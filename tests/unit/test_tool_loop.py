@@ -13,9 +13,12 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+import anyio
 import pytest
 
 from orchestrator.tools import Tool, ToolContext
@@ -116,6 +119,28 @@ def test_a_base_exception_inside_an_async_tool_reaches_the_caller_and_the_loop_k
     with pytest.raises(type(raised)):
         Tool(raises).call({}, CTX)
     assert Tool(fine).call({}, CTX) == "still here"
+
+
+def test_an_async_tool_that_raises_is_not_cancelled_after_the_fact(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fails() -> None:
+        raise ValueError("bad input")
+
+    # Given the callbacks handed to the tools' loop from other threads (each call's start among them)
+    loop: asyncio.AbstractEventLoop = process_loop().portal.call(asyncio.get_running_loop)
+    handed: list[object] = []
+    original = loop.call_soon_threadsafe
+
+    def recording(callback: Callable[..., object], *args: object, **kwargs: Any) -> asyncio.Handle:
+        handed.append(callback)
+        return original(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", recording)
+    # When a tool raises an exception of its own
+    with pytest.raises(ValueError, match="bad input"):
+        Tool(fails).call({}, CTX)
+    # Then its call ended with it: no cancellation was sent after it (only a caller giving up sends one)
+    assert handed, "the call was not started through call_soon_threadsafe"
+    assert not [cb for cb in handed if isinstance(getattr(cb, "__self__", None), anyio.CancelScope)]
 
 
 def test_an_async_call_interrupted_in_its_waiting_thread_is_cancelled_and_does_not_finish() -> None:

@@ -145,6 +145,54 @@ def test_an_attributes_section_describes_no_parameter() -> None:
     assert params == {"size": "How many books."}
 
 
+def test_a_raises_item_without_its_colon_loses_no_parameter_description() -> None:
+    summary, params = docstring_parts(
+        """Add.
+
+        Args:
+            a: first
+
+        Raises:
+            ValueError: bad
+            TypeError
+        """
+    )
+    assert (summary, params) == ("Add.", {"a": "first"})
+
+
+def test_an_args_line_without_its_colon_leaves_that_parameter_undescribed_and_keeps_the_others() -> None:
+    def add(a: int, x: int, b: int) -> int:
+        """Add.
+
+        Args:
+            a: first
+            x the x
+            b: second
+        """
+        return a + x + b
+
+    spec = Tool(add).spec
+    assert spec.description == "Add."
+    assert spec.parameters["properties"] == {
+        "a": {"type": "integer", "description": "first"},
+        "x": {"type": "integer"},
+        "b": {"type": "integer", "description": "second"},
+    }
+
+
+def test_a_section_no_style_reads_never_reaches_the_description() -> None:
+    summary, params = docstring_parts(
+        """Add.
+
+        Args:
+
+        Returns:
+            The sum.
+        """
+    )
+    assert (summary, params) == ("Add.", {})
+
+
 def test_a_parameter_the_docstring_does_not_name_has_no_description() -> None:
     def f(a: int, b: int) -> int:
         """Sum.

@@ -34,7 +34,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from orchestrator.store import forget_stores
 from orchestrator.validation import PRIORITY_MAX
-from workers.celery.broker import FILESYSTEM_TRANSPORT, PRIORITY_STEPS, REDIS_SCHEMES
+from workers.celery.broker import FILESYSTEM_TRANSPORT, PRIORITY_STEPS, REDIS_SCHEMES, message_priority
 from workers.celery.broker import TRANSPORT as BROKER_TRANSPORT
 from workers.celery.task_events import BackgroundTaskEvents
 
@@ -84,12 +84,16 @@ def create_app(settings: Settings | None = None) -> Celery:
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings Ratchet runs with."""
     transport = _transport_options(settings)
+    # A message published without a priority (beat's sweep; a start sent by name, by `send_task`
+    # or Flower) is one of no priority: on Redis kombu's default, 0, is the list served first.
+    unranked = message_priority(settings.broker_url, None)
+    route = {} if unranked is None else {"priority": unranked}  # a priority the sender gives wins
     queues = {
-        MODEL_TASK: {"queue": settings.model_queue},
-        TOOLS_TASK: {"queue": settings.tools_queue},
-        START_TASK: {"queue": settings.control_queue},
-        CONTINUE_TASK: {"queue": settings.control_queue},
-        SWEEP_TASK: {"queue": settings.control_queue},
+        MODEL_TASK: {"queue": settings.model_queue, **route},
+        TOOLS_TASK: {"queue": settings.tools_queue, **route},
+        START_TASK: {"queue": settings.control_queue, **route},
+        CONTINUE_TASK: {"queue": settings.control_queue, **route},
+        SWEEP_TASK: {"queue": settings.control_queue, **route},
     }
     # Declared as Celery declares a queue it creates on first use (a direct exchange of the same
     # name): a worker started without -Q consumes all three.
@@ -120,6 +124,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # first) orders it; a queue declared earlier without it must be deleted first (RabbitMQ
         # refuses to change a queue's arguments). Redis: kombu's `priority_steps` (`workers.celery.broker`).
         "task_queue_max_priority": PRIORITY_MAX,
+        "task_default_priority": unranked,  # a task of no route called without one; the routes: by name too
         "broker_transport_options": transport,
         # kombu's Redis transport with one publishing client per pool, not one per message.
         "broker_transport": _transport(settings.broker_url),

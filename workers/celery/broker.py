@@ -74,8 +74,10 @@ log = logging.getLogger("ratchet.worker")
 #: The priority steps kombu's Redis transport keeps a list for (its `priority_steps` option),
 #: served lowest first: one per priority.
 PRIORITY_STEPS = list(range(PRIORITY_MAX + 1))
-#: The brokers kombu serves with its Redis transport, whose priorities are `PRIORITY_STEPS`.
-REDIS_SCHEMES = ("redis://", "rediss://")
+#: The brokers kombu serves with its Redis transport, whose priorities are `PRIORITY_STEPS`: its
+#: aliases `redis`, `rediss` and `sentinel` (its `SentinelTransport`, a subclass), and `redis+socket`
+#: (kombu reads `<transport>+<host>://`, here the Redis transport on a Unix socket).
+REDIS_SCHEMES = ("redis://", "rediss://", "sentinel://", "redis+socket://")
 #: What kombu's Redis transport puts between a queue's name and a priority step's in a list's name.
 STEP_SEPARATOR: str = kombu_redis.Channel.sep
 
