@@ -142,8 +142,11 @@ def pushed(watch: BrokerWatch) -> list[tuple[str, str]]:
         match = re.search(rb'"LPUSH" "([^"]*)" "(.*)"$', line)
         if match is not None:
             message = json.loads(codecs.escape_decode(match.group(2))[0])
+            task = message.get("headers", {}).get("id") if isinstance(message, dict) else None
+            if task is None:  # not a task message: a reply, or another test's on the same server
+                continue
             queue = codecs.escape_decode(match.group(1))[0].decode().split(STEP_SEPARATOR)[0]
-            found.append((queue, message["headers"]["id"]))
+            found.append((queue, task))
     return found
 
 
