@@ -43,17 +43,18 @@ demo: $(DEMO_STAMP)
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running), in two
 ## phases of parallel pytest processes (pytest-xdist): most tests wait on servers and worker
-## processes, so three processes keep two cores busy. The chaos tests (marked `chaos`: they kill,
-## freeze and time out worker processes, and wait out leases of seconds) run after the rest, two
-## at a time, so no other test's load stretches their timings.
+## processes, so three processes keep two cores busy. The chaos tests (tests/chaos, all marked
+## `chaos`: they kill, freeze and time out worker processes, and wait out leases of seconds) run
+## after the rest, two at a time, so no other test's load stretches their timings. Each phase
+## collects its own folders only: every one of its processes collects what it is given.
 TEST_JOBS  ?= 3
 CHAOS_JOBS ?= 2
 test: $(STAMP) services
 	$(BIN)/ruff check orchestrator workers tests examples bench scripts
 	$(BIN)/ruff format --check orchestrator workers tests examples bench scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests -m "not chaos" -n $(TEST_JOBS) --dist worksteal --durations=25
-	$(BIN)/python -m pytest tests -m chaos -n $(CHAOS_JOBS) --dist worksteal --durations=15
+	$(BIN)/python -m pytest tests --ignore=tests/chaos -n $(TEST_JOBS) --dist worksteal --durations=25
+	$(BIN)/python -m pytest tests/chaos -n $(CHAOS_JOBS) --dist worksteal --durations=15
 
 services:
 	@bash tests/services.sh

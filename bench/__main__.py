@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--out DIR] [--only ITEMS]`: run the benchmarks, write RESULTS.md
+"""`python -m bench [--quick | --smoke] [--out DIR] [--only ITEMS]`: run the benchmarks, write RESULTS.md
 and results.json (see bench/README.md for how to read them)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import (
@@ -27,6 +28,7 @@ from bench import (
     updates,
 )
 from bench.env import DATABASES, BenchEnv, bench_env
+from bench.procs import stop_all
 from bench.report import NOT_QUICK, REQUIRED, render, write
 from bench.rig import Rig, spawn_rig
 from bench.stats import Section
@@ -36,9 +38,79 @@ HERE = Path(__file__).resolve().parent
 ITEMS = tuple("overhead latency flat stream history updates io scale recovery memory listing page".split())
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """How much each benchmark runs: its rounds, runs and their lengths (see each module)."""
+
+    overhead_rounds: int
+    latency_runs: int
+    flat_rounds: int
+    flat_far: int
+    stream_runs: int
+    stream_rounds: int
+    stream_batches: int
+    history_rounds: int
+    updates_runs: int
+    updates_batches: int
+    updates_rounds: int
+    io_threads: int
+    io_more_threads: tuple[int, ...]
+    io_runs: int
+    io_rounds: int
+    scale_threads: int
+    scale_runs_per_slot: int
+    scale_passes: int
+    ceiling_runs: int
+    ceiling_rounds: int
+    ceiling_configs: tuple[tuple[str, int], ...]
+    recovery_rounds: int
+    recovery_default_rounds: int
+    memory_runs: int
+    listing_runs: int
+    listing_rounds: int
+    page_rounds: int
+    page_batches: int
+
+
+#: `python -m bench`: the figures RESULTS.md stores.
+FULL = Sizes(
+    overhead_rounds=15, latency_runs=200, flat_rounds=5, flat_far=1000, stream_runs=200, stream_rounds=15,
+    stream_batches=100, history_rounds=200, updates_runs=30, updates_batches=10, updates_rounds=3,
+    io_threads=50, io_more_threads=(100, 200), io_runs=1000, io_rounds=2,
+    scale_threads=scaling.PER_PROCESS, scale_runs_per_slot=10, scale_passes=2,
+    ceiling_runs=1000, ceiling_rounds=ceiling.ROUNDS, ceiling_configs=ceiling.CONFIGS,
+    recovery_rounds=3, recovery_default_rounds=2, memory_runs=10_000, listing_runs=1_000_000, listing_rounds=60,
+    page_rounds=15, page_batches=333,
+)  # fmt: skip
+#: `--quick`: a figure of each in a few minutes (no run with the default recovery settings:
+#: tests/chaos/test_default_recovery.py shows it).
+QUICK = Sizes(
+    overhead_rounds=2, latency_runs=20, flat_rounds=1, flat_far=200, stream_runs=20, stream_rounds=1,
+    stream_batches=20, history_rounds=20, updates_runs=4, updates_batches=3, updates_rounds=1,
+    io_threads=20, io_more_threads=(), io_runs=40, io_rounds=1,
+    scale_threads=2, scale_runs_per_slot=4, scale_passes=1,
+    ceiling_runs=100, ceiling_rounds=1, ceiling_configs=(("threads", 50),),
+    recovery_rounds=1, recovery_default_rounds=0, memory_runs=200, listing_runs=20_000, listing_rounds=20,
+    page_rounds=2, page_batches=20,
+)  # fmt: skip
+#: `--smoke`: one sample of each figure from the shortest runs that write it, every worker process
+#: and page of a full run started (tests/integration/test_bench_smoke.py: the benchmarks run and
+#: report; their figures mean nothing). The flatness run's farthest window starts past the
+#: window at step 100 (plus its own length, bench.flatness.WINDOW).
+SMOKE = replace(
+    QUICK, overhead_rounds=1, latency_runs=2, flat_far=100 + 2 * flatness.WINDOW, stream_runs=2, stream_batches=3,
+    history_rounds=2, updates_runs=3, updates_batches=2, io_threads=4, io_runs=8,
+    scale_threads=1, scale_runs_per_slot=1, ceiling_runs=10, ceiling_configs=(("threads", 5),),
+    memory_runs=memory.BATCH, listing_runs=3000, listing_rounds=3, page_rounds=1, page_batches=3,
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a one-minute version (fewer rounds, shorter runs)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest run that writes every figure (a quick run, for the tests)"
+    )
     parser.add_argument("--out", type=Path, default=HERE, help="where to write RESULTS.md and results.json")
     parser.add_argument("--only", default=",".join(ITEMS), help=f"comma-separated subset of {','.join(ITEMS)}")
     parser.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
@@ -49,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     if "page" in only:
         page.require_chromium()  # now, not after the other items' quarter of an hour
-    q = args.quick
+    q = args.quick or args.smoke
+    sizes = SMOKE if args.smoke else QUICK if q else FULL
     t0 = time.monotonic()
     sections: list[Section] = []
 
@@ -64,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("  " + " | ".join(row.cells()), file=sys.stderr, flush=True)
 
     with bench_env() as env, ScriptedServer() as server:
-        _measure(env, server, only, q, run)
+        _measure(env, server, only, sizes, run)
     numbers: dict[str, float] = {}
     for s in sections:
         numbers.update(s.numbers)
@@ -79,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run: Callable[..., None]) -> None:
+def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, run: Callable[..., None]) -> None:
     """Every benchmark in `only`, each through `run` (which prints and collects its sections)."""
     if only & {"overhead", "latency", "flat", "stream", "history"}:
         rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
@@ -91,38 +164,42 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], q: bool, run
                 if "overhead" in only:
                     run(
                         f"per-step overhead ({db})",
-                        lambda rig=rig: overhead.measure(rig, env, rounds=2 if q else 15),
+                        lambda rig=rig: overhead.measure(rig, env, rounds=z.overhead_rounds),
                     )
                 if "latency" in only:
-                    run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=20 if q else 200))
+                    run(f"end-to-end latency ({db})", lambda rig=rig: latency.measure(rig, runs=z.latency_runs))
                 if "flat" in only:
-                    run(f"flatness ({db})", lambda rig=rig: flatness.measure(
-                        rig, env, rounds=1 if q else 5, far=200 if q else 1000))  # fmt: skip
+                    run(
+                        f"flatness ({db})",
+                        lambda rig=rig: flatness.measure(rig, env, rounds=z.flat_rounds, far=z.flat_far),
+                    )
                 if "stream" in only:
                     run(f"streaming ({db})", lambda rig=rig: streaming.measure(
-                        rig, env, runs=20 if q else 200, rounds=1 if q else 15, batches=20 if q else 100))  # fmt: skip
+                        rig, env, runs=z.stream_runs, rounds=z.stream_rounds, batches=z.stream_batches))  # fmt: skip
                 if "history" in only:
-                    run(f"session history ({db})", lambda rig=rig: history.measure(rig, rounds=20 if q else 200))
+                    run(f"session history ({db})", lambda rig=rig: history.measure(rig, rounds=z.history_rounds))
         finally:
+            stop_all([w for rig in rigs.values() for w in rig.workers])  # at once, not rig by rig
             for rig in rigs.values():
                 rig.close()
     if "updates" in only:
-        run(
-            "run-row updates",
-            lambda: updates.measure(env, runs=4 if q else 30, batches=3 if q else 10, rounds=1 if q else 3),
-        )
+        sized = {"runs": z.updates_runs, "batches": z.updates_batches, "rounds": z.updates_rounds}
+        run("run-row updates", lambda: updates.measure(env, **sized))
     if "io" in only:
-        run("I/O-bound concurrency", lambda: _concurrency(env, server, q))
+        run("I/O-bound concurrency", lambda: _concurrency(env, z))
     if "scale" in only:
-        run("scaling with worker processes", lambda: _scale(env, q))
+        run("scaling with worker processes", lambda: _scale(env, z))
     if "recovery" in only:
-        run("recovery", lambda: recovery.measure(env, rounds=1 if q else 3, default_rounds=0 if q else 2))
+        run(
+            "recovery",
+            lambda: recovery.measure(env, rounds=z.recovery_rounds, default_rounds=z.recovery_default_rounds),
+        )
     if "memory" in only:
-        run("worker memory", lambda: memory.measure(env, total=200 if q else 10_000))
+        run("worker memory", lambda: memory.measure(env, total=z.memory_runs))
     if "listing" in only:
-        run("listing runs", lambda: listing.measure(env, runs=20_000 if q else 1_000_000, rounds=20 if q else 60))
+        run("listing runs", lambda: listing.measure(env, runs=z.listing_runs, rounds=z.listing_rounds))
     if "page" in only:
-        run("run page in Chromium", lambda: page.measure(env, rounds=2 if q else 15, batches=20 if q else 333))
+        run("run page in Chromium", lambda: page.measure(env, rounds=z.page_rounds, batches=z.page_batches))
 
 
 #: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
@@ -139,29 +216,28 @@ def _item_of(key: str) -> str | None:
     return max(matches)[1] if matches else None
 
 
-def _scale(env: BenchEnv, quick: bool) -> list[Section]:
-    """Throughput with 1, 2 and 4 worker processes, then 1,000 concurrent runs on one host."""
-    if quick:
-        spread = scaling.measure(env, per_process=2, runs_per_slot=4, passes=1)
-        return [spread, ceiling.measure(env, n_runs=100, rounds=1, configs=[("threads", 50)])]
-    spread = scaling.measure(env, per_process=scaling.PER_PROCESS, runs_per_slot=10, passes=2)
-    return [spread, ceiling.measure(env, n_runs=1000, rounds=ceiling.ROUNDS)]
+def _scale(env: BenchEnv, z: Sizes) -> list[Section]:
+    """Throughput with 1, 2 and 4 worker processes, then concurrent runs on one host (1,000 in full)."""
+    spread = scaling.measure(
+        env, per_process=z.scale_threads, runs_per_slot=z.scale_runs_per_slot, passes=z.scale_passes
+    )
+    return [spread, ceiling.measure(env, n_runs=z.ceiling_runs, rounds=z.ceiling_rounds, configs=z.ceiling_configs)]
 
 
-def _concurrency(env: object, server: ScriptedServer, quick: bool) -> list[Section]:
-    del server  # the concurrency benchmark runs its own server, with the 0.5 s delay
-    if quick:
-        main_c, extra_c, n_runs, rounds = 20, [], 40, 1
-    else:
-        main_c, extra_c, n_runs, rounds = 50, [100, 200], 1000, 2
-    section, figures = concurrency.measure(env, n_runs=n_runs, rounds=rounds, pool="threads", concurrency=main_c)  # type: ignore[arg-type]
+def _concurrency(env: BenchEnv, z: Sizes) -> list[Section]:
+    """The I/O-bound runs at `z.io_threads`, then at each of `z.io_more_threads` (the concurrency
+    benchmark runs its own scripted server, with the 0.5 s delay)."""
+    main_c = z.io_threads
+    section, figures = concurrency.measure(
+        env, n_runs=z.io_runs, rounds=z.io_rounds, pool="threads", concurrency=main_c
+    )
     section.numbers.update(
         concurrency_ratio=figures["ratio"], concurrency_steps_per_s=figures["ratchet"],
         concurrency_floor_steps_per_s=figures["floor"], concurrency_threads=float(main_c),
     )  # fmt: skip
     sections = [section]
-    for c in extra_c:
-        more, figs = concurrency.measure(env, n_runs=n_runs, rounds=1, pool="threads", concurrency=c)  # type: ignore[arg-type]
+    for c in z.io_more_threads:
+        more, figs = concurrency.measure(env, n_runs=z.io_runs, rounds=1, pool="threads", concurrency=c)
         more.numbers[f"concurrency_ratio_c{c}"] = figs["ratio"]
         more.numbers[f"concurrency_steps_per_s_c{c}"] = figs["ratchet"]
         sections.append(more)

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from bench.env import BenchEnv
 from bench.floor import chains_done, create_floor_app, floor_engine, start_chain
-from bench.procs import floor_worker, ratchet_worker
+from bench.procs import floor_worker, ratchet_worker, stop_all
 from bench.stats import Row, Section, median, paired_ratios, wait_until
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
@@ -90,8 +90,7 @@ def measure(
                 floor.append(floor_throughput(engine, app, queue, server.url, n_runs))
                 ratchet.append(ratchet_throughput(client, store, n_runs))
         finally:
-            for w in workers:
-                w.stop()
+            stop_all(workers)
     engine.dispose()
     app.close()
     ratio = median(paired_ratios(ratchet, floor))

@@ -22,7 +22,7 @@ from bench.concurrency import KEY, STEPS_PER_RUN, ratchet_throughput
 from bench.cpu import CpuMeter, CpuUse
 from bench.env import BenchEnv
 from bench.floor import chains_done, create_floor_app, floor_engine, start_chain
-from bench.procs import ROOT, WorkerProcess, floor_worker, ratchet_worker
+from bench.procs import ROOT, WorkerProcess, floor_worker, ratchet_worker, stop_all
 from bench.stats import median
 from orchestrator.client import Client
 from orchestrator.settings import Settings
@@ -120,8 +120,7 @@ class Side:
             w.wait_ready(120)
 
     def stop(self) -> None:
-        for w in self.workers:
-            w.stop()
+        stop_all(self.workers)
 
     def throughput(self, n_runs: int) -> float:
         raise NotImplementedError
@@ -215,9 +214,9 @@ def _node(w: WorkerProcess) -> str:
 
 
 def close(*sides: Side) -> None:
-    """Stop every worker of these sides and release the floor's pools."""
+    """Stop every worker of these sides (all at once) and release the floor's pools."""
+    stop_all([w for s in sides for w in s.workers])
     for s in sides:
-        s.stop()
         if isinstance(s, FloorSide):
             s.engine.dispose()
             s.app.close()

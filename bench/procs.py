@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench.env import BenchEnv, settings_env
@@ -72,19 +73,30 @@ class WorkerProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Warm shutdown (SIGTERM), then SIGKILL if it does not stop in time."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stop_all([self], timeout)
 
     def __enter__(self) -> WorkerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout: float = 20.0) -> None:
+    """Warm shutdown (SIGTERM) of every worker at once, then SIGKILL for any that has not stopped
+    within `timeout`: a Celery worker takes seconds to stop (its consumer sees the signal only once
+    its broker read returns), and one after the other they add up."""
+    running = [w for w in workers if w.proc is not None and w.proc.poll() is None]
+    for w in running:
+        assert w.proc is not None
+        w.proc.terminate()
+    deadline = time.monotonic() + timeout
+    for w in running:
+        assert w.proc is not None
+        try:
+            w.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.kill()
 
 
 def ratchet_worker(

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from bench.agents import pop
 from bench.env import BenchEnv
-from bench.procs import WorkerProcess, ratchet_worker
+from bench.procs import WorkerProcess, ratchet_worker, stop_all
 from bench.stats import Row, Section, median, wait_until
 from orchestrator.client import Client
 from orchestrator.runtime import build
@@ -124,6 +124,5 @@ def _recover(env: BenchEnv, settings: Settings, rounds: int) -> list[float]:
     finally:
         stop.set()
         thread.join(5)
-        for w in workers:
-            w.stop()
+        stop_all(workers)
     return samples

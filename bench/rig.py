@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from bench.env import BenchEnv
 from bench.floor import create_floor_app, floor_engine
-from bench.procs import WorkerProcess, floor_worker, ratchet_worker
+from bench.procs import WorkerProcess, floor_worker, ratchet_worker, stop_all
 from orchestrator.client import Client
 from orchestrator.settings import Settings
 from orchestrator.store import Store
@@ -45,8 +45,7 @@ class Rig:
         return f"{self.name}, Redis, worker subprocess -P {POOL} -c {CONCURRENCY}"
 
     def close(self) -> None:
-        for w in self.workers:
-            w.stop()
+        stop_all(self.workers)
         self.floor_engine.dispose()
         self.floor_app.close()
 

@@ -198,6 +198,16 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return {f"RATCHET_{k.upper()}": str(v) for k, v in settings.model_dump().items() if v is not None}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A chaos test lives in tests/chaos: `make test` runs that folder as a phase of its own and
+    leaves it out of the other (see the Makefile), so a test marked `chaos` elsewhere would run in
+    neither."""
+    chaos = Path(__file__).parent / "chaos"
+    stray = [item.nodeid for item in items if item.get_closest_marker("chaos") and not item.path.is_relative_to(chaos)]
+    if stray:
+        raise pytest.UsageError(f"marked chaos outside tests/chaos (move them there): {stray}")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Lists the modules past the size budget's first mark (tests/unit/test_sizes.py): a signal
     to look at, not a failure."""

@@ -1,7 +1,10 @@
-"""`make bench-quick` runs: the benchmarks' one-minute version writes every headline figure.
+"""The benchmarks run: `python -m bench --smoke`, the shortest run of each (every worker process,
+database and page of a full run, one round of the fewest runs), writes every headline figure a
+quick run writes.
 
 Benchmarks are not tests (`make test` does not run them); this only checks that they still run
-and report, into a temporary folder so bench/RESULTS.md is left alone."""
+and report, into a temporary folder so bench/RESULTS.md is left alone. Their figures, from so few
+samples, mean nothing: `make bench-quick` and `make bench` measure."""
 
 from __future__ import annotations
 
@@ -21,14 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
-#: The quick benchmark in two parts (its items, for `--only`), run as two tests so that a parallel
+#: The benchmark in two parts (its items, for `--only`), run as two tests so that a parallel
 #: run spreads them.
 HALVES = {"steps": "overhead,latency,flat,stream,history,updates", "hosts": "io,scale,recovery,memory,listing,page"}
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("half", sorted(HALVES))
-def test_the_quick_benchmark_writes_every_headline_figure_as_a_finite_number(
+def test_the_benchmark_writes_every_headline_figure_as_a_finite_number(
     tmp_path: Path, redis_url: str, half: str
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
@@ -36,7 +39,7 @@ def test_the_quick_benchmark_writes_every_headline_figure_as_a_finite_number(
     only = HALVES[half]
 
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", only, "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=380,
     )  # fmt: skip
 

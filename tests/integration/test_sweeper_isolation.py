@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator import Agent, RunStatus
+from orchestrator import agent as agent_module
 from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.runtime import build
@@ -40,6 +41,17 @@ def sweeper(db_url: str, redis_url: str, clock: Clock) -> Iterator[Sweeper]:
     yield Sweeper(engine)
     engine.dispatcher.app.close()  # type: ignore[attr-defined]
     forget_stores()
+
+
+@pytest.fixture
+def unrenderable() -> Iterator[Unrenderable]:
+    """An agent that cannot render its system message, registered for the test only: a catalog
+    written later in this process (a worker's boot, the in-memory dispatcher's first step) would
+    fail to describe it."""
+    agent = Unrenderable(name=f"unrenderable-{uuid.uuid4().hex[:8]}", model=OpenAIChat(id="m"))
+    yield agent
+    agent_module._registry.pop(agent.name, None)
+    agent_module._sites.pop(agent.name, None)
 
 
 def running(sweeper: Sweeper, agent: str = "nobody", *, claims: int = 1, lease: float = 30.0) -> str:
@@ -78,12 +90,11 @@ def test_a_run_whose_update_fails_does_not_stop_the_pass_for_the_others(
 
 
 def test_a_poison_step_whose_agent_cannot_render_its_system_message_still_errors_and_the_pass_goes_on(
-    sweeper: Sweeper, clock: Clock
+    sweeper: Sweeper, clock: Clock, unrenderable: Unrenderable
 ) -> None:
     # Given a poison step (claimed twice, the cap) of an agent whose system message fails to render,
     # and a step whose publish is overdue
-    agent = Unrenderable(name=f"unrenderable-{uuid.uuid4().hex[:8]}", model=OpenAIChat(id="m"))
-    poison = running(sweeper, agent.name, claims=2)
+    poison = running(sweeper, unrenderable.name, claims=2)
     due = str(uuid.uuid4())
     sweeper.store.create_run(
         run_id=due, session_id="s-due", agent_name="nobody", kind="agent",
