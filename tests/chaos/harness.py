@@ -271,8 +271,10 @@ class Cluster:
         assert len(markers) == 1, markers
         return int(markers[0].suffix[1:])
 
-    def wait_tool_started(self, key: str, *, timeout: float = 20) -> int:
-        """Wait until a process started tool call `key`; its pid."""
+    def wait_tool_started(self, key: str, *, timeout: float = 60) -> int:
+        """Wait until a process started tool call `key`; its pid. The deadline covers a worker
+        process's start and the model step before the tool, on a loaded machine (20 s was
+        missed once with the whole suite running beside it)."""
         found = wait_until(
             lambda: list(self.dir.glob(f"started-{key}.*")), timeout=timeout, what=f"tool call {key} to start"
         )
