@@ -11,16 +11,22 @@ from orchestrator.errors import (
     AgentNotFoundError,
     BrokerUnavailableError,
     ConfigurationError,
+    DecisionConflictError,
+    DecisionExpiredError,
+    DecisionKindError,
     InvalidInputError,
     MemberRunError,
     ModelCallError,
+    PauseTimeoutError,
     PoisonStepError,
     RatchetError,
+    RequirementNotFoundError,
     RunBusyError,
     RunConflictError,
     RunLiveError,
     RunNotContinuableError,
     RunNotFoundError,
+    RunNotPausedError,
     RunWaitTimeout,
     SessionOwnedError,
     StepTimeoutError,
@@ -31,6 +37,7 @@ from orchestrator.errors import (
 from orchestrator.events import RunEvent
 from orchestrator.messages import Message
 from orchestrator.producer import Agent, Team
+from orchestrator.requirements import Decision, RunRequirement, ToolExecution
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import LogEntry, RunError, RunOutput, RunPage, RunSummary, Session
 from orchestrator.settings import Settings
@@ -40,6 +47,15 @@ from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 from orchestrator.usage import Metrics, Prices
 
 __all__ = [
+    "ToolExecution",
+    "RunRequirement",
+    "Decision",
+    "RunNotPausedError",
+    "RequirementNotFoundError",
+    "PauseTimeoutError",
+    "DecisionKindError",
+    "DecisionExpiredError",
+    "DecisionConflictError",
     "Agent",
     "AgentNotFoundError",
     "BrokerUnavailableError",

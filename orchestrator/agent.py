@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from orchestrator import state
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.models.base import Model, ToolSpec
+from orchestrator.requirements import PausePolicy
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunRecord
 from orchestrator.tools import Tool, Toolkit, flatten
@@ -64,6 +65,16 @@ def _check(name: str, model: Model, output_schema: object, concurrency_key: obje
         raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
 
 
+def _tools_of(name: str, given: Sequence[Tool | Toolkit | Callable[..., Any]]) -> tuple[list[Tool], list[str]]:
+    """An agent's tools, toolkits flattened (two of one name refused), and its toolkits' instructions."""
+    tools = flatten(given)
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"{name}: two tools share a name: {sorted(names)}")
+    instructions = [t.instructions for t in given if isinstance(t, Toolkit) and t.add_instructions and t.instructions]
+    return tools, instructions
+
+
 class AgentOptions(TypedDict):
     """The arguments an agent definition is built from, as `AgentDefinition.__init__` takes them:
     what `orchestrator.Agent` passes on to it besides its producer client."""
@@ -83,6 +94,8 @@ class AgentOptions(TypedDict):
     session_state: NotRequired[Mapping[str, Any] | None]
     queue: NotRequired[str | None]
     concurrency_key: NotRequired[Callable[[RunRecord], str | None] | None]
+    pause_timeout: NotRequired[float | None]
+    on_timeout: NotRequired[str | None]
 
 
 class AgentDefinition:
@@ -109,17 +122,13 @@ class AgentDefinition:
         session_state: Mapping[str, Any] | None = None,
         queue: str | None = None,
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
+        pause_timeout: float | None = None,
+        on_timeout: str | None = None,
     ) -> None:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
         self.model = model
-        self.tools = flatten(tools)
-        self._toolkit_instructions = [
-            t.instructions for t in tools if isinstance(t, Toolkit) and t.add_instructions and t.instructions
-        ]
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ConfigurationError(f"{name}: two tools share a name: {sorted(names)}")
+        self.tools, self._toolkit_instructions = _tools_of(name, tools)
         self.instructions = instructions
         self.description = description
         #: What this agent does, shown to a team leader that may delegate to it.
@@ -144,10 +153,16 @@ class AgentDefinition:
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
-        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function of
-        #: the run's record, None for a run it does not count; None: the run's `user_id`.
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function
+        #: of the run's record (None: not counted); not given: the run's `user_id`.
         self.concurrency_key = concurrency_key
+        #: A paused call's deadline (a tool's own wins): `orchestrator.requirements`.
+        self.pause_policy = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)
         register(self)
+
+    def pause_policy_of(self, tool: Tool) -> PausePolicy:
+        """The deadline of a paused call of `tool`: the tool's own, else the agent's."""
+        return tool.pause_policy or self.pause_policy
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if this agent has one."""

@@ -209,6 +209,15 @@ def _flags(tool: Any) -> dict[str, Any]:
         flags["at_most_once"] = True
     if tool.queue is not None:
         flags["queue"] = tool.queue
+    for name in ("requires_confirmation", "requires_user_input", "external_execution"):
+        if getattr(tool, name, False):
+            flags[name] = True
+    if getattr(tool, "requires_user_input", False):
+        flags["user_input_fields"] = list(tool.user_input_fields)
+    policy = getattr(tool, "pause_policy", None)
+    if policy is not None:
+        flags["pause_timeout"] = policy.timeout
+        flags["on_timeout"] = policy.on_timeout
     return flags
 
 

@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrator import timeline, validation
 from orchestrator.control import RunControl
-from orchestrator.errors import InvalidInputError, RunWaitTimeout
+from orchestrator.errors import DecisionKindError, InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
 from orchestrator.ports import DeltaSink, Dispatcher, QueueLengths
 from orchestrator.reader import Follower, afollow, follow
+from orchestrator.requirements import Decision, RunRequirement
 from orchestrator.run import LogEntry, RunOutput, RunPage, Session
 from orchestrator.runtime import Runtime, build, current
 from orchestrator.settings import Settings
@@ -189,16 +190,58 @@ class Client:
         )
         return RunHandle(run_id, self)
 
-    def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> RunHandle:
-        """Resume a run: ERROR/PAUSED and expired RUNNING resume in place (same run_id);
-        COMPLETED forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        input: str | None = None,
+        fork_key: str | None = None,
+        requirements: Sequence[RunRequirement] = (),
+        by: str | None = None,
+    ) -> RunHandle:
+        """Resume a run: ERROR and expired RUNNING resume in place (same run_id); COMPLETED
+        forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
         A team in ERROR because a member failed continues that member in place, then the leader.
+        A PAUSED run resumes in place once every requirement is decided: the decisions made on
+        `requirements` (with their mutators) are stored first, one by one, as `decide` stores
+        them (`by`: who decides, kept with each).
 
         Two concurrent continues of one run publish one step: the move is guarded by the epoch.
         A fork's run_id is derived from the source run and `fork_key` (default: the input), so
         continuing a COMPLETED run twice alike returns the same fork; another `fork_key` forks
         again."""
-        return RunHandle(self.control.continue_run(run_id, input=input, fork_key=fork_key), self)
+        answer = self.control.continue_run(run_id, input=input, fork_key=fork_key, requirements=requirements, by=by)
+        return RunHandle(answer, self)
+
+    def decide(
+        self, run_id: str, requirement_id: str, decision: Decision | RunRequirement, *, by: str | None = None
+    ) -> RunRequirement:
+        """Store one decision on a requirement of a PAUSED run (or of one of its member runs) and
+        return the requirement as stored: `decision` is a `Decision`, or a `RunRequirement`
+        decided with one of its mutators. The last pending requirement of its run queues the run
+        again. The same decision sent again is a no-op; another one is DecisionConflictError
+        naming who decided first; past its deadline DecisionExpiredError; for a run that is not
+        PAUSED RunNotPausedError; one that does not answer it DecisionKindError."""
+        if isinstance(decision, RunRequirement):
+            if decision.decision is None:
+                raise DecisionKindError(
+                    f"requirement {decision.id} carries no decision: call confirm(), reject(), "
+                    "provide_user_input() or set_external_execution_result() on it first"
+                )
+            decision = decision.decision
+        return self.control.decide(run_id, requirement_id, decision, by=by)
+
+    def pending(
+        self, *, agent_name: str | None = None, user_id: str | None = None, limit: int = 100
+    ) -> list[RunRequirement]:
+        """What paused runs wait for, across runs, oldest first (of one agent, of one user's runs)."""
+        if agent_name is not None:
+            agent_name = validation.agent_name(agent_name)
+        if user_id is not None:
+            user_id = validation.user_id(user_id)
+        return self.store.requirements.pending(
+            agent_name=agent_name, user_id=user_id, limit=validation.page_size(limit)
+        )
 
     def cancel(self, run_id: str) -> RunOutput:
         """Cancel a run that has not finished, and its member runs. Its in-flight step is fenced:

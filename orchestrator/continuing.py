@@ -9,7 +9,9 @@ reads it, until one try answers. What a try decides, by the run's status:
   continue finds the fork the first one made.
 - QUEUED, WAITING and RUNNING under a live lease: going already; input is refused (it would be
   dropped), a continue without input returns the run.
-- ERROR, PAUSED and RUNNING past its lease: moved to QUEUED, guarded by its epoch, and its step
+- PAUSED: waiting for decisions, which queue it again themselves (`store/paused.py`); a
+  continue without input returns it, one with input is refused until it is decided.
+- ERROR and RUNNING past its lease: moved to QUEUED, guarded by its epoch, and its step
   published. A team in ERROR because a member failed continues that member in place first, then
   waits on it again (`continue_team`).
 
@@ -108,6 +110,13 @@ class Continuation:
             if input is not None:
                 raise RunBusyError(f"run {run_id} is {status}; it cannot take new input until it stops")
             return run_id
+        if status == S.PAUSED:
+            if input is not None:
+                raise RunBusyError(
+                    f"run {run_id} is PAUSED, waiting for decisions on its requirements; decide them "
+                    "(`ratchet pending`, RunRequirement.confirm()/reject()/...) and send the input once it stops again"
+                )
+            return run_id
         if live:
             left = (record.lease_expires_at or now) - now
             raise RunBusyError(
@@ -117,7 +126,7 @@ class Continuation:
         return None
 
     def _move_on(self, record: RunRecord, input: str | None) -> str | None:
-        """Move a stopped run (ERROR, PAUSED, RUNNING past its lease) back to QUEUED and publish
+        """Move a stopped run (ERROR, RUNNING past its lease) back to QUEUED and publish
         its step: the tool calls it still owes first, else a model call with the new input."""
         run_id, status = record.run_id, record.status
         owed = unanswered_calls(self.store.get_messages(run_id))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -43,6 +43,7 @@ from orchestrator.errors import (
 from orchestrator.idempotency import StartRequest
 from orchestrator.messages import Message
 from orchestrator.ports import Dispatcher, Limiter
+from orchestrator.requirements import Decision, RunRequirement
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
@@ -193,11 +194,37 @@ class RunControl:
 
     # ---------------------------------------------------------------- continue and fork
 
-    def continue_run(self, run_id: str, *, input: str | None = None, fork_key: str | None = None) -> str:
-        """Resume a run and return the id of the run that goes on: ERROR/PAUSED and expired
-        RUNNING resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op);
-        CANCELLED is refused. The move out of the run's status is guarded by its epoch, so two
-        concurrent continues publish one step (`orchestrator.continuing`).
+    def decide(self, run_id: str, requirement_id: str, decision: Decision, *, by: str | None = None) -> RunRequirement:
+        """Store a person's decision on one requirement of a PAUSED run (or of its member runs)
+        and return the requirement as stored. The last pending requirement of its run queues the
+        run again (same run_id) and publishes its step. Idempotent: the same decision again is a
+        no-op; another one is DecisionConflictError naming who decided first (`store/paused.py`)."""
+        run_id = validation.known_run_id(run_id)
+        requirement_id = validation.requirement_id(requirement_id)
+        if by is not None:
+            by = validation.decider(by)
+        done = self.store.requirements.decide(
+            run_id, requirement_id, decision, by=by, publish_grace=self.settings.publish_grace_seconds
+        )
+        if done.resumed is not None:
+            self.publish(done.resumed)  # a broker that is down: the run is due, the sweeper publishes it
+        return done.requirement
+
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        input: str | None = None,
+        fork_key: str | None = None,
+        requirements: Sequence[RunRequirement] = (),
+        by: str | None = None,
+    ) -> str:
+        """Resume a run and return the id of the run that goes on: ERROR and expired RUNNING
+        resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op); PAUSED
+        resumes once every requirement is decided (the decisions in `requirements`, those given
+        one with a mutator, are stored first, one by one, as `decide` does); CANCELLED is refused.
+        The move out of the run's status is guarded by its epoch, so two concurrent continues
+        publish one step (`orchestrator.continuing`).
 
         A continue answers only for a move it made or found made. When its guarded move matches
         nothing, the run moved since it was read (another continue, a cancel, its worker, a
@@ -210,6 +237,14 @@ class RunControl:
             input = validation.input_text(input)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
+        decided = [r for r in requirements if r.decision is not None and r.is_active]
+        for requirement in decided:
+            assert requirement.decision is not None
+            self.decide(run_id, requirement.id, requirement.decision, by=by)
+        if decided and input is None:
+            # The decisions are the continue: the last one queued the run (which may have finished
+            # since: a fork now would ask the model again for nothing), or it waits for more.
+            return run_id
         continuation = Continuation(
             self.store,
             self.settings,

@@ -10,6 +10,11 @@
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is going (RUNNING, its lease live) and cannot take this
     ├── RunLiveError              the run is live (going, or waiting on a human): not deleted
+    ├── RunNotPausedError         a decision for a run that is not PAUSED (resumed, cancelled, ...)
+    ├── RequirementNotFoundError  no requirement of that run has that id
+    ├── DecisionConflictError     the requirement was decided already, another way (says who)
+    ├── DecisionExpiredError      the requirement's deadline passed before the decision came
+    ├── DecisionKindError         the decision does not fit what is asked (input for a confirmation)
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
     ├── FencedError               a step lost its lease; its commit was rolled back
@@ -19,6 +24,7 @@
     ├── ToolInterruptedError      an at-most-once tool started and never finished; not run again
     ├── ToolBatchLimitError       the model called tools past the agent's max_tool_batches
     ├── PoisonStepError           a step's worker died RATCHET_MAX_STEP_ATTEMPTS times
+    ├── PauseTimeoutError         nobody decided a paused call before its deadline (on_timeout="error")
     └── MemberRunError            a member of a team ended in ERROR, so the team stopped
 
 Each error's docstring says what happened and what to do. The errors above ModelCallError are
@@ -104,6 +110,39 @@ class RunLiveError(RatchetError):
         self.run_id = run_id
 
 
+class RunNotPausedError(RatchetError):
+    """A decision came for a run that is not PAUSED: it was resumed (every requirement decided),
+    cancelled, or its deadline acted. Nothing was stored. `ratchet show RUN_ID` says where it is."""
+
+
+class RequirementNotFoundError(RatchetError):
+    """No requirement of this run (or of its member runs) has this id. List the run's
+    requirements (`RunOutput.requirements`, `ratchet pending`, `GET /runs/{id}`) and use one of
+    their ids."""
+
+
+class DecisionConflictError(RatchetError):
+    """The requirement was decided already, another way; the first decision stands. The message
+    says who decided it and when. The same decision sent again is not an error (it is idempotent)."""
+
+    def __init__(self, message: str, *, decided_by: str | None, decided_at: float | None) -> None:
+        super().__init__(message)
+        self.decided_by = decided_by
+        self.decided_at = decided_at
+
+
+class DecisionExpiredError(RatchetError):
+    """The requirement's deadline (`pause_timeout`) passed before this decision came; its
+    `on_timeout` policy decides instead (or has decided). Nothing was stored."""
+
+
+class DecisionKindError(RatchetError, ValueError):
+    """The decision does not fit what the requirement asks: an input for a confirmation, a
+    confirmation of an external call, fields the tool does not ask of a person, a result that is
+    not text. The message says what the requirement takes. (A ValueError too, as Agno's
+    `RunRequirement` raises.)"""
+
+
 class RunWaitTimeout(RatchetError):
     """The run did not reach a final status in time. It goes on; wait again or inspect it."""
 
@@ -180,6 +219,12 @@ class ToolBatchLimitError(RatchetError):
 class PoisonStepError(RatchetError):
     """A step was claimed RATCHET_MAX_STEP_ATTEMPTS times and its worker died every time (killed,
     out of memory, past the hard time limit). Find the cause in the worker logs, fix it, continue."""
+
+
+class PauseTimeoutError(RatchetError):
+    """Nobody decided a paused tool call before its deadline, and its `on_timeout` is "error".
+    The run is in ERROR with its messages kept; continuing it pauses the call again with a new
+    deadline."""
 
 
 class MemberRunError(RatchetError):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal, Unpack, overload
 
@@ -27,7 +27,9 @@ from pydantic import BaseModel
 from orchestrator import structured
 from orchestrator.agent import AgentDefinition, AgentOptions
 from orchestrator.client import Client, RunHandle
+from orchestrator.errors import InvalidInputError
 from orchestrator.events import RunEvent
+from orchestrator.requirements import RunRequirement
 from orchestrator.run import RunOutput
 from orchestrator.team import TeamDefinition
 
@@ -193,31 +195,57 @@ class Agent(AgentDefinition):
 
     def continue_run(
         self,
-        run_id: str,
+        run_response: RunOutput | str | None = None,
         *,
+        run_id: str | None = None,
+        requirements: Sequence[RunRequirement] | None = None,
         input: str | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
         fork_key: str | None = None,
+        by: str | None = None,
     ) -> RunOutput:
-        """Continue a run and wait: ERROR resumes in place (same run_id), COMPLETED forks (the
-        same fork for the same input; another `fork_key` forks again, see `Client.continue_run`).
+        """Continue a run and wait (Agno's `continue_run(run_response, run_id=, requirements=)`):
+        ERROR resumes in place (same run_id), COMPLETED forks (the same fork for the same input;
+        another `fork_key` forks again, see `Client.continue_run`), PAUSED resumes in place once
+        every requirement is decided: the decisions made on `requirements` (default: those of
+        `run_response`) are stored first. A run still waiting for decisions returns PAUSED.
 
         `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
-        return as_defined(self, self.client.continue_run(run_id, input=input, fork_key=fork_key).wait(timeout))
+        target, asked = _continued(run_response, run_id, requirements)
+        handle = self.client.continue_run(target, input=input, fork_key=fork_key, requirements=asked, by=by)
+        return as_defined(self, handle.wait(timeout))
 
     async def acontinue_run(
         self,
-        run_id: str,
+        run_response: RunOutput | str | None = None,
         *,
+        run_id: str | None = None,
+        requirements: Sequence[RunRequirement] | None = None,
         input: str | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
         fork_key: str | None = None,
+        by: str | None = None,
     ) -> RunOutput:
         """`continue_run()` for asyncio."""
-        handle = await asyncio.to_thread(self.client.continue_run, run_id, input=input, fork_key=fork_key)
+        target, asked = _continued(run_response, run_id, requirements)
+        handle = await asyncio.to_thread(
+            self.client.continue_run, target, input=input, fork_key=fork_key, requirements=asked, by=by
+        )
         return as_defined(self, await handle.await_(timeout))
+
+
+def _continued(
+    run_response: RunOutput | str | None, run_id: str | None, requirements: Sequence[RunRequirement] | None
+) -> tuple[str, Sequence[RunRequirement]]:
+    """The run a continue is for and the requirements it carries, from Agno's arguments."""
+    if isinstance(run_response, RunOutput):
+        return run_id or run_response.run_id, requirements if requirements is not None else run_response.requirements
+    target = run_id if run_id is not None else run_response
+    if target is None:
+        raise InvalidInputError("continue_run needs the run: pass its RunOutput or run_id=")
+    return target, requirements or ()
 
 
 class Team(TeamDefinition, Agent):

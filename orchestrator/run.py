@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, computed_field
 
 from orchestrator.messages import Message
+from orchestrator.requirements import RunRequirement, ToolExecution
 from orchestrator.status import RunStatus
 from orchestrator.usage import Metrics
 
@@ -115,17 +116,6 @@ class RetryWait:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolExecution:
-    """One tool call and its result, as Agno's `ToolExecution` names them."""
-
-    tool_call_id: str
-    tool_name: str
-    tool_args: dict[str, Any] | None
-    result: str | None
-    tool_call_error: bool
-
-
-@dataclass(frozen=True, kw_only=True)
 class RunOutput:
     """A run as a producer sees it: Agno's `RunOutput` fields plus Ratchet's bookkeeping."""
 
@@ -161,6 +151,19 @@ class RunOutput:
     priority: int | None = None
     #: The hash of its agent's definition when it started (`orchestrator.catalog`; None: unknown).
     definition_hash: str | None = None
+    #: What the run asked of a person, in order of arrival (Agno's `RunOutput.requirements`),
+    #: decided ones included; a team's include its members' (naming the member).
+    requirements: list[RunRequirement] = field(default_factory=list)
+
+    @property
+    def is_paused(self) -> bool:
+        """The run waits for a person (or a raised budget): Agno's `RunOutput.is_paused`."""
+        return self.status == RunStatus.PAUSED
+
+    @property
+    def active_requirements(self) -> list[RunRequirement]:
+        """The requirements still waiting for a decision (Agno's `active_requirements`)."""
+        return [r for r in self.requirements if r.is_active]
 
     @property
     def tools(self) -> list[ToolExecution]:
@@ -202,6 +205,7 @@ class RunOutput:
         member_runs: list[RunOutput] | None = None,
         retry: RetryWait | None = None,
         session_state: dict[str, Any] | None = None,
+        requirements: list[RunRequirement] | None = None,
     ) -> RunOutput:
         """The output of a run: its row, with the system message first, then the stored rows."""
         transcript = list(messages)
@@ -232,6 +236,7 @@ class RunOutput:
             session_state=session_state if session_state is not None else {},
             priority=record.priority,
             definition_hash=record.definition_hash,
+            requirements=requirements or [],
         )
 
 

@@ -22,9 +22,8 @@ class RunStatus(StrEnum):
     RUNNING = "RUNNING"
     #: A team run waiting for its member runs; holds no worker.
     WAITING = "WAITING"
-    #: Reserved for a run waiting on a person's decision. Nothing moves a run here in this release
-    #: (no move of `TRANSITIONS` enters it); the value stays so that the statuses which name it
-    #: (a live run, a cancellable one, what `wait()` stops at) already hold it.
+    #: Waiting for a person (a confirmation, input, an external result) or a raised budget; holds
+    #: no worker, lease or task (`orchestrator.requirements`). A team is PAUSED while a member is.
     PAUSED = "PAUSED"
     #: A step failed for good; the row keeps every message and the error. Continue resumes in place.
     ERROR = "ERROR"
@@ -49,13 +48,13 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     # claim; a team delegating; a poison or unrecoverable step found before it starts; cancel
     S.QUEUED: frozenset({S.RUNNING, S.ERROR, S.CANCELLED}),
     # commit (next step queued), final answer, failure, team waits on members, re-claim after an
-    # expired lease (RUNNING -> RUNNING with a new epoch), cancel
-    S.RUNNING: frozenset({S.QUEUED, S.COMPLETED, S.ERROR, S.WAITING, S.RUNNING, S.CANCELLED}),
-    # the last member finished (leader's next step queued), a member failed, cancel
-    S.WAITING: frozenset({S.QUEUED, S.ERROR, S.CANCELLED}),
-    # unreachable (nothing enters PAUSED); its moves out are those cancel, which lists it among the
-    # live statuses, and continue make of any stopped run
-    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED}),
+    # expired lease (RUNNING -> RUNNING with a new epoch), a tool batch pauses for a person, cancel
+    S.RUNNING: frozenset({S.QUEUED, S.COMPLETED, S.ERROR, S.WAITING, S.RUNNING, S.PAUSED, S.CANCELLED}),
+    # the last member finished (leader's next step queued), a member failed, a member paused, cancel
+    S.WAITING: frozenset({S.QUEUED, S.ERROR, S.PAUSED, S.CANCELLED}),
+    # the last requirement decided (the run queued again; a team back to waiting on its members),
+    # a deadline's policy ("error"), cancel
+    S.PAUSED: frozenset({S.QUEUED, S.WAITING, S.ERROR, S.CANCELLED}),
     # continue in place (or back to WAITING when a team's failed member is continued); cancel
     S.ERROR: frozenset({S.QUEUED, S.WAITING, S.CANCELLED}),
     S.COMPLETED: frozenset(),

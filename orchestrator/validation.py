@@ -71,6 +71,16 @@ def known_run_id(value: object) -> str:
         raise InvalidInputError(f"not a valid run id: {exc}") from None
 
 
+def requirement_id(value: object) -> str:
+    """The id of a paused run's requirement: 1-64 characters, no control characters."""
+    return _name(value, "requirement_id", RUN_ID_MAX)
+
+
+def decider(value: object) -> str:
+    """Who decides a requirement, as stored with the decision: 1-128 characters, no control characters."""
+    return _name(value, "by", USER_ID_MAX)
+
+
 def session_id(value: object) -> str:
     """A session id: 1-128 characters, no control characters, valid UTF-8."""
     return _name(value, "session_id", SESSION_ID_MAX)

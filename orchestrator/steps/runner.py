@@ -106,6 +106,8 @@ class StepRunner:
                 self._abort(claim, flight, exc)
                 raise
             span.outcome(outcome)
+            if outcome == "paused":
+                self.after_final(run_id)
             return outcome
 
     # ---------------------------------------------------------------- claim and commit
@@ -262,9 +264,10 @@ class StepRunner:
             return fail([], {**error, "message": error["message"] + lost})
 
     def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
-        """Called when a run reaches ERROR: it frees its place among its key's runs, and a member
-        that failed moves its team (a completed member fans in with its final commit instead).
-        `record`, the run as just committed, saves reading it again."""
+        """Called when a run reaches ERROR or PAUSED: it frees its place among its key's runs, and
+        a member that failed moves its team (a completed member fans in with its final commit
+        instead; a paused one moved its teams in its own commit). `record`, the run as just
+        committed, saves reading it again."""
         if self.settings.max_runs_per_key is not None:
             record = record or self.store.get_record(run_id)
             self.admission.release(record)

@@ -29,6 +29,7 @@ from orchestrator.messages import Message, ToolCall, unanswered_calls
 from orchestrator.routing import step_of
 from orchestrator.state import CallState, StateError, Turn
 from orchestrator.status import RunStatus
+from orchestrator.steps import pausing
 from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight
 from orchestrator.store import Claim, Store
@@ -50,8 +51,9 @@ class ToolStep:
         self.store = steps.store
 
     def run(self, claim: Claim, flight: InFlight) -> str:
-        """Run the calls the run still owes: "model" once their results are committed, or
-        "waiting" for a team whose batch delegated to its members."""
+        """Run the calls the run still owes: "model" once their results are committed,
+        "waiting" for a team whose batch delegated to its members, or "paused" when a call waits
+        for a person (`pausing`)."""
         run_id = claim.run_id
         store = self.store
         agent = get_agent(claim.record.agent_name)
@@ -68,9 +70,20 @@ class ToolStep:
                     "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
                 )
         pending, delegations = delegation.split(agent, pending)
-        last = self._run_tools(claim, agent, pending, flight)
+        owed = pausing.sort(store, agent, run_id, pending)
+        flight.messages.extend(owed.answered)
+        last = self._run_tools(claim, agent, owed.run, flight)
         changes = flight.changes_of(last)
         grace = self.settings.publish_grace_seconds
+        if owed.paused:
+            # A person decides these; the batch's delegations, if any, start once they did.
+            asked = pausing.asked(agent, owed.paused, store.clock())
+            self.steps.durably(
+                claim,
+                lambda: store.requirements.pause(claim, last, asked, publish_grace=grace, state_changes=changes),
+            )
+            self.steps.end(claim)
+            return "paused"
         if delegations:
             # Members start as child runs in the commit that parks the team WAITING.
             steps = self.steps.durably(
@@ -109,9 +122,9 @@ class ToolStep:
         and their results committed: a thread cannot be stopped, and a tool left running would
         take effect with its result lost, so continue would run it again. The hard time limit
         bounds that wait: it kills the process, and with it the calls, which then did not finish."""
-        if not calls:
-            return []
-        if len(calls) == 1:
+        if not calls:  # the results of decisions only (`pausing`), if any
+            return list(flight.messages)
+        if len(calls) == 1 and not flight.messages:
             # In this thread: the soft limit is raised inside the tool, which so does not finish.
             flight.messages.append(self._call_tool(claim, agent, calls[0], flight, Batch(self.store, claim)))
             return list(flight.messages)

@@ -19,7 +19,7 @@ from orchestrator.messages import Message
 from orchestrator.run import LogEntry, RetryWait, RunOutput, RunPage, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
-from orchestrator.store import direct, listing, sessions, statements
+from orchestrator.store import direct, listing, requirement_rows, sessions, statements
 from orchestrator.store.tables import events, messages, runs, tool_starts
 from orchestrator.usage import USAGE_COLUMNS
 
@@ -116,7 +116,11 @@ def output_of(
     if transcript is None:
         transcript = get_messages(conn, record.run_id)
     retry = _retry_wait(conn, record) if record.status == S.QUEUED and record.retries else None
-    return RunOutput.from_record(record, transcript, members, retry, session_state=state)
+    asked = requirement_rows.of_run(conn, record.run_id)
+    for member in members:
+        asked.extend(r.with_member(member.run_id, member.agent_name) for r in member.requirements)
+    asked.sort(key=lambda r: r.created_at)
+    return RunOutput.from_record(record, transcript, members, retry, session_state=state, requirements=asked)
 
 
 def _retry_wait(conn: Connection, record: RunRecord) -> RetryWait | None:

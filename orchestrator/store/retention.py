@@ -36,7 +36,7 @@ from orchestrator.status import RunStatus
 from orchestrator.store import metrics
 from orchestrator.store.listing import RunFilter, ordered
 from orchestrator.store.store import Store
-from orchestrator.store.tables import deltas, events, messages, runs, sessions, tool_starts
+from orchestrator.store.tables import deltas, events, messages, requirements, runs, sessions, tool_starts
 from orchestrator.store.teams import LIVE
 
 #: Statuses a run may be deleted in: it stopped and waits on nobody.
@@ -213,7 +213,7 @@ def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
     rows added to the metrics' counters stays counted (`metrics.keep_counted`)."""
     for part in _parts(list(run_ids)):
         metrics.keep_counted(conn, part)
-        for table in (messages, tool_starts, events, deltas):
+        for table in (messages, tool_starts, requirements, events, deltas):
             conn.execute(delete(table).where(table.c.run_id.in_(part)))
         conn.execute(delete(runs).where(runs.c.run_id.in_(part)))
 

@@ -11,10 +11,10 @@ applied as one guarded UPDATE (status, and the epoch when the caller holds one).
 means somebody else moved the run first: a no-op or a `FencedError`, never a clobber. Messages are
 appended, never rewritten, each row stamped with the step and epoch that wrote it.
 
-Every transaction is one of the store's named operations (`Store`'s, or `Store.teams`' for a
-team's members): no caller holds a connection. The store returns rows and records; what a reader
-sees of them (run events, a timeline's steps) is derived above it, in `orchestrator.events` and
-`orchestrator.timeline`.
+Every transaction is one of the store's named operations (`Store`'s, `Store.teams`' for a
+team's members, or `Store.requirements`' for a paused run's decisions): no caller holds a
+connection. The store returns rows and records; what a reader sees of them (run events, a
+timeline's steps) is derived above it, in `orchestrator.events` and `orchestrator.timeline`.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from orchestrator.store.history import HistoryCache
 from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
+from orchestrator.store.paused import Requirements
 from orchestrator.store.postgres import PostgresBackend
 from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
@@ -73,6 +74,8 @@ class Store(reads.Reader):
         self.histories = HistoryCache()
         #: Team runs and their members: member starts and fan-ins (`store/teams.py`).
         self.teams = Teams(self, self._backend)
+        #: What paused runs ask of a person, and the decisions (`store/paused.py`).
+        self.requirements = Requirements(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:

@@ -240,3 +240,41 @@ leases = Table(
     Column("expires_at", Float, nullable=False),
     Column("renewed_at", Float, nullable=False),
 )
+
+# What paused runs ask of a person (migration 0016, `store/paused.py`): one row per paused
+# tool call (or spent budget), written in the commit that pauses its run, decided once.
+requirements = Table(
+    "ratchet_requirements",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    # The run whose call it is; `root_run_id` the top of its team (itself outside a team), whose
+    # row every decision in that tree locks first, so that decisions and pauses take turns.
+    Column("run_id", String(64), ForeignKey("ratchet_runs.run_id"), nullable=False),
+    Column("root_run_id", String(64), nullable=False),
+    Column("agent_name", String(256), nullable=False),
+    # The run's step counter when it paused.
+    Column("seq", Integer, nullable=False),
+    # "confirmation" | "user_input" | "external_execution" | "budget".
+    Column("pause_type", String(32), nullable=False),
+    Column("tool_call_id", String(128), nullable=True),
+    Column("tool_name", String(256), nullable=True),
+    Column("tool_args", Text, nullable=True),
+    # JSON: the user-input fields asked, or the budget spent.
+    Column("detail", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("deadline_at", Float, nullable=True),
+    Column("on_timeout", String(16), nullable=True),
+    # "pending" | "decided" | "expired" | "void".
+    Column("status", String(16), nullable=False),
+    Column("decision", Text, nullable=True),
+    Column("decided_by", String(128), nullable=True),
+    Column("decided_at", Float, nullable=True),
+)
+Index("ix_ratchet_requirements_run", requirements.c.run_id, requirements.c.created_at)
+Index("ix_ratchet_requirements_root", requirements.c.root_run_id, requirements.c.status)
+# The deadlines the sweeper acts on: pending rows only.
+_PENDING = text("status = 'pending'")
+Index(
+    "ix_ratchet_requirements_deadline", requirements.c.deadline_at,
+    postgresql_where=_PENDING, sqlite_where=_PENDING,
+)  # fmt: skip

@@ -10,6 +10,13 @@ run id, an idempotency key `run_id:tool_call_id` that stays the same when a step
 user id, and the session's state (`ToolContext.session_state`). A parameter named
 `session_state` gets that state too (as Agno passes it), and, like the context, is not shown to
 the model. What the call changes in the state is stored with its result (`orchestrator.state`).
+
+A person in the loop (Agno's flags, `orchestrator.requirements`): `requires_confirmation=True`
+pauses the run before the call runs until a person approves or rejects it;
+`requires_user_input=True` with `user_input_fields=[...]` (empty or None: every parameter) takes
+those parameters from a person instead of the model (they leave the model's schema);
+`external_execution=True` never runs the function here: the caller runs it and supplies the
+result. `pause_timeout=` seconds and `on_timeout=` say what happens when nobody decides in time.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
+from orchestrator.requirements import PausePolicy, PauseType
 from orchestrator.state import CallState
 from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
@@ -72,6 +80,12 @@ class Tool:
         description: str | None = None,
         at_most_once: bool = False,
         queue: str | None = None,
+        requires_confirmation: bool = False,
+        requires_user_input: bool = False,
+        user_input_fields: list[str] | None = None,
+        external_execution: bool = False,
+        pause_timeout: float | None = None,
+        on_timeout: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -84,6 +98,71 @@ class Tool:
         self.queue = None if queue is None else queue_name(queue, f"tool {self.name}")
         self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext, STATE_PARAM)
         self._wants_state = STATE_PARAM in inspect.signature(fn).parameters and self._context_param != STATE_PARAM
+        #: Agno's human-in-the-loop flags (see the module's docstring).
+        self.requires_confirmation = bool(requires_confirmation)
+        self.requires_user_input = bool(requires_user_input)
+        self.external_execution = bool(external_execution)
+        self.user_input_fields = self._user_fields(user_input_fields) if self.requires_user_input else []
+        #: Its own deadline for a pause (None: the agent's, if any).
+        self.pause_policy = (
+            PausePolicy.of(f"tool {self.name}", pause_timeout, on_timeout)
+            if pause_timeout is not None or on_timeout is not None
+            else None
+        )
+
+    def _user_fields(self, given: list[str] | None) -> list[str]:
+        """The parameters a person fills in: those named (each must be one), or all of them."""
+        known = list(self._args_model.model_fields)
+        if not given:
+            return known
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ConfigurationError(
+                f"tool {self.name}: user_input_fields names {unknown}, which are not its parameters {known}"
+            )
+        return [f for f in known if f in given]
+
+    @property
+    def pause_type(self) -> PauseType | None:
+        """What a call of it pauses for (None: it runs), by Agno's priority: an external call,
+        then a person's input, then a confirmation."""
+        if self.external_execution:
+            return "external_execution"
+        if self.requires_user_input:
+            return "user_input"
+        if self.requires_confirmation:
+            return "confirmation"
+        return None
+
+    def user_input_schema(self) -> list[dict[str, Any]]:
+        """The fields a person fills in, as a requirement shows them: name, type, description."""
+        schema = self._args_model.model_json_schema().get("properties", {})
+        return [
+            {
+                "name": name,
+                "type": schema.get(name, {}).get("type", "string"),
+                "description": schema.get(name, {}).get("description"),
+                "value": None,
+            }
+            for name in self.user_input_fields
+        ]
+
+    def with_flags(self, **changes: Any) -> Tool:
+        """This tool with some of its settings changed (a toolkit's lists, a new name)."""
+        settings: dict[str, Any] = dict(
+            name=self.name,
+            description=self.description,
+            at_most_once=self.at_most_once,
+            queue=self.queue,
+            requires_confirmation=self.requires_confirmation,
+            requires_user_input=self.requires_user_input,
+            user_input_fields=self.user_input_fields or None,
+            external_execution=self.external_execution,
+            pause_timeout=self.pause_policy.timeout if self.pause_policy else None,
+            on_timeout=self.pause_policy.on_timeout if self.pause_policy else None,
+        )
+        settings.update(changes)
+        return Tool(self.fn, **settings)
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -93,6 +172,12 @@ class Tool:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
         schema.setdefault("properties", {})
+        for name in self.user_input_fields:  # a person's to fill in, not the model's
+            schema["properties"].pop(name, None)
+            if name in schema.get("required", []):
+                schema["required"].remove(name)
+        if "required" in schema and not schema["required"]:
+            del schema["required"]
         schema["additionalProperties"] = False
         return ToolSpec(name=self.name, description=self.description, parameters=schema)
 
@@ -144,25 +229,28 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, at_most_once: bool = False, queue: str | None = None
-) -> Callable[[Callable[..., Any]], Tool]: ...
-
-
-def tool(
-    fn: Callable[..., Any] | None = None,
-    /,
     *,
     name: str | None = None,
     description: str | None = None,
     at_most_once: bool = False,
     queue: str | None = None,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a tool: `@tool`, `@tool(at_most_once=True)`, `@tool(queue="gpu")`."""
+    requires_confirmation: bool = False,
+    requires_user_input: bool = False,
+    user_input_fields: list[str] | None = None,
+    external_execution: bool = False,
+    pause_timeout: float | None = None,
+    on_timeout: str | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(fn: Callable[..., Any] | None = None, /, **settings: Any) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a tool: `@tool`, `@tool(at_most_once=True)`, `@tool(queue="gpu")`,
+    `@tool(requires_confirmation=True)` (the keywords are `Tool`'s)."""
     if fn is not None:
         return Tool(fn)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, at_most_once=at_most_once, queue=queue)
+        return Tool(f, **settings)
 
     return wrap
 

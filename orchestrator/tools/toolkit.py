@@ -47,8 +47,14 @@ class Toolkit:
         include_tools: Sequence[str] | None = None,
         exclude_tools: Sequence[str] | None = None,
         queue: str | None = None,
+        requires_confirmation_tools: Sequence[str] | None = None,
+        external_execution_required_tools: Sequence[str] | None = None,
     ) -> None:
         self.name = name
+        #: Agno's lists: the named tools pause for a person's confirmation, or are run by the
+        #: caller (`orchestrator.requirements`).
+        self.requires_confirmation_tools = list(requires_confirmation_tools or ())
+        self.external_execution_required_tools = list(external_execution_required_tools or ())
         self.queue = None if queue is None else queue_name(queue, f"toolkit {name}")
         self.instructions = instructions
         self.add_instructions = add_instructions
@@ -64,7 +70,11 @@ class Toolkit:
         """Add a tool (a function, a bound method or a `Tool`), unless include/exclude leave it out."""
         found = as_tool(function) if name is None else _renamed(function, name)
         if self.queue is not None and found.queue is None:
-            found = _renamed(found, found.name, queue=self.queue)
+            found = found.with_flags(queue=self.queue)
+        if found.name in self.requires_confirmation_tools and not found.requires_confirmation:
+            found = found.with_flags(requires_confirmation=True)
+        if found.name in self.external_execution_required_tools and not found.external_execution:
+            found = found.with_flags(external_execution=True)
         self._offered.add(found.name)
         if found.name in self.exclude_tools:
             return
@@ -82,24 +92,22 @@ class Toolkit:
 
     def _check_names(self) -> None:
         named = set(self.include_tools or ()) | set(self.exclude_tools)
+        named |= set(self.requires_confirmation_tools) | set(self.external_execution_required_tools)
         missing = sorted(named - self._offered)
         if missing:
-            raise ConfigurationError(f"toolkit {self.name}: include/exclude name tools it does not have: {missing}")
+            raise ConfigurationError(
+                f"toolkit {self.name}: include/exclude or a human-in-the-loop list names tools it does not have: "
+                f"{missing}"
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, tools={list(self.functions)})"
 
 
-def _renamed(function: Tool | Callable[..., Any], name: str, *, queue: str | None = None) -> Tool:
+def _renamed(function: Tool | Callable[..., Any], name: str) -> Tool:
     if isinstance(function, Tool):
-        return Tool(
-            function.fn,
-            name=name,
-            description=function.description,
-            at_most_once=function.at_most_once,
-            queue=queue or function.queue,
-        )
-    return Tool(function, name=name, queue=queue)
+        return function.with_flags(name=name)
+    return Tool(function, name=name)
 
 
 def flatten(tools: Sequence[Toolkit | Tool | Callable[..., Any]]) -> list[Tool]:

@@ -120,7 +120,18 @@ def assert_none(found: set[tuple[str, str]], rule: str) -> None:
 
 
 # The rooms, as ARCHITECTURE.md draws them.
-VALUES = {"errors", "status", "messages", "run", "usage", "state", "settings", "untrusted", "validation"}
+VALUES = {
+    "errors",
+    "status",
+    "messages",
+    "run",
+    "usage",
+    "state",
+    "settings",
+    "untrusted",
+    "validation",
+    "requirements",
+}
 DEFINITIONS = {"agent", "team", "tools", "models", "retry", "structured"}
 VIEWS = {"events", "timeline"}
 #: Above the client: the producer methods of agents and teams (`Agent.run`, `Team.start`, ...).

@@ -46,7 +46,11 @@ def test_wait_returns_on_exactly_the_statuses_that_need_someone_to_act() -> None
     assert not RunStatus.WAITING.is_final and not RunStatus.QUEUED.is_final
 
 
-def test_no_move_enters_paused_while_nothing_pauses_a_run() -> None:
-    # PAUSED is reserved for a run waiting on a person; until something produces it, the table
-    # lists no way into it.
-    assert [src for src, dsts in TRANSITIONS.items() if RunStatus.PAUSED in dsts] == []
+def test_a_run_pauses_from_its_tool_step_and_a_team_from_waiting_and_only_decisions_or_a_cancel_end_it() -> None:
+    # A tool batch pauses its run (RUNNING); a member's pause pauses its team (WAITING).
+    assert [src for src, dsts in TRANSITIONS.items() if RunStatus.PAUSED in dsts] == [
+        RunStatus.RUNNING,
+        RunStatus.WAITING,
+    ]
+    # The last decision queues the run (a team goes back to WAITING); a deadline's "error"; a cancel.
+    assert TRANSITIONS[RunStatus.PAUSED] == {RunStatus.QUEUED, RunStatus.WAITING, RunStatus.ERROR, RunStatus.CANCELLED}

@@ -1,0 +1,353 @@
+"""The store's side of a person in the loop (`Store.requirements`): runs paused with what they
+ask, and decisions stored one by one.
+
+- `pause`: a tool step's commit that moves its run to PAUSED (its other calls' results with it),
+  the run's WAITING teams up to the top moved to PAUSED too, and one `ratchet_requirements` row
+  per paused call, in one transaction fenced by the step's claim.
+- `decide`: one decision, stored once (the same decision again is a no-op; another one is
+  refused, naming who decided first); when it is the last pending requirement of its run, the
+  run moves PAUSED -> QUEUED in the same transaction, and each team above it whose tree has no
+  pending requirement left moves PAUSED -> WAITING.
+
+Every write in a tree of runs first locks the row of the tree's top run (its root), so two
+deciders of one team, or a decision and a member's pause, take turns: exactly one of them sees
+that nothing is pending any more.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy.engine import Row
+
+from orchestrator.errors import (
+    DecisionConflictError,
+    DecisionExpiredError,
+    RequirementNotFoundError,
+    RunNotFoundError,
+    RunNotPausedError,
+)
+from orchestrator.messages import Message
+from orchestrator.requirements import Decision, RunRequirement, check
+from orchestrator.run import RunRecord
+from orchestrator.state import StateChange
+from orchestrator.status import RunStatus
+from orchestrator.store import reads, writes
+from orchestrator.store.backend import Backend
+from orchestrator.store.claims import Claim
+from orchestrator.store.requirement_rows import from_row, of_run
+from orchestrator.store.tables import requirements, runs
+
+if TYPE_CHECKING:
+    from orchestrator.store.store import Store
+
+S = RunStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    """A requirement a pausing step writes: a paused call (or a spent budget) and its deadline."""
+
+    pause_type: str
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    #: The user-input fields asked ({"fields": [...]}) or the budget spent ({"budget": {...}}).
+    detail: dict[str, Any] | None = None
+    deadline_at: float | None = None
+    on_timeout: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decided:
+    """What a decision did: the requirement as stored, whether it was decided so before (the same
+    decision sent again), and the run it queued again when it was the last one (None otherwise),
+    with the teams above it it moved back to WAITING."""
+
+    requirement: RunRequirement
+    already: bool = False
+    resumed: RunRecord | None = None
+    teams: tuple[RunRecord, ...] = ()
+
+
+class Requirements:
+    """The writes and reads of requirements, on the store's guarded moves."""
+
+    def __init__(self, store: Store, backend: Backend) -> None:
+        self._store = store
+        self._backend = backend
+
+    # ---------------------------------------------------------------- pausing
+
+    def pause(
+        self,
+        claim: Claim,
+        new_messages: Sequence[Message],
+        asked: Sequence[Asked],
+        *,
+        publish_grace: float,
+        state_changes: Sequence[StateChange] = (),
+    ) -> RunRecord:
+        """Commit the step's messages and move its run to PAUSED with `asked`, its teams above it
+        PAUSED too (those WAITING), in one transaction fenced by the claim (FencedError if lost)."""
+        store = self._store
+        with store.engine.begin() as conn:
+            chain = ancestors(conn, claim.record)
+            root = chain[-1].run_id if chain else claim.run_id
+            lock(conn, root)
+            committed = store.commit_step(
+                claim,
+                new_messages,
+                status=S.PAUSED,
+                next_step="tools",
+                publish_grace=publish_grace,
+                state_changes=state_changes,
+                conn=conn,
+            )
+            now = store.clock()
+            ids = [self._insert(conn, committed, root, item, now) for item in asked]
+            store.log_event(conn, claim.run_id, "paused", committed.seq, requirements=ids, **writes.position(committed))
+            for team in chain:
+                store.move(team.run_id, src=(S.WAITING,), dst=S.PAUSED, event="paused", conn=conn)
+        store.remember(committed, new_messages)
+        return committed
+
+    def _insert(self, conn: Connection, run: RunRecord, root: str, item: Asked, now: float) -> str:
+        requirement_id = str(uuid.uuid4())
+        conn.execute(
+            insert(requirements).values(
+                id=requirement_id,
+                run_id=run.run_id,
+                root_run_id=root,
+                agent_name=run.agent_name,
+                seq=run.seq,
+                pause_type=item.pause_type,
+                tool_call_id=item.tool_call_id,
+                tool_name=item.tool_name,
+                tool_args=json.dumps(item.tool_args) if item.tool_args is not None else None,
+                detail=json.dumps(item.detail) if item.detail is not None else None,
+                created_at=now,
+                deadline_at=item.deadline_at,
+                on_timeout=item.on_timeout,
+                status="pending",
+            )
+        )
+        return requirement_id
+
+    # ---------------------------------------------------------------- deciding
+
+    def decide(
+        self, run_id: str, requirement_id: str, decision: Decision, *, by: str | None, publish_grace: float
+    ) -> Decided:
+        """Store one decision on a requirement of the run `run_id` (or of one of its member runs).
+
+        RequirementNotFoundError for an id the run has not; DecisionConflictError if it was
+        decided another way (the first stands); DecisionExpiredError past its deadline;
+        RunNotPausedError for a run that is not PAUSED; DecisionKindError for a decision that
+        does not answer it. The same decision again returns `already=True` and changes nothing."""
+        store = self._store
+        with store.engine.begin() as conn:
+            row = _row(conn, requirement_id)
+            if row is None or not _belongs(conn, row, run_id):
+                raise RequirementNotFoundError(
+                    f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
+                    f"(`ratchet pending`, GET /runs/{run_id})"
+                )
+            if not lock(conn, row.root_run_id):
+                raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
+            row = _row(conn, requirement_id)  # as the decider before this one left it
+            assert row is not None
+            requirement = from_row(row)
+            earlier = self._earlier(requirement, decision)
+            if earlier is not None:
+                return earlier
+            run = reads.get_record(conn, row.run_id)
+            self._check_open(requirement, run, store.clock())
+            check(requirement, decision)
+            now = store.clock()
+            conn.execute(
+                update(requirements)
+                .where(requirements.c.id == requirement_id, requirements.c.status == "pending")
+                .values(
+                    status="decided",
+                    decision=json.dumps(decision.to_json()),
+                    decided_by=(by or "")[:128] or None,
+                    decided_at=now,
+                )
+            )
+            store.log_event(
+                conn, run.run_id, "decision", run.seq, requirement=requirement_id, by=by, decision=decision.describe()
+            )
+            decided = from_row(_row(conn, requirement_id))  # type: ignore[arg-type]
+            return self._resume(conn, run, row.root_run_id, decided, publish_grace)
+
+    def _earlier(self, requirement: RunRequirement, decision: Decision) -> Decided | None:
+        """The answer for a requirement decided already: the same decision is a no-op."""
+        if requirement.status != "decided":
+            return None
+        if requirement.decision == decision:
+            return Decided(requirement=requirement, already=True)
+        when = requirement.decided_at or 0.0
+        first = requirement.decision.describe() if requirement.decision else "?"
+        raise DecisionConflictError(
+            f"requirement {requirement.id} was decided already ({first}) "
+            f"by {requirement.decided_by or 'an unnamed decider'} at {when:.3f}; the first decision stands",
+            decided_by=requirement.decided_by,
+            decided_at=requirement.decided_at,
+        )
+
+    def _check_open(self, requirement: RunRequirement, run: RunRecord, now: float) -> None:
+        """Refuse a decision on a requirement whose deadline passed, or whose run is not PAUSED."""
+        expired = requirement.status == "expired" or (
+            requirement.deadline_at is not None and now >= requirement.deadline_at
+        )
+        if expired:
+            raise DecisionExpiredError(
+                f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
+                f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
+            )
+        if run.status != S.PAUSED or requirement.status != "pending":
+            raise RunNotPausedError(
+                f"run {run.run_id} is {run.status}, not PAUSED: requirement {requirement.id} cannot be decided now"
+            )
+
+    def _resume(
+        self, conn: Connection, run: RunRecord, root: str, decided: RunRequirement, publish_grace: float
+    ) -> Decided:
+        """After a decision: queue the run again if nothing of it is pending, and move each team
+        above it back to WAITING whose tree has nothing pending either."""
+        if _pending_count(conn, requirements.c.run_id == run.run_id):
+            return Decided(requirement=decided)
+        store = self._store
+        resumed = store.move(
+            run.run_id,
+            src=(S.PAUSED,),
+            dst=S.QUEUED,
+            epoch=run.epoch,
+            bump_epoch=True,
+            event="resume",
+            publish_grace=publish_grace,
+            conn=conn,
+        )
+        teams: list[RunRecord] = []
+        pending_runs = _pending_runs(conn, root)
+        for team in ancestors(conn, run):
+            if any(team.run_id in chain for chain in pending_runs):
+                break
+            moved = store.move(team.run_id, src=(S.PAUSED,), dst=S.WAITING, event="resume", conn=conn)
+            if moved is not None:
+                teams.append(moved)
+        return Decided(requirement=decided, resumed=resumed, teams=tuple(teams))
+
+    # ---------------------------------------------------------------- reads
+
+    def decided(self, run_id: str, call_ids: Sequence[str]) -> dict[str, RunRequirement]:
+        """The decided requirements of these calls of the run, by call id (the latest of each)."""
+        query = (
+            select(requirements)
+            .where(
+                requirements.c.run_id == run_id,
+                requirements.c.status == "decided",
+                requirements.c.tool_call_id.in_(list(call_ids)),
+            )
+            .order_by(requirements.c.created_at)
+        )
+        rows = self._backend.quick(lambda c: list(c.execute(query)))
+        return {row.tool_call_id: from_row(row) for row in rows}
+
+    def of_run(self, run_id: str) -> list[RunRequirement]:
+        """Every requirement of the run, oldest first (its members' not included)."""
+        return self._backend.quick(lambda c: of_run(c, run_id))
+
+    def pending(
+        self, *, agent_name: str | None = None, user_id: str | None = None, limit: int = 100
+    ) -> list[RunRequirement]:
+        """Requirements waiting for a person across runs, oldest first: pending, their run PAUSED."""
+        where = [requirements.c.status == "pending", runs.c.status == S.PAUSED.value]
+        if agent_name is not None:
+            where.append(requirements.c.agent_name == agent_name)
+        if user_id is not None:
+            where.append(runs.c.user_id == user_id)
+        query = (
+            select(requirements)
+            .join(runs, runs.c.run_id == requirements.c.run_id)
+            .where(*where)
+            .order_by(requirements.c.created_at, requirements.c.id)
+            .limit(limit)
+        )
+        return self._backend.quick(lambda c: [from_row(row) for row in c.execute(query)])
+
+    def due(self, now: float, *, limit: int = 100) -> list[RunRequirement]:
+        """Pending requirements whose deadline passed, of runs still PAUSED (the sweeper's)."""
+        query = (
+            select(requirements)
+            .join(runs, runs.c.run_id == requirements.c.run_id)
+            .where(
+                requirements.c.status == "pending",
+                requirements.c.deadline_at <= now,
+                runs.c.status == S.PAUSED.value,
+            )
+            .order_by(requirements.c.deadline_at)
+            .limit(limit)
+        )
+        return self._backend.quick(lambda c: [from_row(row) for row in c.execute(query)])
+
+
+# -------------------------------------------------------------------- functions of a connection
+
+
+def lock(conn: Connection, run_id: str) -> bool:
+    """Take the run's row lock for the rest of the transaction (a write that changes nothing);
+    False if there is no such run."""
+    done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=runs.c.updated_at))
+    return bool(done.rowcount)
+
+
+def ancestors(conn: Connection, record: RunRecord) -> list[RunRecord]:
+    """The teams above the run, nearest first (none outside a team)."""
+    chain: list[RunRecord] = []
+    parent = record.parent_run_id
+    while parent is not None and len(chain) < 64:
+        team = reads.find_record(conn, parent)
+        if team is None:
+            break
+        chain.append(team)
+        parent = team.parent_run_id
+    return chain
+
+
+def _row(conn: Connection, requirement_id: str) -> Row[Any] | None:
+    return conn.execute(select(requirements).where(requirements.c.id == requirement_id)).first()
+
+
+def _belongs(conn: Connection, row: Row[Any], run_id: str) -> bool:
+    """Whether the requirement is the run's own or one of its member runs' (at any depth)."""
+    if row.run_id == run_id:
+        return True
+    record = reads.find_record(conn, row.run_id)
+    return record is not None and any(team.run_id == run_id for team in ancestors(conn, record))
+
+
+def _pending_count(conn: Connection, *where: Any) -> int:
+    query = select(func.count()).select_from(requirements).where(requirements.c.status == "pending", *where)
+    return int(conn.execute(query).scalar_one())
+
+
+def _pending_runs(conn: Connection, root: str) -> list[set[str]]:
+    """For each run of the tree under `root` with a pending requirement: it and its teams' ids."""
+    query = (
+        select(requirements.c.run_id)
+        .where(and_(requirements.c.root_run_id == root, requirements.c.status == "pending"))
+        .distinct()
+    )
+    chains: list[set[str]] = []
+    for (run_id,) in conn.execute(query):
+        record = reads.find_record(conn, run_id)
+        if record is not None:
+            chains.append({run_id, *(team.run_id for team in ancestors(conn, record))})
+    return chains
