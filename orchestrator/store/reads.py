@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Row, select
@@ -117,6 +117,8 @@ def output_of(
         transcript = get_messages(conn, record.run_id)
     retry = _retry_wait(conn, record) if record.status == S.QUEUED and record.retries else None
     asked = requirement_rows.of_run(conn, record.run_id)
+    if record.status != S.PAUSED:  # its run moved on without them (cancelled): nobody is asked any more
+        asked = [replace(r, status="void") if r.status == "pending" else r for r in asked]
     for member in members:
         asked.extend(r.with_member(member.run_id, member.agent_name) for r in member.requirements)
     asked.sort(key=lambda r: r.created_at)

@@ -216,7 +216,8 @@ def test_a_decision_for_an_unknown_id_a_run_not_paused_or_of_the_wrong_kind_is_r
     assert client.continue_run(out.run_id).run_id == out.run_id  # still waiting: a no-op
     assert client.get_run(out.run_id).status == S.PAUSED and paid == []
 
-    client.cancel(out.run_id)
+    cancelled = client.cancel(out.run_id)
+    assert cancelled.active_requirements == [] and [r.status for r in cancelled.requirements] == ["void"]
     with pytest.raises(RunNotPausedError, match="CANCELLED"):
         client.decide(out.run_id, req.id, Decision(kind="confirm"))
     assert paid == []
