@@ -1,6 +1,6 @@
 """All of Ratchet's configuration: one typed object read from `RATCHET_*` environment variables.
 
-With nothing set, Ratchet runs embedded: a SQLite file and kombu's filesystem broker under
+With nothing set, Ratchet runs embedded: a SQLite file and a filesystem broker under
 `.ratchet/` in the working directory, so a bare machine needs no server. Production sets
 `RATCHET_DATABASE_URL` (PostgreSQL) and `RATCHET_BROKER_URL` (Redis).
 
@@ -52,7 +52,7 @@ class Settings(BaseModel):
 
     #: SQLAlchemy URL of the run store. Default: a SQLite file under .ratchet/.
     database_url: str = f"sqlite:///{DEFAULT_HOME / 'ratchet.db'}"
-    #: Celery broker URL. Default: kombu's filesystem transport under .ratchet/broker.
+    #: Celery broker URL. Default: the filesystem broker (`workers.celery.filesystem`) under .ratchet/broker.
     broker_url: str = "filesystem://localhost/"
     #: Folder for the filesystem broker (only used with broker_url=filesystem://).
     broker_folder: str = str(DEFAULT_HOME / "broker")

@@ -1,9 +1,10 @@
-"""`workers/celery/broker.py` fixes two flaws of kombu's transports. On Redis it overrides
+"""`workers/celery/broker.py` fixes a flaw of kombu's Redis transport: it overrides
 `conn_or_acquire`, a public method of kombu's channel, and keeps the client kombu's own gives it;
-its priorities are kombu's `priority_steps` option, with nothing overridden. On the filesystem it
-overrides private hooks, and pyproject.toml bounds kombu to the series it was checked against.
-These tests fail loudly when a kombu upgrade moves what the overrides rely on, or fixes the flaw
-one of them is for."""
+its priorities are kombu's `priority_steps` option, with nothing overridden. The embedded broker,
+`workers/celery/filesystem.py`, is a transport of Ratchet's own on kombu's virtual transport
+interface, which fixes two flaws of kombu's filesystem transport (shown here on kombu's own).
+These tests fail loudly when a kombu upgrade moves what either relies on, or fixes the flaw the
+Redis override is for."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ from typing import Any
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu import Connection
+from kombu.exceptions import ChannelError
 from kombu.transport import filesystem as kombu_fs
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.transport.virtual import exchange as virtual_exchange
 
 from orchestrator.ports import StepRef
 from tests.conftest import make_settings
-from workers.celery import broker
+from workers.celery import broker, filesystem
 from workers.celery.app import celery_config
 from workers.celery.dispatch import CeleryDispatcher
 
@@ -138,22 +142,51 @@ def filesystem_channel(folder: Path, transport: type[Any]) -> Any:
     return Connection("filesystem://", transport=transport, transport_options=options).channel()
 
 
-def test_kombus_filesystem_channel_still_has_what_the_override_relies_on() -> None:
-    base = kombu_fs.Channel
-    assert shape(base._queue_bind) == [
-        (n, POSITIONAL, EMPTY) for n in ("self", "exchange", "routing_key", "pattern", "queue")
-    ]
-    assert shape(base.get_table) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
-    assert shape(base._exchange_file) == [("self", POSITIONAL, EMPTY), ("exchange", POSITIONAL, EMPTY)]
-    assert shape(base._put)[:3] == [(n, POSITIONAL, EMPTY) for n in ("self", "queue", "payload")]
-    # A message is "<anything>.<queue>.msg" in data_folder_out: a name without that shape is skipped
-    assert "data_folder_out" in inspect.getsource(base._put) and "partition('.')[2]" in inspect.getsource(base._get)
-    assert kombu_fs.exchange_queue_t._fields == ("routing_key", "pattern", "queue")
-    assert callable(kombu_fs.lock) and callable(kombu_fs.unlock)
-    assert broker.FilesystemTransport.Channel is broker.FilesystemChannel
+def test_the_filesystem_transport_implements_kombus_virtual_transport_hooks_and_is_the_embedded_default() -> None:
+    # The hooks kombu's virtual channel calls (its documented interface for a transport, and for
+    # fanout the three `FanoutExchange` asks for), with the signatures it calls them with.
+    base, ours = virtual.Channel, filesystem.FilesystemChannel
+    assert issubclass(ours, base) and not issubclass(ours, kombu_fs.Channel)
+    for hook in ("_get", "_put", "_size", "_purge", "_delete", "get_table"):
+        assert callable(getattr(base, hook)) and hook in vars(ours), hook
+    put = [(n, POSITIONAL, EMPTY) for n in ("self", "queue", "message")]
+    assert shape(base._put)[:3] == shape(ours._put)[:3] == put
+    assert shape(base._get)[:2] == shape(ours._get)[:2]
+    binds = inspect.getsource(base.queue_bind)
+    assert "self._queue_bind(exchange, *meta)" in binds and "supports_fanout" in binds
+    assert "_put_fanout" in inspect.getsource(virtual_exchange.FanoutExchange.deliver)
+    assert "self._delete(queue, exchange, *meta" in inspect.getsource(base.queue_delete)
+    assert ours.supports_fanout
     assert celery_config(make_settings("sqlite:///x.db", "filesystem://localhost/"))["broker_transport"] == (
         broker.FILESYSTEM_TRANSPORT
     )
+
+
+def test_the_filesystem_transport_keeps_kombus_files_and_delivers_fanout_and_direct(tmp_path: Path) -> None:
+    # A message in kombu's own format (what a producer on kombu's transport wrote) is read
+    queue = tmp_path / "fs" / "queue"
+    ours = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport)
+    kombus = filesystem_channel(tmp_path / "fs", kombu_fs.Transport)
+    kombus._put("ratchet.model", {"body": "from kombu"})
+    assert ours._size("ratchet.model") == 1
+    assert ours._get("ratchet.model") == {"body": "from kombu"}
+    # and kombu's reads ours
+    ours._put("ratchet.model", {"body": "from ours"})
+    assert kombus._get("ratchet.model") == {"body": "from ours"}
+    # Through the channel's public API: a fanout exchange reaches every bound queue; a purge, a delete
+    ours.exchange_declare("events", type="fanout")
+    for name in ("a", "b"):
+        ours.queue_declare(name)
+        ours.queue_bind(name, "events", "")
+    ours.basic_publish(ours.prepare_message("hello"), "events", "")
+    assert ours._size("a") == ours._size("b") == 1
+    assert [b.queue for b in ours.get_table("events")] == ["b", "a"]
+    assert ours.queue_purge("a") == 1 and ours._size("a") == 0
+    ours.queue_delete("b")
+    assert [b.queue for b in ours.get_table("events")] == ["a"] and ours._size("b") == 0
+    assert sorted(p.name for p in queue.iterdir()) == []
+    with pytest.raises(ChannelError, match="Invalid exchange name"):
+        ours.get_table("../escape")
 
 
 def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_path: Path) -> None:
@@ -165,7 +198,7 @@ def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_
     with pytest.raises(ValueError):
         kombus._queue_bind("ratchet.model", "ratchet.model", "", "ratchet.model")
 
-    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    ours = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport)
     ours._queue_bind("ratchet.model", "ratchet.model", "", "ratchet.model")
     ours._queue_bind("ratchet.model", "other", "", "other")
     ours._queue_bind("ratchet.model", "other", "", "other")  # binding again changes nothing
@@ -183,7 +216,7 @@ def test_a_message_being_written_is_not_read_half_written(tmp_path: Path, monkey
 
     # Ours writes it under a name no queue reads, then renames it: a message in the making is not
     # one yet, and the one it becomes is whole
-    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    ours = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport)
     (queue / ".part-0123").write_bytes(b'{"half')
     with pytest.raises(Empty):
         ours._get("ratchet.model")
@@ -195,7 +228,7 @@ def test_a_message_being_written_is_not_read_half_written(tmp_path: Path, monkey
         renamed.append((sorted(os.listdir(queue)), Path(src).read_bytes()))
         real_replace(src, dst)
 
-    monkeypatch.setattr(broker.os, "replace", watched)
+    monkeypatch.setattr(filesystem.os, "replace", watched)
     ours._put("ratchet.model", {"body": "whole"})
     ((before, written),) = renamed
     assert not [name for name in before if name.endswith(".ratchet.model.msg")]  # not a message yet
@@ -208,14 +241,14 @@ def test_a_put_that_fails_or_is_interrupted_before_its_rename_leaves_no_part_fil
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = tmp_path / "fs" / "queue"
-    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
+    ours = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport)
     with pytest.raises(TypeError):  # a payload JSON cannot hold: refused before any file exists
         ours._put("ratchet.model", {"body": object()})
 
     def interrupted(src: str, dst: str) -> None:  # the step's soft time limit lands between write and rename
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(broker.os, "replace", interrupted)
+    monkeypatch.setattr(filesystem.os, "replace", interrupted)
     with pytest.raises(SoftTimeLimitExceeded):
         ours._put("ratchet.model", {"body": "whole"})
     assert list(queue.iterdir()) == []
@@ -225,12 +258,12 @@ def test_a_part_file_a_killed_writer_left_is_removed_by_a_consumer_and_never_del
     # Given the part files of a writer killed between its write and its rename (an hour ago), and
     # of one writing now, named as `_put` names them
     queue = tmp_path / "fs" / "queue"
-    ours = filesystem_channel(tmp_path / "fs", broker.FilesystemTransport)
-    left = queue / f"{broker.PART}{'a' * 32}"
+    ours = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport)
+    left = queue / f"{filesystem.PART}{'a' * 32}"
     left.write_bytes(b'{"body": "half')
     hour_ago = time.time() - 3600
     os.utime(left, (hour_ago, hour_ago))
-    writing = queue / f"{broker.PART}{'b' * 32}"
+    writing = queue / f"{filesystem.PART}{'b' * 32}"
     writing.write_bytes(b'{"body": "wh')
     ours._put("ratchet.model", {"body": "whole"})
 
@@ -247,23 +280,27 @@ def test_a_part_file_a_killed_writer_left_is_removed_by_a_consumer_and_never_del
     with pytest.raises(Empty):
         ours._get("ratchet.model")
     assert left.exists()
-    assert broker.remove_stale_parts(queue) == [left.name]
+    assert filesystem.remove_stale_parts(queue) == [left.name]
 
 
 def test_processes_binding_one_exchange_at_once_keep_every_binding(tmp_path: Path) -> None:
+    # Each process imports kombu and the transport only (not this module, which imports Celery)
     code = (
         "import sys\n"
-        "from pathlib import Path\n"
-        "from tests.integration.test_broker_transport import filesystem_channel\n"
-        "from workers.celery import broker\n"
-        "channel = filesystem_channel(Path(sys.argv[1]), broker.FilesystemTransport)\n"
+        "from kombu import Connection\n"
+        "from workers.celery import filesystem\n"
+        "d = sys.argv[1]\n"
+        "options = {'data_folder_in': d + '/queue', 'data_folder_out': d + '/queue',"
+        " 'control_folder': d + '/control'}\n"
+        "channel = Connection('filesystem://', transport=filesystem.FilesystemTransport,"
+        " transport_options=options).channel()\n"
         "for i in range(20):\n"
         "    channel._queue_bind('shared', f'{sys.argv[2]}.{i}', '', f'{sys.argv[2]}.{i}')\n"
     )
+    for sub in ("queue", "control"):
+        (tmp_path / "fs" / sub).mkdir(parents=True, exist_ok=True)
     root = str(Path(__file__).resolve().parents[2])
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "fs"), f"p{n}"], cwd=root) for n in range(6)]
-    assert [p.wait(60) for p in procs] == [0] * 6
-    table = broker.FilesystemChannel.get_table(
-        filesystem_channel(tmp_path / "fs", broker.FilesystemTransport), "shared"
-    )
+    assert [p.wait(120) for p in procs] == [0] * 6
+    table = filesystem_channel(tmp_path / "fs", filesystem.FilesystemTransport).get_table("shared")
     assert sorted(q.queue for q in table) == sorted(f"p{n}.{i}" for n in range(6) for i in range(20))

@@ -1,5 +1,5 @@
 """`ratchet demo` (what `make demo` runs) on the embedded default, on a bare working directory:
-SQLite, kombu's filesystem broker, an in-process worker and the scripted model."""
+SQLite, the filesystem broker, an in-process worker and the scripted model."""
 
 from __future__ import annotations
 

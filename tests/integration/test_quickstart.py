@@ -2,7 +2,7 @@
 pasted into two terminals (a bash each, reading them on its standard input as a shell reads what
 is typed), and its files are written, from the README's own text, into the folder its commands
 make. So the README and this test cannot drift: a command changed in one is run changed here.
-All on the defaults (a SQLite file and kombu's filesystem broker under .ratchet/), with
+All on the defaults (a SQLite file and the filesystem broker under .ratchet/), with
 `ratchet scripted-model` standing in for OpenAI, as the README says.
 
 Stood in for, and nothing else (`VENV`, `INSTALLS`, `free_port`):

@@ -1,7 +1,7 @@
 """What `make demo` runs the examples in: the embedded default, no server needed.
 
 `demo_environment()` starts an embedded worker (a real Celery worker in this process, on the
-configured broker: kombu's filesystem transport unless RATCHET_BROKER_URL says otherwise) and,
+configured broker: the filesystem broker unless RATCHET_BROKER_URL says otherwise) and,
 unless OPENAI_API_KEY is set, the project's scripted OpenAI-compatible server, pointing
 OPENAI_BASE_URL at it. With OPENAI_API_KEY set, the examples talk to the real OpenAI API.
 """
