@@ -295,14 +295,18 @@ class Requirements:
         return self._backend.quick(lambda c: [from_row(row) for row in c.execute(query)])
 
     def due(self, now: float, *, limit: int = 100) -> list[RunRequirement]:
-        """Pending requirements whose deadline passed, of runs still PAUSED (the sweeper's)."""
+        """Pending requirements whose deadline passed, of runs still PAUSED and not in a cancelled
+        tree (a cancel cut short before it reached them): the sweeper's."""
+        top = runs.alias("top")
         query = (
             select(requirements)
             .join(runs, runs.c.run_id == requirements.c.run_id)
+            .join(top, top.c.run_id == requirements.c.root_run_id)
             .where(
                 requirements.c.status == "pending",
                 requirements.c.deadline_at <= now,
                 runs.c.status == S.PAUSED.value,
+                top.c.status != S.CANCELLED.value,
             )
             .order_by(requirements.c.deadline_at)
             .limit(limit)

@@ -352,8 +352,10 @@ def test_a_paused_member_cancelled_on_its_own_is_a_tool_error_its_team_reads_and
     assert "cancelled before it answered" in (done.content or "")
 
 
-def test_a_decision_for_a_member_whose_team_was_cancelled_is_refused(inline: InMemoryDispatcher) -> None:
-    team, _, paid = team_paying()
+def test_a_member_whose_team_was_cancelled_is_decided_by_nobody_not_even_its_deadline(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    team, _, paid = team_paying(pause_timeout=30, on_timeout="approve")
     out, req = paused(team)
     assert req.member_run_id is not None
     # The cancel reached the team and not yet its member (each run in a transaction of its own).
@@ -361,4 +363,6 @@ def test_a_decision_for_a_member_whose_team_was_cancelled_is_refused(inline: InM
 
     with pytest.raises(RunNotPausedError, match="cancelled team"):
         team.client.decide(out.run_id, req.id, Decision(kind="confirm"))
+    clock.advance(31)
+    assert not inline.sweep()
     assert inline.store.get_record(req.member_run_id).status == S.PAUSED and paid == []
