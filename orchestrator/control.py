@@ -49,13 +49,12 @@ from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store import Store
+from orchestrator.store.endings import CANCELLABLE
 
 __all__ = ["CANCELLABLE", "RunControl", "derived_run_id"]
 
 log = logging.getLogger("ratchet.control")
 S = RunStatus
-#: Where a cancel applies (COMPLETED and CANCELLED are final).
-CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING, S.PAUSED, S.ERROR)
 #: Tries of one continue whose guarded move keeps matching nothing: each lost try means another
 #: writer moved the run in between, so this bounds a continue that keeps losing, not a wait.
 _TRIES = 5
@@ -268,14 +267,19 @@ class RunControl:
     def cancel(self, run_id: str) -> RunOutput:
         """Cancel a run that has not finished, and its member runs; return the run as it ended.
         Its in-flight step is fenced by the epoch the move bumps. A CANCELLED run is a no-op; a
-        COMPLETED one, RunNotContinuableError. Members that end meanwhile are left as they ended."""
+        COMPLETED one, RunNotContinuableError. Members that end meanwhile are left as they ended.
+
+        A PAUSED run is cancelled as any: what it asked of a person is void, and a decision that
+        races the cancel either comes first (it is stored and queues the run, which the cancel
+        then cancels) or is refused with RunNotPausedError (`store/endings.py`). A member cancelled
+        on its own hands its team a tool error, PAUSED for it or WAITING."""
         run_id = validation.known_run_id(run_id)
         record = self.store.get_record(run_id)
         if record.status == S.COMPLETED:
             raise RunNotContinuableError(f"run {run_id} is COMPLETED; there is nothing to cancel")
         if record.status == S.CANCELLED:
             return self.store.get_output(run_id)
-        cancelled = self._cancel_one(run_id)
+        cancelled = self.store.endings.cancel(record)
         if cancelled is None:
             # It ended between the read and the move: another cancel won, or it completed.
             if self.store.get_record(run_id).status == S.COMPLETED:
@@ -286,19 +290,6 @@ class RunControl:
         # A member cancelled on its own must not leave its team waiting forever.
         self._member_cancelled(record)
         return self.store.get_output(run_id)
-
-    def _cancel_one(self, run_id: str) -> RunRecord | None:
-        """Move one run to CANCELLED; None if it is COMPLETED or CANCELLED already."""
-        return self.store.move(
-            run_id,
-            src=CANCELLABLE,
-            dst=S.CANCELLED,
-            bump_epoch=True,
-            event="cancel",
-            lease_owner=None,
-            lease_expires_at=None,
-            next_step=None,
-        )
 
     def _release(self, record: RunRecord) -> None:
         """A cancelled run frees its place among its key's runs (`orchestrator.limits`) for the
@@ -322,7 +313,7 @@ class RunControl:
         cancelled meanwhile fails its move and is skipped, so the cascade always finishes; its
         team is cancelled already, so its fan-in changes nothing."""
         for child in self.store.children(run_id):
-            if child.status not in (S.COMPLETED, S.CANCELLED) and self._cancel_one(child.run_id) is not None:
+            if child.status in CANCELLABLE and self.store.endings.cancel(child) is not None:
                 self._cancel_members(child.run_id)
 
     def _member_cancelled(self, member: RunRecord) -> None:

@@ -62,7 +62,8 @@ class Settings(BaseModel):
     #: How often a worker renews the lease of every step it runs (while it lives, a step of any
     #: length keeps its claim, up to the hard time limit).
     heartbeat_seconds: float = 3.0
-    #: How often the sweeper looks for expired leases and unpublished steps.
+    #: How often the sweeper looks for expired leases, unpublished steps and pause deadlines that
+    #: passed: a deadline (`pause_timeout=`) acts within this long of passing.
     sweep_seconds: float = 5.0
     #: How often a worker marks the definitions it serves as seen in the agent catalog
     #: (`orchestrator.catalog`); a definition not seen for three times this long is not live.

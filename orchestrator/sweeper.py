@@ -11,6 +11,10 @@ One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sw
   broker that was down at enqueue) is published again;
 - a WAITING team whose members have all ended (or one failed) but whose fan-in never ran (a
   worker killed between a member's ERROR row and the fan-in) is fanned in now;
+- a PAUSED run's requirement whose deadline passed (`pause_timeout=`) gets its `on_timeout`
+  policy (`orchestrator.deadlines`): rejected or approved (the run resumes once nothing of it is
+  pending), its tree cancelled, or the run in ERROR. So a deadline acts within one sweep interval
+  (RATCHET_SWEEP_SECONDS) of passing, whether or not anyone continues the run;
 - with RATCHET_MAX_RUNS_PER_KEY set, a place among a key's runs still held by a run that ended
   (its release could not reach the limiter's Redis, or its worker died between the final commit
   and the release) is freed, and given to the run waiting for it: within a sweep of Redis
@@ -28,9 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.agent import get_agent
+from orchestrator.deadlines import fire
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import PoisonStepError
 from orchestrator.ports import Limiter, Place
+from orchestrator.requirements import RunRequirement
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
@@ -52,11 +58,14 @@ class SweepReport:
     fanned_in: list[str] = field(default_factory=list)
     #: Runs that had ended and still held a place among their key's runs, now freed.
     freed: list[str] = field(default_factory=list)
+    #: Requirements whose deadline passed and whose on_timeout policy acted (requirement ids).
+    timed_out: list[str] = field(default_factory=list)
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.requeued or self.republished or self.poisoned or self.fanned_in or self.freed or self.failed)
+        done = (self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out)
+        return any(done) or bool(self.failed)
 
 
 class Sweeper:
@@ -68,7 +77,8 @@ class Sweeper:
         self.settings = runner.settings
 
     def sweep_once(self) -> SweepReport:
-        """One pass over expired leases, due QUEUED runs and teams whose fan-in a crash left undone.
+        """One pass over expired leases, due QUEUED runs, teams whose fan-in a crash left undone
+        and pause deadlines that passed.
 
         Each run is handled on its own: one that raises (a database error on its row, an agent
         that fails to load) is logged with its run id and the pass goes on with the others."""
@@ -82,15 +92,18 @@ class Sweeper:
                 self._each(report, record.run_id, self._due, record)
         for team_id in self.store.teams.to_fan_in():
             self._each(report, team_id, self._fan_in, team_id)
+        for requirement in self.store.requirements.due(now):
+            self._each(report, requirement.run_id, self._deadline, requirement)
         self._free_places(report)
         if report:
             log.info(
-                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, failed %s",
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, failed %s",
                 report.requeued,
                 report.republished,
                 report.poisoned,
                 report.fanned_in,
                 report.freed,
+                report.timed_out,
                 report.failed,
             )
         return report
@@ -148,6 +161,19 @@ class Sweeper:
         report.fanned_in.append(team.run_id)
         if (step := wake_step(team)) is not None:
             self.runner.publish(step)
+
+    def _deadline(self, report: SweepReport, requirement: RunRequirement) -> None:
+        """A pause's deadline passed: its policy acts (`deadlines.fire`), then the run it queued
+        is published and the runs it ended are followed up as any run that ends."""
+        fired = fire(self.store, requirement, publish_grace=self.settings.publish_grace_seconds)
+        if fired is None:
+            return
+        log.info("run %s: requirement %s's deadline passed: %s", requirement.run_id, requirement.id, fired.policy)
+        report.timed_out.append(requirement.id)
+        if fired.resumed is not None:
+            self.runner.publish(step_of(fired.resumed, calls=owed(self.store, fired.resumed.run_id)))
+        for ended in fired.ended:
+            self.runner.after_final(ended.run_id, ended)
 
     def _free_places(self, report: SweepReport) -> None:
         """The places among their key's runs that runs which ended still hold: freed."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator import state
 from orchestrator.errors import InvalidInputError
+from orchestrator.requirements import DEADLINE
 from orchestrator.status import RunStatus
 
 RUN_ID_MAX = 64
@@ -77,8 +78,14 @@ def requirement_id(value: object) -> str:
 
 
 def decider(value: object) -> str:
-    """Who decides a requirement, as stored with the decision: 1-128 characters, no control characters."""
-    return _name(value, "by", USER_ID_MAX)
+    """Who decides a requirement, as stored with the decision: 1-128 characters, no control
+    characters, and not "deadline", the name a deadline's own decision is stored under."""
+    name = _name(value, "by", USER_ID_MAX)
+    if name == DEADLINE:
+        raise InvalidInputError(
+            f"by={name!r} is the name Ratchet stores a deadline's own decision under; name who decides instead"
+        )
+    return name
 
 
 def session_id(value: object) -> str:

@@ -33,7 +33,7 @@ from orchestrator.errors import (
     RunNotPausedError,
 )
 from orchestrator.messages import Message
-from orchestrator.requirements import Decision, RunRequirement, check
+from orchestrator.requirements import DEADLINE, Decision, RunRequirement, check
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
@@ -42,6 +42,7 @@ from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.requirement_rows import from_row, of_run
 from orchestrator.store.tables import requirements, runs
+from orchestrator.store.teams import lock_run
 
 if TYPE_CHECKING:
     from orchestrator.store.store import Store
@@ -142,17 +143,27 @@ class Requirements:
     # ---------------------------------------------------------------- deciding
 
     def decide(
-        self, run_id: str, requirement_id: str, decision: Decision, *, by: str | None, publish_grace: float
+        self,
+        run_id: str,
+        requirement_id: str,
+        decision: Decision,
+        *,
+        by: str | None,
+        publish_grace: float,
+        at_deadline: bool = False,
     ) -> Decided:
         """Store one decision on a requirement of the run `run_id` (or of one of its member runs).
 
         RequirementNotFoundError for an id the run has not; DecisionConflictError if it was
-        decided another way (the first stands); DecisionExpiredError past its deadline;
-        RunNotPausedError for a run that is not PAUSED; DecisionKindError for a decision that
-        does not answer it. The same decision again returns `already=True` and changes nothing."""
+        decided another way (the first stands); DecisionExpiredError past its deadline (read from
+        the row: a restart changes nothing); RunNotPausedError for a run that is not PAUSED (or in
+        a cancelled team); DecisionKindError for a decision that does not answer it. The same
+        decision again returns `already=True` and changes nothing. The run's row is locked after
+        the root's: a cancel of it waits for the decision, or the decision for the cancel.
+        `at_deadline`: the deadline's own decision (`orchestrator.deadlines`), taken past it."""
         store = self._store
         with store.engine.begin() as conn:
-            row = _row(conn, requirement_id)
+            row = row_of(conn, requirement_id)
             if row is None or not _belongs(conn, row, run_id):
                 raise RequirementNotFoundError(
                     f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
@@ -160,16 +171,22 @@ class Requirements:
                 )
             if not lock(conn, row.root_run_id):
                 raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
-            row = _row(conn, requirement_id)  # as the decider before this one left it
+            row = row_of(conn, requirement_id)  # as the decider before this one left it
             assert row is not None
             requirement = from_row(row)
             earlier = self._earlier(requirement, decision)
             if earlier is not None:
                 return earlier
-            run = reads.get_record(conn, row.run_id)
-            self._check_open(requirement, run, store.clock())
-            check(requirement, decision)
+            run = lock_run(conn, row.run_id)
+            if run is None:
+                raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
             now = store.clock()
+            teams = ancestors(conn, run) if run.parent_run_id is not None else []
+            self._check_open(requirement, run, teams, now, at_deadline=at_deadline)
+            check(requirement, decision)
+            if at_deadline:
+                by = DEADLINE
+                log_deadline(store, conn, run, requirement)
             conn.execute(
                 update(requirements)
                 .where(requirements.c.id == requirement_id, requirements.c.status == "pending")
@@ -183,7 +200,7 @@ class Requirements:
             store.log_event(
                 conn, run.run_id, "decision", run.seq, requirement=requirement_id, by=by, decision=decision.describe()
             )
-            decided = from_row(_row(conn, requirement_id))  # type: ignore[arg-type]
+            decided = from_row(row_of(conn, requirement_id))  # type: ignore[arg-type]
             return self._resume(conn, run, row.root_run_id, decided, publish_grace)
 
     def _earlier(self, requirement: RunRequirement, decision: Decision) -> Decided | None:
@@ -201,20 +218,22 @@ class Requirements:
             decided_at=requirement.decided_at,
         )
 
-    def _check_open(self, requirement: RunRequirement, run: RunRecord, now: float) -> None:
-        """Refuse a decision on a requirement whose deadline passed, or whose run is not PAUSED."""
-        expired = requirement.status == "expired" or (
-            requirement.deadline_at is not None and now >= requirement.deadline_at
-        )
-        if expired:
+    def _check_open(
+        self, requirement: RunRequirement, run: RunRecord, teams: list[RunRecord], now: float, *, at_deadline: bool
+    ) -> None:
+        """Refuse a decision on a requirement whose deadline passed (but the deadline's own), of a
+        run that is not PAUSED, or of a member whose team (`teams`: those above it) was cancelled:
+        the cancel reached the team and not yet the member, each in a transaction of its own."""
+        passed = requirement.deadline_at is not None and now >= requirement.deadline_at
+        if requirement.status == "expired" or (passed and not at_deadline):
             raise DecisionExpiredError(
                 f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
                 f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
             )
-        if run.status != S.PAUSED or requirement.status != "pending":
-            raise RunNotPausedError(
-                f"run {run.run_id} is {run.status}, not PAUSED: requirement {requirement.id} cannot be decided now"
-            )
+        cancelled = [team.run_id for team in teams if team.status == S.CANCELLED]
+        if run.status != S.PAUSED or requirement.status != "pending" or cancelled:
+            where = f"in the cancelled team {cancelled[0]}" if cancelled else f"{run.status}, not PAUSED"
+            raise RunNotPausedError(f"run {run.run_id} is {where}: requirement {requirement.id} cannot be decided now")
 
     def _resume(
         self, conn: Connection, run: RunRecord, root: str, decided: RunRequirement, publish_grace: float
@@ -234,14 +253,7 @@ class Requirements:
             publish_grace=publish_grace,
             conn=conn,
         )
-        teams: list[RunRecord] = []
-        pending_runs = _pending_runs(conn, root)
-        for team in ancestors(conn, run):
-            if any(team.run_id in chain for chain in pending_runs):
-                break
-            moved = store.move(team.run_id, src=(S.PAUSED,), dst=S.WAITING, event="resume", conn=conn)
-            if moved is not None:
-                teams.append(moved)
+        teams = wake_teams(conn, store, run, root)
         return Decided(requirement=decided, resumed=resumed, teams=tuple(teams))
 
     # ---------------------------------------------------------------- reads
@@ -283,14 +295,18 @@ class Requirements:
         return self._backend.quick(lambda c: [from_row(row) for row in c.execute(query)])
 
     def due(self, now: float, *, limit: int = 100) -> list[RunRequirement]:
-        """Pending requirements whose deadline passed, of runs still PAUSED (the sweeper's)."""
+        """Pending requirements whose deadline passed, of runs still PAUSED and not in a cancelled
+        tree (a cancel cut short before it reached them): the sweeper's."""
+        top = runs.alias("top")
         query = (
             select(requirements)
             .join(runs, runs.c.run_id == requirements.c.run_id)
+            .join(top, top.c.run_id == requirements.c.root_run_id)
             .where(
                 requirements.c.status == "pending",
                 requirements.c.deadline_at <= now,
                 runs.c.status == S.PAUSED.value,
+                top.c.status != S.CANCELLED.value,
             )
             .order_by(requirements.c.deadline_at)
             .limit(limit)
@@ -321,7 +337,38 @@ def ancestors(conn: Connection, record: RunRecord) -> list[RunRecord]:
     return chain
 
 
-def _row(conn: Connection, requirement_id: str) -> Row[Any] | None:
+def wake_teams(conn: Connection, store: Store, run: RunRecord, root: str) -> list[RunRecord]:
+    """Move each PAUSED team above `run`, nearest first, back to WAITING while its tree has
+    nothing pending (under the root's lock): `run` no longer waits for a person (decided, or
+    cancelled). The teams moved."""
+    teams: list[RunRecord] = []
+    pending_runs = _pending_runs(conn, root)
+    for team in ancestors(conn, run):
+        if any(team.run_id in chain for chain in pending_runs):
+            break
+        moved = store.move(team.run_id, src=(S.PAUSED,), dst=S.WAITING, event="resume", conn=conn)
+        if moved is not None:
+            teams.append(moved)
+    return teams
+
+
+def log_deadline(store: Store, conn: Connection, run: RunRecord, requirement: RunRequirement) -> None:
+    """Log why the deadline acted on the run: event "deadline", with the requirement, its policy
+    and when its deadline was."""
+    store.log_event(
+        conn,
+        run.run_id,
+        "deadline",
+        run.seq,
+        requirement=requirement.id,
+        policy=requirement.on_timeout or "reject",
+        deadline_at=requirement.deadline_at,
+        **writes.position(run),
+    )
+
+
+def row_of(conn: Connection, requirement_id: str) -> Row[Any] | None:
+    """A requirement's row, or None."""
     return conn.execute(select(requirements).where(requirements.c.id == requirement_id)).first()
 
 

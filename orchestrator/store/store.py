@@ -12,9 +12,10 @@ means somebody else moved the run first: a no-op or a `FencedError`, never a clo
 appended, never rewritten, each row stamped with the step and epoch that wrote it.
 
 Every transaction is one of the store's named operations (`Store`'s, `Store.teams`' for a
-team's members, or `Store.requirements`' for a paused run's decisions): no caller holds a
-connection. The store returns rows and records; what a reader sees of them (run events, a
-timeline's steps) is derived above it, in `orchestrator.events` and `orchestrator.timeline`.
+team's members, `Store.requirements`' for a paused run's decisions, `Store.endings`' for a
+cancel or a deadline that ends a run): no caller holds a connection. The store returns rows and
+records; what a reader sees of them (run events, a timeline's steps) is derived above it, in
+`orchestrator.events` and `orchestrator.timeline`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from orchestrator.store.backend import Backend
 from orchestrator.store.catalog_rows import CatalogRow, Served
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
+from orchestrator.store.endings import Endings
 from orchestrator.store.history import HistoryCache
 from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.notify import FinalWatcher
@@ -76,6 +78,8 @@ class Store(reads.Reader):
         self.teams = Teams(self, self._backend)
         #: What paused runs ask of a person, and the decisions (`store/paused.py`).
         self.requirements = Requirements(self, self._backend)
+        #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
+        self.endings = Endings(self)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:

@@ -157,6 +157,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "steps": {"control", "sweeper", "client", "testing"} | PRODUCER,
     "heartbeat": {"steps", "control", "sweeper", "delegation"} | TOP,
     "sweeper": {"control"} | TOP,
+    # A pause's deadline policy, below the sweeper that runs it: it writes through the store only.
+    "deadlines": {"steps", "control", "sweeper", "heartbeat"} | TOP,
     "control": {"steps", "sweeper"} | TOP,
     "idempotency": {"steps", "sweeper", "control"} | TOP,
     "catalog": {"steps", "sweeper", "control"} | TOP,

@@ -202,6 +202,7 @@ def _register_sweep(app: Celery) -> None:
             "republished": report.republished,
             "poisoned": report.poisoned,
             "fanned_in": report.fanned_in,
+            "timed_out": report.timed_out,
         }
 
     _ = sweep

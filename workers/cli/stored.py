@@ -102,9 +102,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()
     print(
         f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
-        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}"
+        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}, "
+        f"deadlines acted on {len(report.timed_out)}"
     )
-    for kind in ("requeued", "republished", "poisoned", "fanned_in"):
+    for kind in ("requeued", "republished", "poisoned", "fanned_in", "timed_out"):
         for run_id in getattr(report, kind):
             print(f"  {kind}: {run_id}")
     return 0
