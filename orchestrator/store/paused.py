@@ -7,11 +7,15 @@ ask, and decisions stored one by one.
 - `decide`: one decision, stored once (the same decision again is a no-op; another one is
   refused, naming who decided first); when it is the last pending requirement of its run, the
   run moves PAUSED -> QUEUED in the same transaction, and each team above it whose tree has no
-  pending requirement left moves PAUSED -> WAITING.
+  pending requirement left moves PAUSED -> WAITING (`release`; a fan-in uses it too, for a team
+  whose paused member was cancelled or failed). Only a PAUSED run's pending requirements count
+  (`waiting_below`): those of a run cancelled or failed wait for nobody.
 
-Every write in a tree of runs first locks the row of the tree's top run (its root), so two
-deciders of one team, or a decision and a member's pause, take turns: exactly one of them sees
-that nothing is pending any more.
+Every write that moves more than one run of a tree first locks the row of the tree's top run
+(its root: `lock`, `lock_root`): a pause, a decision and a fan-in (`store/teams.py`). So two
+deciders of one team, or a decision, a member's pause and a member's fan-in, take turns: exactly
+one of them sees that nothing is pending any more, and on PostgreSQL none holds a row of the
+tree another one waits for (no deadlock).
 """
 
 from __future__ import annotations
@@ -234,14 +238,7 @@ class Requirements:
             publish_grace=publish_grace,
             conn=conn,
         )
-        teams: list[RunRecord] = []
-        pending_runs = _pending_runs(conn, root)
-        for team in ancestors(conn, run):
-            if any(team.run_id in chain for chain in pending_runs):
-                break
-            moved = store.move(team.run_id, src=(S.PAUSED,), dst=S.WAITING, event="resume", conn=conn)
-            if moved is not None:
-                teams.append(moved)
+        teams = release(conn, store, ancestors(conn, run), root)
         return Decided(requirement=decided, resumed=resumed, teams=tuple(teams))
 
     # ---------------------------------------------------------------- reads
@@ -308,6 +305,51 @@ def lock(conn: Connection, run_id: str) -> bool:
     return bool(done.rowcount)
 
 
+def lock_root(conn: Connection, run_id: str) -> str:
+    """Lock the row of the top run of `run_id`'s tree (its root: the run itself outside a team)
+    before any other row of the tree, and return the root's id. Every write that moves more than
+    one run of a tree takes this lock first (a pause, a decision, a fan-in), so on PostgreSQL
+    two of them never hold each other's rows: they take turns on the root."""
+    root = run_id
+    for _ in range(64):
+        record = reads.find_record(conn, root)
+        if record is None or record.parent_run_id is None:
+            break
+        root = record.parent_run_id
+    # FOR UPDATE (nothing on SQLite, whose writers hold the database lock from BEGIN IMMEDIATE):
+    # the same lock as `lock`'s, without writing a row version.
+    conn.execute(select(runs.c.run_id).where(runs.c.run_id == root).with_for_update())
+    return root
+
+
+def waiting_below(conn: Connection, root: str, run_id: str) -> bool:
+    """Whether the run, or a run under it at any depth, waits for a person: a pending requirement
+    of a run that is PAUSED (a cancelled or failed run's pending rows wait for nobody)."""
+    return any(run_id in chain for chain in _pending_runs(conn, root))
+
+
+def release(conn: Connection, store: Store, chain: Sequence[RunRecord], root: str) -> list[RunRecord]:
+    """Move each team of `chain` (nearest first, paused for its members) PAUSED -> WAITING while
+    nothing under it waits for a person, stopping at the first that still does; the teams moved.
+    A team that is not PAUSED (in ERROR, say) is passed over."""
+    moved: list[RunRecord] = []
+    pending_runs = _pending_runs(conn, root)
+    for team in chain:
+        if any(team.run_id in ids for ids in pending_runs):
+            break
+        record = store.move(
+            team.run_id,
+            src=(S.PAUSED,),
+            dst=S.WAITING,
+            event="resume",
+            conn=conn,
+            extra_where=runs.c.next_step.is_(None),
+        )
+        if record is not None:
+            moved.append(record)
+    return moved
+
+
 def ancestors(conn: Connection, record: RunRecord) -> list[RunRecord]:
     """The teams above the run, nearest first (none outside a team)."""
     chain: list[RunRecord] = []
@@ -339,10 +381,17 @@ def _pending_count(conn: Connection, *where: Any) -> int:
 
 
 def _pending_runs(conn: Connection, root: str) -> list[set[str]]:
-    """For each run of the tree under `root` with a pending requirement: it and its teams' ids."""
+    """For each PAUSED run of the tree under `root` with a pending requirement: it and its teams' ids."""
     query = (
         select(requirements.c.run_id)
-        .where(and_(requirements.c.root_run_id == root, requirements.c.status == "pending"))
+        .join(runs, runs.c.run_id == requirements.c.run_id)
+        .where(
+            and_(
+                requirements.c.root_run_id == root,
+                requirements.c.status == "pending",
+                runs.c.status == S.PAUSED.value,
+            )
+        )
         .distinct()
     )
     chains: list[set[str]] = []
