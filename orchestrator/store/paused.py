@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import Row
 
 from orchestrator.errors import (
@@ -306,18 +306,17 @@ def lock(conn: Connection, run_id: str) -> bool:
 
 
 def lock_root(conn: Connection, run_id: str) -> str:
-    """Lock the row of the top run of `run_id`'s tree (its root: the run itself outside a team)
-    before any other row of the tree, and return the root's id. Every write that moves more than
-    one run of a tree takes this lock first (a pause, a decision, a fan-in), so on PostgreSQL
-    two of them never hold each other's rows: they take turns on the root."""
+    """Lock the row of the top run of `run_id`'s tree (its root) before any other row of the
+    tree, and return the root's id: `lock`'s lock, by FOR UPDATE instead of a write (no row
+    version; on SQLite nothing: its writers hold the database lock from BEGIN IMMEDIATE). Every
+    write that moves more than one run of a tree takes it first, so none holds a row another one
+    waits for."""
     root = run_id
     for _ in range(64):
         record = reads.find_record(conn, root)
         if record is None or record.parent_run_id is None:
             break
         root = record.parent_run_id
-    # FOR UPDATE (nothing on SQLite, whose writers hold the database lock from BEGIN IMMEDIATE):
-    # the same lock as `lock`'s, without writing a row version.
     conn.execute(select(runs.c.run_id).where(runs.c.run_id == root).with_for_update())
     return root
 
@@ -385,13 +384,8 @@ def _pending_runs(conn: Connection, root: str) -> list[set[str]]:
     query = (
         select(requirements.c.run_id)
         .join(runs, runs.c.run_id == requirements.c.run_id)
-        .where(
-            and_(
-                requirements.c.root_run_id == root,
-                requirements.c.status == "pending",
-                runs.c.status == S.PAUSED.value,
-            )
-        )
+        .where(requirements.c.root_run_id == root, requirements.c.status == "pending")
+        .where(runs.c.status == S.PAUSED.value)
         .distinct()
     )
     chains: list[set[str]] = []
