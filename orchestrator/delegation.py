@@ -19,9 +19,18 @@ How one delegation goes (what a user sees of it: docs/teams.md):
    appends as it moves the team WAITING -> QUEUED for the leader's next model call; when a member
    ended in ERROR, the error that moves the team WAITING -> ERROR, naming the member run, and a
    team that is itself a member passes that on to its own team.
-4. **Recovery.** The sweeper fans in (`fan_in_now`) the teams a crash left WAITING with every
-   member ended (a worker killed between a member's ERROR row and its fan-in).
-5. **Producers.** `orchestrator.control` continues a team in ERROR by continuing its failed
+4. **A person in the loop.** A member (at any depth) that pauses moves every WAITING team above
+   it to PAUSED in its pause's commit (`store/paused.py`); its last decision moves them back to
+   WAITING. A team PAUSED for its members is fanned in as a WAITING one: a member that completes
+   meanwhile is kept for the fan-in (the paused member is live, so nothing moves yet), one that
+   fails puts the team in ERROR at once (the paused member waits on for its decision), and a
+   team none of whose runs waits for a person any more (its paused member was cancelled or
+   failed) goes back to WAITING or on. A team in ERROR continued while a member is paused goes
+   to PAUSED. A leader's own paused call holds back its batch's delegations (`steps/tools.py`).
+5. **Recovery.** The sweeper fans in (`fan_in_now`) the teams a crash left WAITING with every
+   member ended (a worker killed between a member's ERROR row and its fan-in), and those left
+   PAUSED with no member PAUSED any more.
+6. **Producers.** `orchestrator.control` continues a team in ERROR by continuing its failed
    members in place, moving the team ERROR -> WAITING and fanning in (`fan_in_now`), so the
    leader resumes and completed members are not re-run; it cancels a team's members with the
    team, and fans in a member cancelled on its own, whose team reads a tool error for it.
@@ -30,9 +39,11 @@ This module holds no connection and publishes nothing: the store (`Store.teams`)
 statements, and the steps to publish (`start_members`, `wake_step`) go back to its caller, the
 engine, the sweeper or the run control.
 
-Exactly once: the team's results are appended only by the move out of WAITING, which one
-transaction wins (PostgreSQL: the row lock serialises; SQLite: BEGIN IMMEDIATE does), and the
-unique index on (run_id, tool_call_id) refuses a second result for a call if all else failed.
+Exactly once: the team's results are appended only by the move out of WAITING (or PAUSED), which
+one transaction wins (PostgreSQL: the lock of the tree's top run, taken first by every fan-in,
+pause and decision, serialises them, so none deadlocks another; SQLite: BEGIN IMMEDIATE does),
+and the unique index on (run_id, tool_call_id) refuses a second result for a call if all else
+failed.
 """
 
 from __future__ import annotations
@@ -146,8 +157,9 @@ def _starting(member: NewMember, team: RunRecord) -> AbstractContextManager[str 
 
 
 def decide(team: RunRecord, messages: list[Message], members: list[RunRecord]) -> FanIn | None:
-    """What a fan-in does to the WAITING `team`, from its messages and its member runs (oldest
-    first): None while a call it owes has a live member and none failed; else the results of
+    """What a fan-in does to the WAITING `team` (or PAUSED for its members), from its messages and
+    its member runs (oldest first): None while a call it owes has a live member (a PAUSED one
+    included) and none failed; else the results of
     the calls whose members all ended, and the team's error if one ended in ERROR (the team
     stops then, not when the member's siblings are done)."""
     by_call: dict[str, list[RunRecord]] = defaultdict(list)
@@ -212,11 +224,12 @@ def wake_step(team: RunRecord | None) -> StepRef | None:
 
 
 def fan_in_now(store: Store, team_run_id: str, *, publish_grace: float) -> RunRecord | None:
-    """Move a WAITING team on if its members allow it (`decide`), in a transaction of its own.
+    """Move a WAITING team (or one PAUSED for its members) on if its members allow it (`decide`),
+    in a transaction of its own.
 
     Returns the team's row after the move (QUEUED: publish `wake_step` of it; ERROR: nothing to
-    publish; a team that is itself a member fails its own team too), or None when nothing moved
-    (not WAITING, members still live)."""
+    publish; a team that is itself a member fails its own team too; WAITING or PAUSED: whether a
+    run under it waits for a person changed), or None when nothing moved (members still live)."""
     return store.teams.fan_in(team_run_id, decide, publish_grace=publish_grace)
 
 
@@ -225,10 +238,11 @@ def after_member_final(
 ) -> RunRecord | None:
     """After a run ended outside a model step's commit (ERROR, cancel): fan in to its team.
 
-    A member that COMPLETED was fanned in by its own final commit already. `record`: the run
-    as its final move left it, if the caller has it (one read fewer)."""
+    A member that COMPLETED was fanned in by its own final commit already, and one that PAUSED
+    moved its teams to PAUSED in its own commit (nothing to fan in while it is live). `record`:
+    the run as its final move left it, if the caller has it (one read fewer)."""
     record = record if record is not None else store.get_record(run_id)
-    if record.parent_run_id is None or record.status == S.COMPLETED:
+    if record.parent_run_id is None or record.status == S.COMPLETED or record.status in LIVE:
         return None
     return fan_in_now(store, record.parent_run_id, publish_grace=publish_grace)
 

@@ -29,10 +29,10 @@ from sqlalchemy import Connection, update
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.store import reads, writes
-from orchestrator.store.paused import ancestors, lock, log_deadline, row_of, wake_teams
+from orchestrator.store.paused import log_deadline, row_of
 from orchestrator.store.requirement_rows import from_row
 from orchestrator.store.tables import requirements
-from orchestrator.store.teams import lock_run
+from orchestrator.store.trees import ancestors, lock, lock_run, wake_teams
 
 if TYPE_CHECKING:
     from orchestrator.store.store import Store

@@ -7,11 +7,15 @@ ask, and decisions stored one by one.
 - `decide`: one decision, stored once (the same decision again is a no-op; another one is
   refused, naming who decided first); when it is the last pending requirement of its run, the
   run moves PAUSED -> QUEUED in the same transaction, and each team above it whose tree has no
-  pending requirement left moves PAUSED -> WAITING.
+  pending requirement left moves PAUSED -> WAITING (`release`; a fan-in uses it too, for a team
+  whose paused member was cancelled or failed). Only a PAUSED run's pending requirements count
+  (`waiting_below`): those of a run cancelled or failed wait for nobody.
 
-Every write in a tree of runs first locks the row of the tree's top run (its root), so two
-deciders of one team, or a decision and a member's pause, take turns: exactly one of them sees
-that nothing is pending any more.
+Every write that moves more than one run of a tree first locks the row of the tree's top run
+(its root: `lock`, `lock_root`): a pause, a decision and a fan-in (`store/teams.py`). So two
+deciders of one team, or a decision, a member's pause and a member's fan-in, take turns: exactly
+one of them sees that nothing is pending any more, and on PostgreSQL none holds a row of the
+tree another one waits for (no deadlock).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import Row
 
 from orchestrator.errors import (
@@ -42,7 +46,7 @@ from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.requirement_rows import from_row, of_run
 from orchestrator.store.tables import requirements, runs
-from orchestrator.store.teams import lock_run
+from orchestrator.store.trees import ancestors, lock, lock_run, wake_teams
 
 if TYPE_CHECKING:
     from orchestrator.store.store import Store
@@ -317,41 +321,6 @@ class Requirements:
 # -------------------------------------------------------------------- functions of a connection
 
 
-def lock(conn: Connection, run_id: str) -> bool:
-    """Take the run's row lock for the rest of the transaction (a write that changes nothing);
-    False if there is no such run."""
-    done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=runs.c.updated_at))
-    return bool(done.rowcount)
-
-
-def ancestors(conn: Connection, record: RunRecord) -> list[RunRecord]:
-    """The teams above the run, nearest first (none outside a team)."""
-    chain: list[RunRecord] = []
-    parent = record.parent_run_id
-    while parent is not None and len(chain) < 64:
-        team = reads.find_record(conn, parent)
-        if team is None:
-            break
-        chain.append(team)
-        parent = team.parent_run_id
-    return chain
-
-
-def wake_teams(conn: Connection, store: Store, run: RunRecord, root: str) -> list[RunRecord]:
-    """Move each PAUSED team above `run`, nearest first, back to WAITING while its tree has
-    nothing pending (under the root's lock): `run` no longer waits for a person (decided, or
-    cancelled). The teams moved."""
-    teams: list[RunRecord] = []
-    pending_runs = _pending_runs(conn, root)
-    for team in ancestors(conn, run):
-        if any(team.run_id in chain for chain in pending_runs):
-            break
-        moved = store.move(team.run_id, src=(S.PAUSED,), dst=S.WAITING, event="resume", conn=conn)
-        if moved is not None:
-            teams.append(moved)
-    return teams
-
-
 def log_deadline(store: Store, conn: Connection, run: RunRecord, requirement: RunRequirement) -> None:
     """Log why the deadline acted on the run: event "deadline", with the requirement, its policy
     and when its deadline was."""
@@ -383,18 +352,3 @@ def _belongs(conn: Connection, row: Row[Any], run_id: str) -> bool:
 def _pending_count(conn: Connection, *where: Any) -> int:
     query = select(func.count()).select_from(requirements).where(requirements.c.status == "pending", *where)
     return int(conn.execute(query).scalar_one())
-
-
-def _pending_runs(conn: Connection, root: str) -> list[set[str]]:
-    """For each run of the tree under `root` with a pending requirement: it and its teams' ids."""
-    query = (
-        select(requirements.c.run_id)
-        .where(and_(requirements.c.root_run_id == root, requirements.c.status == "pending"))
-        .distinct()
-    )
-    chains: list[set[str]] = []
-    for (run_id,) in conn.execute(query):
-        record = reads.find_record(conn, run_id)
-        if record is not None:
-            chains.append({run_id, *(team.run_id for team in ancestors(conn, record))})
-    return chains
