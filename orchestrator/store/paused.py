@@ -181,8 +181,9 @@ class Requirements:
                 )
             )
             store.log_event(
-                conn, run.run_id, "decision", run.seq, requirement=requirement_id, by=by, decision=decision.describe()
-            )
+                conn, run.run_id, "decision", run.seq, requirement=requirement_id, by=by, decision=decision.describe(),
+                **writes.position(run),
+            )  # fmt: skip
             decided = from_row(_row(conn, requirement_id))  # type: ignore[arg-type]
             return self._resume(conn, run, row.root_run_id, decided, publish_grace)
 
