@@ -40,6 +40,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo streaming
 	$(BIN)/ratchet demo chat
 	$(BIN)/ratchet demo extraction
+	$(BIN)/ratchet demo approval
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running), in two
 ## phases of parallel pytest processes (pytest-xdist): most tests wait on servers and worker

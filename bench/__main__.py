@@ -15,6 +15,7 @@ from pathlib import Path
 from bench import (
     ceiling,
     concurrency,
+    decision,
     flatness,
     history,
     latency,
@@ -35,7 +36,9 @@ from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = tuple("overhead latency flat stream history updates io scale recovery memory listing page".split())
+ITEMS = tuple("overhead latency flat stream history decision updates io scale recovery memory listing page".split())
+#: The items measured on the rig of each database (its workers started once for all of them).
+RIG_ITEMS = {"overhead", "latency", "flat", "stream", "history", "decision"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Sizes:
     stream_rounds: int
     stream_batches: int
     history_rounds: int
+    decision_rounds: int
     updates_runs: int
     updates_batches: int
     updates_rounds: int
@@ -75,7 +79,7 @@ class Sizes:
 #: `python -m bench`: the figures RESULTS.md stores.
 FULL = Sizes(
     overhead_rounds=15, latency_runs=200, flat_rounds=5, flat_far=1000, stream_runs=200, stream_rounds=15,
-    stream_batches=100, history_rounds=200, updates_runs=30, updates_batches=10, updates_rounds=3,
+    stream_batches=100, history_rounds=200, decision_rounds=30, updates_runs=30, updates_batches=10, updates_rounds=3,
     io_threads=50, io_more_threads=(100, 200), io_runs=1000, io_rounds=2,
     scale_threads=scaling.PER_PROCESS, scale_runs_per_slot=10, scale_passes=2,
     ceiling_runs=1000, ceiling_rounds=ceiling.ROUNDS, ceiling_configs=ceiling.CONFIGS,
@@ -86,7 +90,7 @@ FULL = Sizes(
 #: tests/chaos/test_default_recovery.py shows it).
 QUICK = Sizes(
     overhead_rounds=2, latency_runs=20, flat_rounds=1, flat_far=200, stream_runs=20, stream_rounds=1,
-    stream_batches=20, history_rounds=20, updates_runs=4, updates_batches=3, updates_rounds=1,
+    stream_batches=20, history_rounds=20, decision_rounds=5, updates_runs=4, updates_batches=3, updates_rounds=1,
     io_threads=20, io_more_threads=(), io_runs=40, io_rounds=1,
     scale_threads=2, scale_runs_per_slot=4, scale_passes=1,
     ceiling_runs=100, ceiling_rounds=1, ceiling_configs=(("threads", 50),),
@@ -99,7 +103,7 @@ QUICK = Sizes(
 #: window at step 100 (plus its own length, bench.flatness.WINDOW).
 SMOKE = replace(
     QUICK, overhead_rounds=1, latency_runs=2, flat_far=100 + 2 * flatness.WINDOW, stream_runs=2, stream_batches=3,
-    history_rounds=2, updates_runs=3, updates_batches=2, io_threads=4, io_runs=8,
+    history_rounds=2, decision_rounds=1, updates_runs=3, updates_batches=2, io_threads=4, io_runs=8,
     scale_threads=1, scale_runs_per_slot=1, ceiling_runs=10, ceiling_configs=(("threads", 5),),
     memory_runs=memory.BATCH, listing_runs=3000, listing_rounds=3, page_rounds=1, page_batches=3,
 )  # fmt: skip
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, run: Callable[..., None]) -> None:
     """Every benchmark in `only`, each through `run` (which prints and collects its sections)."""
-    if only & {"overhead", "latency", "flat", "stream", "history"}:
+    if only & RIG_ITEMS:
         rigs: dict[str, Rig] = {db: spawn_rig(env, db, server) for db in DATABASES}
         try:
             for rig in rigs.values():
@@ -178,6 +182,8 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
                         rig, env, runs=z.stream_runs, rounds=z.stream_rounds, batches=z.stream_batches))  # fmt: skip
                 if "history" in only:
                     run(f"session history ({db})", lambda rig=rig: history.measure(rig, rounds=z.history_rounds))
+                if "decision" in only:
+                    run(f"a decision ({db})", lambda rig=rig: decision.measure(rig, rounds=z.decision_rounds))
         finally:
             stop_all([w for rig in rigs.values() for w in rig.workers])  # at once, not rig by rig
             for rig in rigs.values():
@@ -205,7 +211,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
 #: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
 PREFIXES = {
     "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
-    "history": ("history",), "updates": ("updates",), "io": ("concurrency",),
+    "history": ("history",), "decision": ("decision", "paused"), "updates": ("updates",), "io": ("concurrency",),
     "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
     "recovery": ("recovery",), "listing": ("listing",), "page": ("page",),
 }  # fmt: skip

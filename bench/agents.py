@@ -12,6 +12,8 @@ bench.agents`), so every agent here is known on both sides of the broker.
 - `bench-recovery`: its first tool call stalls until the worker is killed.
 - `bench-history` / `bench-plain`: `InstantModel` with 20 runs of session history, and without.
 - `bench-mem`: one model call on the scripted model, for the memory soak.
+- `bench-approve`: `InstantModel` asking for one call of `approve_me`, which needs a person's
+  confirmation: the run PAUSES, and a decision resumes it (bench/decision.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import redis
 
 import bench.ready  # noqa: F401  (announces readiness)
-from orchestrator import Agent, ToolContext
+from orchestrator import Agent, ToolContext, tool
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import OpenAIChat
 from orchestrator.models.base import CallContext, Model, ModelReply, ToolSpec
@@ -36,6 +38,12 @@ UNLIMITED = 1_000_000
 
 def noop() -> str:
     """Do nothing and say so."""
+    return "ok"
+
+
+@tool(requires_confirmation=True)
+def approve_me() -> str:
+    """Do nothing once a person said yes."""
     return "ok"
 
 
@@ -138,3 +146,4 @@ history = Agent(
 )
 plain = Agent(name="bench-plain", model=InstantModel(), tools=[noop])
 mem = Agent(name="bench-mem", model=ScriptedModel(script=ScriptConfig(tool_batches=0)))
+approve = Agent(name="bench-approve", model=InstantModel(), tools=[approve_me])

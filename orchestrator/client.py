@@ -444,8 +444,9 @@ class Client:
 
     def metrics(self) -> MetricsSnapshot:
         """What `ratchet api` serves at /metrics: runs by agent and status now; counters of
-        retries, sweeper recoveries, fenced writes, errors, poison steps, tokens and cost; step
-        durations by kind (`orchestrator.store.metrics`); and the steps waiting in the broker's
+        retries, sweeper recoveries, fenced writes, errors, poison steps, pauses, tokens and cost;
+        step durations by kind and the time to each decision by pause type
+        (`orchestrator.store.metrics`); and the steps waiting in the broker's
         queues, where the dispatcher can say (None if it cannot, or the broker did not answer:
         logged). The same from any process on the same store."""
         snapshot = self.store.metrics()

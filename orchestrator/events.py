@@ -11,9 +11,9 @@ message count when the event happened, which only grows:
 - an event derived from message idx i (ToolCallStarted per call of an assistant message,
   ToolCallCompleted, MemberRunCompleted for a delegation's result): (i + 1, 0, j, 0), j its index
   within the message;
-- a status event (RunContinued, RunRetrying, RunCancelled, RunError, MemberRunStarted,
-  RunCompleted) logged at count p while the run's epoch was E: (p, E + 1, 1, j), j its order among
-  such events at (p, E); RunStarted is (0, 0, 0, 0);
+- a status event (RunPaused, RunRequirementDecided, RunContinued, RunRetrying, RunCancelled,
+  RunError, MemberRunStarted, RunCompleted) logged at count p while the run's epoch was E:
+  (p, E + 1, 1, j), j its order among such events at (p, E); RunStarted is (0, 0, 0, 0);
 - a live event of the step claimed at count p with epoch e: StepRestarted (p, e + 1, 0, 0) and
   its k-th delta (p, e + 1, 0, k).
 
@@ -22,6 +22,15 @@ the events of each attempt sort after those that came before it: an error or a r
 after a streamed attempt's deltas sorts after them, and a new attempt's deltas after the old's
 (StepRestarted tells readers to drop the lower-epoch deltas of that step). A reader that resumes
 `after` the last id it saw gets exactly the rest.
+
+A person in the loop: RunPaused carries the requirements the pause asked (as asked: pending,
+undecided, whatever was decided since), RunRequirementDecided one decision (the requirement as
+decided: `decision`, `decided_by`, `decided_at`), and the decision that resumes the run is
+followed by RunContinued (status QUEUED; WAITING for a team above a member that resumed). A
+decision is logged while its run is PAUSED, at the pause's count and epoch: it sorts after the
+pause, in the order the decisions came, and before the resume (whose move bumps the epoch), so
+a reader that stopped at RunPaused and comes back `after` its id gets the decisions, then the
+rest of the run. Agno has RunPaused and RunContinued; it has no event for one decision.
 """
 
 from __future__ import annotations
@@ -29,12 +38,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import InvalidInputError
 from orchestrator.messages import Message
+from orchestrator.requirements import RunRequirement
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 
@@ -50,6 +61,8 @@ EventName = Literal[
     "RunCancelled",
     "RunContinued",
     "RunRetrying",
+    "RunPaused",
+    "RunRequirementDecided",
     "StepRestarted",
 ]
 Key = tuple[int, int, int, int]
@@ -65,6 +78,9 @@ _LOGGED: dict[str, EventName] = {
     "cancel": "RunCancelled",
     "error": "RunError",
     "delegate": "MemberRunStarted",
+    "paused": "RunPaused",
+    "decision": "RunRequirementDecided",
+    "resume": "RunContinued",
 }
 
 
@@ -109,6 +125,12 @@ class RunEvent(BaseModel):
     error: EventError | None = None
     #: The status the event moved the run (or the member run) to, where it moved one.
     status: str | None = None
+    #: RunPaused's: what the pause asks of a person, one requirement per paused call (a team's
+    #: name the member run each belongs to), as asked.
+    requirements: list[RunRequirement] | None = None
+    #: RunRequirementDecided's: the requirement as decided (who: `decided_by`, when:
+    #: `decided_at`, what: `decision`).
+    requirement: RunRequirement | None = None
 
     @property
     def key(self) -> Key:
@@ -179,15 +201,17 @@ def derive(
     members: Sequence[RunRecord] = (),
     *,
     after: Key | None = None,
+    requirements: Sequence[RunRequirement] = (),
 ) -> list[RunEvent]:
     """The run's durable events after `after`, in id order, from its rows: `messages` (rows of
     `ratchet_messages` in idx order, any suffix of them), `logged` (rows of `ratchet_events` in id
-    order) and `members` (its member runs, for a team)."""
+    order), `members` (its member runs, for a team) and `requirements` (what it asked a person:
+    its own, and for a team its members', tagged with the member run)."""
     out = [_event(record, START, "RunStarted", None, None, record.created_at, status=RunStatus.QUEUED.value)]
     for row in messages:
         if row.idx < record.n_messages:
             out += _from_message(record, row, members)
-    out += _from_logged(record, logged)
+    out += _from_logged(record, logged, requirements)
     out.sort(key=lambda e: e.key)
     return out if after is None else [e for e in out if e.key > after]
 
@@ -246,10 +270,11 @@ def _from_message(record: RunRecord, row: Any, members: Sequence[RunRecord]) -> 
     return [*out, _event(record, message_key(idx, len(out)), "ToolCallCompleted", seq, epoch, at, tool=tool)]
 
 
-def _from_logged(record: RunRecord, logged: Sequence[Any]) -> list[RunEvent]:
+def _from_logged(record: RunRecord, logged: Sequence[Any], requirements: Sequence[RunRequirement]) -> list[RunEvent]:
     """The status events of the run's `ratchet_events` rows, then RunCompleted from its row."""
     out: list[RunEvent] = []
     taken: dict[tuple[int, int], int] = defaultdict(int)  # (p, epoch) -> status events so far
+    paused_at: tuple[int, int] | None = None  # where the last pause was: its decisions go there
 
     def add(p: int, epoch: int, name: EventName, seq: int | None, at: float, **fields: Any) -> None:
         j = taken[(p, epoch)]
@@ -259,20 +284,15 @@ def _from_logged(record: RunRecord, logged: Sequence[Any]) -> list[RunEvent]:
     for row in logged:
         name = _LOGGED.get(row.kind)
         detail = json.loads(row.detail) if row.detail else {}
+        if name == "RunRequirementDecided" and "n_messages" not in detail and paused_at is not None:
+            detail = {**detail, "n_messages": paused_at[0], "epoch": paused_at[1]}
         if name is None or "n_messages" not in detail:
             continue  # bookkeeping, or logged before events were derived (no position known)
         p, epoch, seq, at = int(detail["n_messages"]), int(detail.get("epoch", 0)), row.seq, row.at
-        if name == "MemberRunStarted":
-            for member_id, agent in (detail.get("members") or {}).items():
-                add(p, epoch, name, seq, at, member_run_id=member_id, member_agent=agent, status="QUEUED")
-        elif name in ("RunError", "RunRetrying"):
-            error = detail.get("error") if name == "RunRetrying" else detail
-            error = error or {}
-            status = "QUEUED" if name == "RunRetrying" else "ERROR"
-            failed = EventError(type=str(error.get("type", "Error")), message=str(error.get("message", "")))
-            add(p, epoch, name, seq, at, error=failed, status=status, member_run_id=detail.get("member_run_id"))
-        else:
-            add(p, epoch, name, seq, at, status=detail.get("to"))
+        if name == "RunPaused":
+            paused_at = (p, epoch)
+        for fields in _fields(name, detail, at, requirements):
+            add(p, epoch, name, seq, at, **fields)
     if record.status == RunStatus.COMPLETED:
         add(
             record.n_messages,
@@ -284,6 +304,55 @@ def _from_logged(record: RunRecord, logged: Sequence[Any]) -> list[RunEvent]:
             status=record.status.value,
         )
     return out
+
+
+def _fields(
+    name: EventName, detail: dict[str, Any], at: float, requirements: Sequence[RunRequirement]
+) -> list[dict[str, Any]]:
+    """What the events of one logged row say, besides their place and time (a delegation is an
+    event per member it started)."""
+    if name == "MemberRunStarted":
+        members = (detail.get("members") or {}).items()
+        return [dict(member_run_id=m, member_agent=agent, status="QUEUED") for m, agent in members]
+    if name in ("RunError", "RunRetrying"):
+        error = (detail.get("error") if name == "RunRetrying" else detail) or {}
+        status = "QUEUED" if name == "RunRetrying" else "ERROR"
+        failed = EventError(type=str(error.get("type", "Error")), message=str(error.get("message", "")))
+        return [dict(error=failed, status=status, member_run_id=detail.get("member_run_id"))]
+    if name == "RunPaused":
+        return [dict(requirements=_asked(detail, at, requirements), status=RunStatus.PAUSED.value)]
+    if name == "RunRequirementDecided":
+        decided = next((r for r in requirements if r.id == detail.get("requirement")), None)
+        return [dict(requirement=decided)]
+    return [dict(status=detail.get("to"))]
+
+
+def _asked(detail: dict[str, Any], at: float, requirements: Sequence[RunRequirement]) -> list[RunRequirement]:
+    """What a pause asked, as asked (no decision): the requirements its row names, or for a team
+    moved to PAUSED by a member's pause, its members' that were pending then."""
+    if "requirements" in detail:
+        named = {str(i) for i in detail["requirements"] or ()}
+        found = [r for r in requirements if r.id in named]
+    else:
+        found = [
+            r
+            for r in requirements
+            if r.member_run_id is not None and r.created_at <= at and (r.decided_at is None or r.decided_at > at)
+        ]
+    return [_as_asked(r) for r in found]
+
+
+def _as_asked(requirement: RunRequirement) -> RunRequirement:
+    """The requirement as its pause asked it: pending, undecided, its fields without values."""
+    schema = requirement.user_input_schema
+    return replace(
+        requirement,
+        status="pending",
+        decision=None,
+        decided_by=None,
+        decided_at=None,
+        user_input_schema=[{**f, "value": None} for f in schema] if schema is not None else None,
+    )
 
 
 __all__ = [

@@ -42,7 +42,10 @@ def durable_events(store: Store, run_id: str, after: Key | None = None) -> tuple
     """The run's row and its durable events after `after` in id order, derived from rows the
     store read in one snapshot (`Store.event_rows`)."""
     rows = store.event_rows(run_id, since=events.since(after))
-    return rows.record, events.derive(rows.record, rows.messages, rows.logged, rows.members, after=after)
+    derived = events.derive(
+        rows.record, rows.messages, rows.logged, rows.members, after=after, requirements=rows.requirements
+    )
+    return rows.record, derived
 
 
 def delays() -> Iterator[float]:

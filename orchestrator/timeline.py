@@ -5,18 +5,23 @@ derived from rows the store writes anyway: each message's seq, epoch and time, t
 What a step shows, and where it comes from:
 
 - `task`: "model" (a model call) or "tools" (a tool batch), from what it wrote; "fan_in" for the
-  results a team's fan-in wrote once its members ended (no worker ran it). A step that wrote
-  nothing (it failed, or was retried) is a tools step if the transcript owed tool results then.
+  results a team's fan-in wrote once its members ended (no worker ran it); "decision" for the
+  wait for a person after a tool batch paused the run (no worker ran it either: it holds
+  nothing), from the pause to the decision that resumed the run, with each decision (`decisions`:
+  who, what, when) and how many calls it asked about (`asked`). A step that wrote nothing (it
+  failed, or was retried) is a tools step if the transcript owed tool results then.
 - `attempt`: 1, plus the claims of the same step the sweeper took back (`lease_expired`); the
   step in progress counts its claims from the run row. A transient model failure is retried as
   a new step (the next seq): the failed one shows as "retried", with its error.
 - `ready_at`, `started_at`, `ended_at`, `duration`: a step could start (`ready_at`) when what
   came before it ended (the previous step, the run's creation, a continue, a fan-in, a retry's
-  due time, a lease taken back). A step's commit stamps its claim's time on the messages it
-  writes (migration 0010, for the metrics' step durations): where that is stored, `started_at`
+  due time, a lease taken back, a pause, the decision that resumed the run). A step's commit
+  stamps its claim's time on the messages it writes (migration 0010, for the metrics' step
+  durations): where that is stored, `started_at`
   is the claim and `duration` runs from the claim to its last message; where it is not (rows
   older than 0010, a fan-in, a step that failed before writing), `duration` runs from
-  `ready_at`, queue time included.
+  `ready_at`, queue time included. A "decision" step's `duration` is the time to decision, from
+  the pause to the resume (None while the run is PAUSED).
 - `metrics`: the tokens and cost of its model call.
 - `worker`, `task_id`: only for the step in progress, from the lease (host:pid:task id); a
   commit clears the lease, so a past step's worker is not stored anywhere.
@@ -36,10 +41,25 @@ from orchestrator.status import RunStatus
 from orchestrator.usage import Metrics
 
 S = RunStatus
-Task = Literal["model", "tools", "fan_in"]
-StepStatus = Literal["done", "failed", "retried", "running", "queued"]
+Task = Literal["model", "tools", "fan_in", "decision"]
+#: "paused": a "decision" step still waiting for a person.
+StepStatus = Literal["done", "failed", "retried", "running", "queued", "paused"]
 #: Log entries after which a step can start: when one of them is its latest, it is its `ready_at`.
 _OPENS = ("continue", "retry", "fan_in", "lease_expired")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepDecision:
+    """One decision a "decision" step got, as the run's log holds it."""
+
+    #: The requirement's id.
+    requirement: str
+    #: Who decided it, as the decider named itself (None: unnamed).
+    by: str | None
+    #: What was decided, in a few words ("confirm", "reject ('note')", "input", "result", "budget").
+    decision: str
+    #: When (UNIX seconds).
+    at: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +99,9 @@ class Step:
     task_id: str | None = None
     #: Why it failed or was retried.
     error: RunError | None = None
+    #: A "decision" step's: how many requirements its pause asked, and the decisions in order.
+    asked: int = 0
+    decisions: tuple[StepDecision, ...] = ()
 
 
 def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]) -> list[Step]:
@@ -94,12 +117,13 @@ def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]
         seq, at, where = int(entry.seq or 0), entry.at, _where(detail)
         if entry.kind == "error" and "member_run_id" not in detail:
             _failed(steps, rows, seq, at, detail)
-        elif entry.kind == "delegate" and all(s["seq"] != seq - 1 for s in steps):
-            # the tool batch that delegated, and wrote no result of its own
+        elif entry.kind in ("delegate", "paused") and "to" not in detail and all(s["seq"] != seq - 1 for s in steps):
+            # the tool batch that delegated, or paused on every call, and wrote no result of its own
             steps.append(dict(seq=seq - 1, task="tools", status="done", ended_at=at, **where))
         elif entry.kind == "retry":
             error = _error(detail.get("error") or {})
             steps.append(dict(seq=seq - 1, task="model", status="retried", ended_at=at, error=error, **where))
+    steps += _waits(record, details)
     _current(record, steps)
     lost = Counter(e.seq for e, _ in details if e.kind == "lease_expired")
     for step in steps:
@@ -107,6 +131,36 @@ def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]
     steps.sort(key=lambda s: (s["position"], s["seq"], s["epoch"] or 0))
     _timed(record, steps, details)
     return [Step(**step) for step in steps]
+
+
+def _waits(record: RunRecord, details: list[tuple[LogEntry, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The run's "decision" steps: each pause of its own (a team's move to PAUSED for its member's
+    pause is the member's), its decisions, and what ended the wait (the resume, or a cancel or an
+    error while it was PAUSED)."""
+    waits: list[dict[str, Any]] = []
+    for entry, detail in details:
+        open_ = waits[-1] if waits and waits[-1]["ended_at"] is None else None
+        if entry.kind == "paused" and "requirements" in detail:
+            asked = len(detail["requirements"] or ())
+            where = int(detail.get("n_messages", 0))
+            waits.append(
+                dict(seq=entry.seq, task="decision", status="paused", attempt=1, epoch=None, position=where,
+                     ended_at=None, asked=asked, decisions=[])
+            )  # fmt: skip
+        elif open_ is not None and entry.kind == "decision":
+            by = detail.get("by")
+            decided = StepDecision(
+                requirement=str(detail.get("requirement")), by=str(by) if by is not None else None,
+                decision=str(detail.get("decision", "")), at=entry.at,
+            )  # fmt: skip
+            open_["decisions"].append(decided)
+        elif open_ is not None and entry.kind in ("resume", "cancel", "error") and detail.get("to") != "WAITING":
+            open_.update(status="done", ended_at=entry.at)
+    for wait in waits:
+        wait["decisions"] = tuple(wait["decisions"])
+    if waits and waits[-1]["ended_at"] is None and record.status != S.PAUSED:
+        waits[-1].update(status="done", ended_at=record.updated_at)  # ended by a move not logged here
+    return waits
 
 
 def _where(detail: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +256,7 @@ def _timed(record: RunRecord, steps: list[dict[str, Any]], details: list[tuple[L
     """Set when each step could start and how long it took (see the module docstring)."""
     opened: dict[int, list[float]] = {}
     for entry, detail in details:
-        if entry.kind in _OPENS:
+        if entry.kind in _OPENS or (entry.kind == "paused" and "requirements" in detail):
             delay = float(detail.get("delay", 0.0)) if entry.kind == "retry" else 0.0
             opened.setdefault(int(entry.seq or 0), []).append(entry.at + delay)
     before = record.created_at
@@ -235,4 +289,4 @@ def _owner(owner: str | None) -> tuple[str | None, str | None]:
     return (f"{parts[0]}:{parts[1]}", parts[2]) if len(parts) == 3 else (owner, None)
 
 
-__all__ = ["Step", "derive_steps"]
+__all__ = ["Step", "StepDecision", "derive_steps"]

@@ -14,9 +14,11 @@ never a run id or anything a user typed.
     ratchet_fenced_writes_total{agent}              a worker's writes refused: its lease had been taken over
     ratchet_run_errors_total{agent}                 moves to ERROR (poison steps included)
     ratchet_poison_steps_total{agent}               steps failed after RATCHET_MAX_STEP_ATTEMPTS claims
+    ratchet_pauses_total{agent}                     runs moved to PAUSED (ratchet_runs{status="PAUSED"}: paused now)
     ratchet_tokens_total{agent,kind}                tokens the providers reported: input, output, cache_read, reasoning
     ratchet_cost_total{agent}                       the replies' cost, in the currency of the models' Prices
     ratchet_step_duration_seconds{agent,kind}       claim to commit of each step that committed: model, tools
+    ratchet_time_to_decision_seconds{agent,kind}    a pause to each decision of what it asked, by pause type
     ratchet_queue_length{queue}                     messages waiting in the broker's queues (gauge)
 """
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -32,7 +34,7 @@ from prometheus_client.exposition import choose_encoder
 
 from orchestrator.client import Client
 from orchestrator.status import RunStatus
-from orchestrator.store.metrics import MetricsSnapshot
+from orchestrator.store.metrics import Durations, MetricsSnapshot
 
 #: Run event kinds (`MetricsSnapshot.events`) and the counter each is served as.
 EVENT_COUNTERS = {
@@ -44,6 +46,7 @@ EVENT_COUNTERS = {
     "fenced": ("ratchet_fenced_writes", "Writes of a worker refused because its lease had been taken over."),
     "error": ("ratchet_run_errors", "Runs moved to ERROR (poison steps included)."),
     "poison": ("ratchet_poison_steps", "Steps failed after RATCHET_MAX_STEP_ATTEMPTS claims whose workers died."),
+    "paused": ("ratchet_pauses", "Runs moved to PAUSED: waiting for a person (a team: for its member's)."),
 }
 
 
@@ -87,10 +90,16 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Seconds from a step's claim to its commit, for the steps that committed, by kind (model, tools).",
         labels=["agent", "kind"],
     )
-    for (agent, kind), durations in sorted(snapshot.steps.items()):
-        buckets = [(f"{bound:g}", float(count)) for bound, count in durations.buckets]
-        steps.add_metric([agent, kind], [*buckets, ("+Inf", float(durations.count))], durations.sum)
+    _histogram(steps, snapshot.steps)
     yield steps
+    decisions = HistogramMetricFamily(
+        "ratchet_time_to_decision_seconds",
+        "Seconds from a pause to each decision of what it asked, by what it asked "
+        "(confirmation, user_input, external_execution, budget).",
+        labels=["agent", "kind"],
+    )
+    _histogram(decisions, snapshot.decisions)
+    yield decisions
     if snapshot.queues is not None:
         queues = GaugeMetricFamily(
             "ratchet_queue_length", "Messages waiting in the broker's queues (not yet delivered).", labels=["queue"]
@@ -98,6 +107,12 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         for queue, length in sorted(snapshot.queues.items()):
             queues.add_metric([queue], length)
         yield queues
+
+
+def _histogram(family: HistogramMetricFamily, counted: Mapping[tuple[str, str], Durations]) -> None:
+    for (agent, kind), durations in sorted(counted.items()):
+        buckets = [(f"{bound:g}", float(count)) for bound, count in durations.buckets]
+        family.add_metric([agent, kind], [*buckets, ("+Inf", float(durations.count))], durations.sum)
 
 
 def registry(client: Client) -> CollectorRegistry:

@@ -2,9 +2,11 @@
 runs by agent and status now, and counters that only grow, whichever API process is asked.
 
 Steps run in worker processes on other hosts, so the metrics come from the rows those write:
-run events (retries, sweeper recoveries, fenced writes, errors, poison steps), assistant
-messages (tokens and cost), and the message a step's own commit carries, stamped with its
-claim's time (how long the step took, by kind: a reply is a model step, a tool result a tool step).
+run events (retries, sweeper recoveries, fenced writes, errors, poison steps, pauses), assistant
+messages (tokens and cost), the message a step's own commit carries, stamped with its claim's
+time (how long the step took, by kind: a reply is a model step, a tool result a tool step), and
+each decision's event, with the requirement it decided (time to decision: from the pause that
+asked it to the decision, by what was asked).
 
 A counter is a sum over rows that are only ever added, read in two parts:
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, func, insert, select, true, update
 
-from orchestrator.store.tables import events, messages, metric_totals, runs
+from orchestrator.store.tables import events, messages, metric_totals, requirements, runs
 from orchestrator.usage import USAGE_COLUMNS
 
 #: Seconds a row's time may precede its commit (see above); reads sum the rows since then.
@@ -43,9 +45,13 @@ SETTLE_SECONDS = 60.0
 #: (after a change, delete every row of ratchet_metric_totals but the mark and set the mark to 0:
 #: the next read counts the stored rows again, without the runs deleted meanwhile).
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Upper bounds of the time-to-decision buckets, in seconds (fixed as BUCKETS is): a person
+#: answers in seconds, hours or days.
+DECISION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0, 259_200.0, 604_800.0)
 #: The run events counted, by the kind `Store.log_event` gives them. "poison" is an "error" event
-#: of a poison step (counted under "error" too).
-EVENT_KINDS = ("retry", "lease_expired", "fenced", "error")
+#: of a poison step (counted under "error" too); "paused" a run moved to PAUSED (a team above a
+#: member that paused too).
+EVENT_KINDS = ("retry", "lease_expired", "fenced", "error", "paused")
 #: The token counts of a reply, by the label they are counted under.
 TOKEN_KINDS = {"input": "input_tokens", "output": "output_tokens", "cache_read": "cache_read_tokens",
                "reasoning": "reasoning_tokens"}  # fmt: skip
@@ -75,7 +81,8 @@ class MetricsSnapshot:
     #: (agent, kind) -> run events ever logged: "retry" (a model call parked to try again),
     #: "lease_expired" (the sweeper took a step back from a worker that stopped renewing its lease),
     #: "fenced" (a worker's write refused: its lease was taken over), "error" (the run went to
-    #: ERROR), "poison" (of those, a step the sweeper gave up on after RATCHET_MAX_STEP_ATTEMPTS).
+    #: ERROR), "poison" (of those, a step the sweeper gave up on after RATCHET_MAX_STEP_ATTEMPTS),
+    #: "paused" (the run moved to PAUSED: it waits for a person, or its member does).
     events: Mapping[tuple[str, str], int] = field(default_factory=dict)
     #: (agent, kind) -> tokens the providers reported: "input", "output", "cache_read", "reasoning".
     tokens: Mapping[tuple[str, str], int] = field(default_factory=dict)
@@ -83,6 +90,9 @@ class MetricsSnapshot:
     cost: Mapping[str, float] = field(default_factory=dict)
     #: (agent, "model" | "tools") -> durations of the steps that committed, claim to commit.
     steps: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
+    #: (agent, pause_type) -> time to decision: from a pause to each decision of what it asked
+    #: (`DECISION_BUCKETS`); the agent is the run's that asked (a member's, in a team).
+    decisions: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
     #: queue -> messages waiting in it (`Client.metrics` asks the broker); None when not known.
     queues: Mapping[str, int] | None = None
 
@@ -124,7 +134,10 @@ def _snapshot(counted: Mapping[Key, float], stored: dict[tuple[str, str], int]) 
     events_: dict[tuple[str, str], int] = {}
     tokens: dict[tuple[str, str], int] = {}
     cost: dict[str, float] = {}
-    steps: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    timed: dict[str, dict[tuple[str, str], dict[str, float]]] = {
+        "step": defaultdict(dict),
+        "decision": defaultdict(dict),
+    }
     for (name, agent, label), value in counted.items():
         if name == "event":
             events_[(agent, label)] = round(value)
@@ -132,18 +145,30 @@ def _snapshot(counted: Mapping[Key, float], stored: dict[tuple[str, str], int]) 
             tokens[(agent, label)] = round(value)
         elif name == "cost":
             cost[agent] = value
-        elif name == "step":
+        elif name in timed:
             kind, _, part = label.partition(":")
-            steps[(agent, kind)][part] = value
-    durations = {
+            timed[name][(agent, kind)][part] = value
+    return MetricsSnapshot(
+        runs=stored,
+        events=events_,
+        tokens=tokens,
+        cost=cost,
+        steps=_durations(timed["step"], BUCKETS),
+        decisions=_durations(timed["decision"], DECISION_BUCKETS),
+    )
+
+
+def _durations(
+    counted: Mapping[tuple[str, str], Mapping[str, float]], bounds: tuple[float, ...]
+) -> dict[tuple[str, str], Durations]:
+    return {
         key: Durations(
-            buckets=tuple((b, round(parts.get(f"le={b:g}", 0))) for b in BUCKETS),
+            buckets=tuple((b, round(parts.get(f"le={b:g}", 0))) for b in bounds),
             count=round(parts.get("count", 0)),
             sum=parts.get("sum", 0.0),
         )
-        for key, parts in steps.items()
+        for key, parts in counted.items()
     }
-    return MetricsSnapshot(runs=stored, events=events_, tokens=tokens, cost=cost, steps=durations)
 
 
 def _sums(conn: Connection, *, after: float, upto: float | None, run_ids: Collection[str] = ()) -> dict[Key, float]:
@@ -167,7 +192,34 @@ def _sums(conn: Connection, *, after: float, upto: float | None, run_ids: Collec
             sums[("step", agent, f"{kind}:sum")] = values["seconds"]
             for b in BUCKETS:
                 sums[("step", agent, f"{kind}:le={b:g}")] = values[f"le={b:g}"]
+    for agent, kind, seconds in _decisions(conn, after, upto, run_ids):
+        for part, value in [("count", 1.0), ("sum", seconds)] + [
+            (f"le={b:g}", 1.0) for b in DECISION_BUCKETS if seconds <= b
+        ]:
+            key = ("decision", agent, f"{kind}:{part}")
+            sums[key] = sums.get(key, 0.0) + value
     return {key: value for key, value in sums.items() if value}
+
+
+def _decisions(
+    conn: Connection, after: float, upto: float | None, run_ids: Collection[str]
+) -> list[tuple[str, str, float]]:
+    """(agent, pause_type, seconds from the pause to the decision) of each decision logged in the
+    window: its event (a row only ever added, read by its time) and the requirement it names."""
+    e = events
+    where = [e.c.kind == "decision", _window(e.c.at, after, upto)]
+    if run_ids:
+        where.append(e.c.run_id.in_(list(run_ids)))
+    logged = conn.execute(select(_AGENT, e.c.at, e.c.detail).select_from(_with_agent(e)).where(*where)).all()
+    named = [(row.agent, row.at, str(json.loads(row.detail or "{}").get("requirement"))) for row in logged]
+    ids = sorted({requirement for _, _, requirement in named})
+    asked: dict[str, Any] = {}
+    for i in range(0, len(ids), 500):  # within every database's limit of bound parameters
+        r = requirements.c
+        query = select(r.id, r.pause_type, r.created_at, r.decided_at).where(r.id.in_(ids[i : i + 500]))
+        asked.update((row.id, row) for row in conn.execute(query))
+    found = [(agent, at, asked[requirement]) for agent, at, requirement in named if requirement in asked]
+    return [(agent, row.pause_type, max((row.decided_at or at) - row.created_at, 0.0)) for agent, at, row in found]
 
 
 def _window(column: Any, after: float, upto: float | None) -> Any:

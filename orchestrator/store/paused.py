@@ -173,17 +173,15 @@ class Requirements:
                     f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
                     f"(`ratchet pending`, GET /runs/{run_id})"
                 )
-            if not lock(conn, row.root_run_id):
+            if row.root_run_id != row.run_id and not lock(conn, row.root_run_id):
                 raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
-            row = row_of(conn, requirement_id)  # as the decider before this one left it
-            assert row is not None
-            requirement = from_row(row)
+            run = lock_run(conn, row.run_id)  # after the root's: a cancel of it takes turns with this
+            if run is None:
+                raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
+            requirement = from_row(row_of(conn, requirement_id))  # type: ignore[arg-type]  # as any decider before left it
             earlier = self._earlier(requirement, decision)
             if earlier is not None:
                 return earlier
-            run = lock_run(conn, row.run_id)
-            if run is None:
-                raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
             now = store.clock()
             teams = ancestors(conn, run) if run.parent_run_id is not None else []
             self._check_open(requirement, run, teams, now, at_deadline=at_deadline)
@@ -191,21 +189,35 @@ class Requirements:
             if at_deadline:
                 by = DEADLINE
                 log_deadline(store, conn, run, requirement)
-            conn.execute(
-                update(requirements)
-                .where(requirements.c.id == requirement_id, requirements.c.status == "pending")
-                .values(
-                    status="decided",
-                    decision=json.dumps(decision.to_json()),
-                    decided_by=(by or "")[:128] or None,
-                    decided_at=now,
-                )
-            )
-            store.log_event(
-                conn, run.run_id, "decision", run.seq, requirement=requirement_id, by=by, decision=decision.describe()
-            )
-            decided = from_row(row_of(conn, requirement_id))  # type: ignore[arg-type]
+            decided = self._store_decision(conn, run, requirement_id, decision, by, now)
             return self._resume(conn, run, row.root_run_id, decided, publish_grace)
+
+    def _store_decision(
+        self, conn: Connection, run: RunRecord, requirement_id: str, decision: Decision, by: str | None, now: float
+    ) -> RunRequirement:
+        """Write the decision on its pending row and log it; the requirement as decided."""
+        row = conn.execute(
+            update(requirements)
+            .where(requirements.c.id == requirement_id, requirements.c.status == "pending")
+            .values(
+                status="decided",
+                decision=json.dumps(decision.to_json()),
+                decided_by=(by or "")[:128] or None,
+                decided_at=now,
+            )
+            .returning(*requirements.c)
+        ).one()
+        self._store.log_event(
+            conn,
+            run.run_id,
+            "decision",
+            run.seq,
+            requirement=requirement_id,
+            by=by,
+            decision=decision.describe(),
+            **writes.position(run),
+        )
+        return from_row(row)
 
     def _earlier(self, requirement: RunRequirement, decision: Decision) -> Decided | None:
         """The answer for a requirement decided already: the same decision is a no-op."""
@@ -257,7 +269,7 @@ class Requirements:
             publish_grace=publish_grace,
             conn=conn,
         )
-        teams = wake_teams(conn, store, run, root)
+        teams = wake_teams(conn, store, run, root) if run.parent_run_id is not None else []
         return Decided(requirement=decided, resumed=resumed, teams=tuple(teams))
 
     # ---------------------------------------------------------------- reads

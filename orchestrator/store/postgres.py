@@ -175,7 +175,14 @@ class PostgresBackend(Backend):
         if record.kind == "team":
             return super().event_rows(run_id, since)
         tail, logged = statements.event_rows(row.messages_json), statements.logged_rows(row.events_json)
-        return reads.EventRows(record=record, messages=tail, logged=logged)
+        # A run that paused: what it asked, read after (its rows are written with the pause, and
+        # each decision with the event the snapshot shows of it).
+        asked = (
+            self.quick(lambda c: reads.paused_requirements(c, record, logged))
+            if any(r.kind == "paused" for r in logged)
+            else []
+        )
+        return reads.EventRows(record=record, messages=tail, logged=logged, requirements=asked)
 
     def on_final(self, conn: Connection, run_id: str) -> None:
         notify_final(conn, run_id)

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Row, select
 
 from orchestrator.errors import RunNotFoundError
 from orchestrator.messages import Message
+from orchestrator.requirements import RunRequirement
 from orchestrator.run import LogEntry, RetryWait, RunOutput, RunPage, RunRecord, Session
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
@@ -40,13 +41,14 @@ STAMPS = (
 class EventRows:
     """What a run's durable events are derived from (`orchestrator.events.derive`), read in one
     snapshot: its row, its message rows from an index on (idx order; each with `idx`, `seq`,
-    `epoch` and the message's columns), its `ratchet_events` rows (id order) and, for a team,
-    its member runs."""
+    `epoch` and the message's columns), its `ratchet_events` rows (id order), for a team its
+    member runs, and for a run that paused what it asked (`paused_requirements`)."""
 
     record: RunRecord
     messages: Sequence[Any]
     logged: Sequence[Any]
     members: Sequence[RunRecord] = ()
+    requirements: Sequence[RunRequirement] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,7 +213,26 @@ def event_rows(conn: Connection, run_id: str, since: int) -> EventRows:
     rows = direct.rows(conn, statements.MESSAGES, {"b_run_id": run_id, "b_since": since})
     logged = direct.rows(conn, statements.EVENTS, {"b_run_id": run_id})
     members = children(conn, run_id) if record.kind == "team" else []
-    return EventRows(record=record, messages=rows, logged=logged, members=members)
+    asked = paused_requirements(conn, record, logged)
+    return EventRows(record=record, messages=rows, logged=logged, members=members, requirements=asked)
+
+
+def paused_requirements(conn: Connection, record: RunRecord, logged: Sequence[Any]) -> list[RunRequirement]:
+    """What the run asked a person, for its pause and decision events: its own requirements and,
+    for a team, its member runs' at any depth (each naming its member run). Read only for a run
+    whose log (`logged`, its `ratchet_events` rows) holds a pause: nothing for any other."""
+    if not any(row.kind == "paused" for row in logged):
+        return []
+    return _tree_requirements(conn, record, depth=0)
+
+
+def _tree_requirements(conn: Connection, record: RunRecord, depth: int) -> list[RunRequirement]:
+    asked = requirement_rows.of_run(conn, record.run_id)
+    if record.kind == "team" and depth < 64:
+        for child in children(conn, record.run_id):
+            below = _tree_requirements(conn, child, depth + 1)
+            asked.extend(r.with_member(child.run_id, child.agent_name) for r in below)
+    return asked
 
 
 def children(conn: Connection, run_id: str) -> list[RunRecord]:

@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 #: The benchmark in two parts (its items, for `--only`), run as two tests so that a parallel
 #: run spreads them.
-HALVES = {"steps": "overhead,latency,flat,stream,history,updates", "hosts": "io,scale,recovery,memory,listing,page"}
+HALVES = {
+    "steps": "overhead,latency,flat,stream,history,decision,updates",
+    "hosts": "io,scale,recovery,memory,listing,page",
+}
 
 
 @pytest.mark.timeout(400)

@@ -89,3 +89,20 @@ def test_the_extraction_demo_returns_the_schemas_object_after_retrying_a_reply_t
     assert "retried after OutputValidationError: the reply does not follow the output schema SupportTicket" in out
     assert "urgent" in out.split("retried after", 1)[1].splitlines()[0]  # the missing field is named
     assert "read back: True" in out
+
+
+def test_the_approval_demo_pauses_a_payment_until_another_process_approves_it_then_pays_once(tmp_path: Path) -> None:
+    out = run_demo(tmp_path, "approval")
+
+    paused, rest = out.split("[approver, another process]", 1)
+    assert ": PAUSED, nothing paid yet: True" in paused
+    assert "waiting for a person: confirmation of send_payment({'amount_eur': 120, 'to': 'Ada Lovelace'})" in paused
+    assert "held while PAUSED: lease=None" in paused
+    assert "decided: confirm by finance@example.com" in rest
+    run_id = re.search(r"run (\S+): PAUSED", paused)
+    assert run_id is not None and f"run {run_id[1]}: COMPLETED (the same run), paid once: ['Ada Lovelace']" in rest
+    assert "answer: Done: sent 120 EUR to Ada Lovelace." in rest
+    assert "a later rejection is refused" in rest and "by finance@example.com at" in rest
+    events = re.findall(r"\] (Run\w+)", rest)
+    assert events == ["RunPaused", "RunRequirementDecided", "RunContinued", "RunCompleted"]
+    assert "RunRequirementDecided by finance@example.com: confirm" in rest

@@ -1,6 +1,7 @@
 """Prometheus metrics: known runs (stepped inline, on SQLite and PostgreSQL), then /metrics scraped
 and parsed, and every value checked; counters that stay put through the fold into stored totals,
-through a delete of runs, and from another process; queue lengths read from a real Redis broker."""
+through a delete of runs, and from another process; paused runs and the time to each decision;
+queue lengths read from a real Redis broker."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from orchestrator import Agent, Client, RunStatus
+from orchestrator import Agent, Client, Decision, RunStatus, tool
 from orchestrator import agent as agent_module
 from orchestrator.messages import Message
 from orchestrator.models.base import CallContext, ModelReply, ToolSpec
@@ -217,7 +218,56 @@ def test_a_step_fenced_by_a_cancel_a_sweeper_recovery_and_a_poison_step_are_coun
 def counters(snapshot: store_metrics.MetricsSnapshot) -> tuple[object, ...]:
     """Everything a snapshot counts (the durations' sums rounded: floats added in another order)."""
     steps = {k: (d.buckets, d.count, round(d.sum, 6)) for k, d in snapshot.steps.items()}
-    return snapshot.events, snapshot.tokens, {k: round(v, 12) for k, v in snapshot.cost.items()}, steps
+    decisions = {k: (d.buckets, d.count, round(d.sum, 6)) for k, d in snapshot.decisions.items()}
+    return snapshot.events, snapshot.tokens, {k: round(v, 12) for k, v in snapshot.cost.items()}, steps, decisions
+
+
+@tool(requires_confirmation=True)
+def refund(amount: int) -> str:
+    """Refund a customer."""
+    return f"refunded {amount}"
+
+
+def test_a_paused_run_and_the_time_to_each_decision_are_counted_and_stay_counted_once_deleted(
+    inline: InMemoryDispatcher,
+) -> None:
+    clock = Clock()
+    inline.store.clock = clock
+    calls = [{"tool": "refund", "arguments": {"amount": n}} for n in (1, 2)]
+    payer = Agent(name=name("payer"), model=FixedUsage(script=ScriptConfig(batches=[calls])), tools=[refund])
+    api = TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost")
+    out = payer.run("refund both", session_id="refunds")
+
+    # While it waits: one run PAUSED now, one pause counted, no decision yet.
+    paused = scrape(api)
+    assert paused("ratchet_runs", agent=payer.name, status="PAUSED") == 1
+    assert paused("ratchet_pauses_total", agent=payer.name) == 1
+    assert paused.named("ratchet_time_to_decision_seconds_count", payer.name) == {}
+
+    # Decided 30 s and 400 s after the pause: the histogram of time to decision, by pause type.
+    first, second = out.active_requirements
+    clock.advance(30)
+    inline.client.decide(out.run_id, first.id, Decision(kind="confirm"), by="ann")
+    clock.advance(370)
+    inline.client.decide(out.run_id, second.id, Decision(kind="reject"), by="bob")
+    assert inline.client.get_run(out.run_id).status == S.COMPLETED
+    got = scrape(api)
+    decisions = "ratchet_time_to_decision_seconds"
+    assert got(f"{decisions}_count", agent=payer.name, kind="confirmation") == 2
+    assert got(f"{decisions}_bucket", agent=payer.name, kind="confirmation", le="10") == 0
+    assert got(f"{decisions}_bucket", agent=payer.name, kind="confirmation", le="60") == 1
+    assert got(f"{decisions}_bucket", agent=payer.name, kind="confirmation", le="300") == 1
+    assert got(f"{decisions}_bucket", agent=payer.name, kind="confirmation", le="900") == 2
+    assert 430 <= (got(f"{decisions}_sum", agent=payer.name, kind="confirmation") or 0) < 460  # 30 + 400, and wall time
+    assert got("ratchet_runs", agent=payer.name, status="PAUSED") == 0
+    assert got("ratchet_pauses_total", agent=payer.name) == 1
+
+    # Folded into the stored totals, then the run deleted: the counts stay.
+    live = inline.store.metrics()
+    clock.advance(2 * store_metrics.SETTLE_SECONDS)
+    assert counters(inline.store.metrics()) == counters(live)
+    assert inline.client.delete_session("refunds") is not None
+    assert counters(inline.store.metrics()) == counters(live)
 
 
 def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_another_process_pruned_or_deleted(

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 
 from orchestrator.client import Client
 from orchestrator.events import RunEvent
+from orchestrator.requirements import RunRequirement
 from orchestrator.run import LogEntry, RunOutput, RunPage
 from orchestrator.timeline import Step
 from orchestrator.usage import Metrics
@@ -123,6 +124,9 @@ def step_line(step: Step) -> str:
         parts.append(f"on {step.worker} task {step.task_id}")
     if step.error is not None:
         parts.append(f"{step.error.type}: {_line(step.error.message)}")
+    if step.task == "decision":
+        parts.append(f"asked {step.asked}, decided {len(step.decisions)}")
+        parts += [f"{d.decision} by {d.by or 'an unnamed decider'} at {_when(d.at)}" for d in step.decisions]
     return "  ".join(parts)
 
 
@@ -194,9 +198,23 @@ def describe(event: RunEvent) -> str:
         parts.append(f"{event.error.type}: {_line(event.error.message)}")
     if event.event in ("RunCompleted", "MemberRunCompleted") and event.content is not None:
         parts.append(_line(event.content))
+    for req in event.requirements or ():
+        parts.append(_asked(req))
+    if event.requirement is not None:
+        req = event.requirement
+        decision = req.decision.describe() if req.decision is not None else "?"
+        parts.append(f"{_asked(req)}: {decision} by {req.decided_by or 'an unnamed decider'}")
     if event.event == "StepRestarted":
         parts.append(f"step {event.seq} attempt {event.attempt}: drop its earlier partial text")
     return "  ".join(parts)
+
+
+def _asked(req: RunRequirement) -> str:
+    """A requirement in a few words: its id, what it asks, and the call it is about."""
+    call = req.tool_execution
+    what = f"{call.tool_name}({json.dumps(call.tool_args)})" if call is not None else json.dumps(req.budget)
+    member = f" of member {req.member_agent_name}" if req.member_agent_name else ""
+    return f"{req.pause_type} {req.id}{member} {_line(what)}"
 
 
 #: Control characters but newline and tab: a model's text must not drive the reader's terminal.

@@ -480,7 +480,7 @@ function memberTree(members, root) {
 // The timeline: each stored message at its index, each step before the first message it wrote
 // (or where it would have), each log entry after the messages written before it. Steps and log
 // entries at one place go by step (seq): an entry logged as it moved the run on to step s (a
-// retry, a delegation, a fan-in, a continue in place) before step s, one that happened in step s
+// retry, a delegation, a fan-in, a continue in place, a pause) before step s, one that happened in step s
 // (an error, a lease taken back, a fenced write, a cancel, a team's continue) after it.
 function timeline(run, steps, log) {
   const box = el("div", { class: "timeline", id: "timeline" });
@@ -498,7 +498,8 @@ function timeline(run, steps, log) {
   log.forEach((entry, i) => {
     const d = entry.detail || {};
     if ((entry.kind === "error" && !d.member_run_id) || entry.kind === "retry") return; // on their step
-    const opens = ["delegate", "fan_in"].includes(entry.kind) || (entry.kind === "continue" && d.to !== "WAITING");
+    if (entry.kind === "decision" || (entry.kind === "resume" && d.to !== "WAITING")) return; // on the decision step
+    const opens = ["delegate", "fan_in", "paused"].includes(entry.kind) || (entry.kind === "continue" && d.to !== "WAITING");
     put(d.n_messages ?? messages.length, [entry.seq ?? 0, opens ? 0 : 2, i], logNode(entry));
   });
   const frag = document.createDocumentFragment();
@@ -519,7 +520,7 @@ function timeline(run, steps, log) {
 }
 
 function stepNode(step) {
-  const what = { model: "model call", tools: "tool batch", fan_in: "fan-in" }[step.task] || step.task;
+  const what = { model: "model call", tools: "tool batch", fan_in: "fan-in", decision: "waiting for a person" }[step.task] || step.task;
   const took_ = step.duration !== null ? took(step.duration) : step.ready_at ? `${took(Date.now() / 1000 - step.ready_at)} so far` : "–";
   const worker = step.worker ? `${step.worker} · task ${step.task_id || "?"}` : "–";
   return el("div", { class: `step ${step.status}`, "data-seq": step.seq, "data-status": step.status },
@@ -530,7 +531,10 @@ function stepNode(step) {
     step.metrics ? el("span", { text: tokens(step.metrics) }) : null,
     step.tool_errors ? el("span", { class: "flag", text: `${step.tool_errors} tool error${step.tool_errors > 1 ? "s" : ""}` }) : null,
     el("span", { class: "muted", title: "a step's worker is known while it holds its lease; a commit clears it", text: `worker ${worker}` }),
-    step.error ? el("div", { class: "error", text: `${step.error.type}: ${step.error.message}` }) : null);
+    step.error ? el("div", { class: "error", text: `${step.error.type}: ${step.error.message}` }) : null,
+    step.task === "decision" ? el("span", { text: `asked ${step.asked} · decided ${step.decisions.length}` }) : null,
+    step.task === "decision" && step.decisions.length ? el("ul", { class: "decisions" }, step.decisions.map((d) =>
+      el("li", { "data-requirement": d.requirement, text: `${d.decision} by ${d.by || "an unnamed decider"} · ${clock(d.at)}` }))) : null);
 }
 
 function messageNode(runId, message, index) {
@@ -575,6 +579,8 @@ function logNode(entry) {
     continue: "continued", cancel: "cancelled", delegate: "delegated to member runs",
     fan_in: "the members ended: their answers were fanned in",
     error: `${d.type || "Error"}: ${d.message || ""}`,
+    paused: d.requirements ? `paused: waiting for ${d.requirements.length} decision${d.requirements.length === 1 ? "" : "s"}` : "paused with its member",
+    resume: "its member resumed: waiting for it again",
   };
   const node = el("div", { class: `logline${entry.kind === "error" ? " bad" : ""}`, "data-kind": entry.kind },
     el("b", { text: entry.kind }), " · ", words[entry.kind] || JSON.stringify(d), " · ",
