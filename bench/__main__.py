@@ -36,7 +36,9 @@ from bench.stats import Section
 from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
-ITEMS = tuple("overhead latency flat stream history decision updates io scale recovery memory listing page".split())
+ITEMS = tuple(
+    "overhead latency flat stream history decision updates io scale ceiling recovery memory listing page".split()
+)
 #: The items measured on the rig of each database (its workers started once for all of them).
 RIG_ITEMS = {"overhead", "latency", "flat", "stream", "history", "decision"}
 
@@ -194,7 +196,13 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
     if "io" in only:
         run("I/O-bound concurrency", lambda: _concurrency(env, z))
     if "scale" in only:
-        run("scaling with worker processes", lambda: _scale(env, z))
+        sized = {"per_process": z.scale_threads, "runs_per_slot": z.scale_runs_per_slot, "passes": z.scale_passes}
+        run("scaling with worker processes", lambda: scaling.measure(env, **sized))
+    if "ceiling" in only:
+        run(
+            "concurrent runs on one worker host",
+            lambda: ceiling.measure(env, n_runs=z.ceiling_runs, rounds=z.ceiling_rounds, configs=z.ceiling_configs),
+        )
     if "recovery" in only:
         run(
             "recovery",
@@ -212,7 +220,7 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
 PREFIXES = {
     "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
     "history": ("history",), "decision": ("decision", "paused"), "updates": ("updates",), "io": ("concurrency",),
-    "scale": ("scale", "floor_scale", "concurrency_ratio_1000"),
+    "scale": ("scale", "floor_scale"), "ceiling": ("concurrency_ratio_1000",),
     "recovery": ("recovery",), "listing": ("listing",), "page": ("page",),
 }  # fmt: skip
 
@@ -220,14 +228,6 @@ PREFIXES = {
 def _item_of(key: str) -> str | None:
     matches = [(len(p), item) for item, ps in PREFIXES.items() for p in ps if key.startswith(p)]
     return max(matches)[1] if matches else None
-
-
-def _scale(env: BenchEnv, z: Sizes) -> list[Section]:
-    """Throughput with 1, 2 and 4 worker processes, then concurrent runs on one host (1,000 in full)."""
-    spread = scaling.measure(
-        env, per_process=z.scale_threads, runs_per_slot=z.scale_runs_per_slot, passes=z.scale_passes
-    )
-    return [spread, ceiling.measure(env, n_runs=z.ceiling_runs, rounds=z.ceiling_rounds, configs=z.ceiling_configs)]
 
 
 def _concurrency(env: BenchEnv, z: Sizes) -> list[Section]:

@@ -1,4 +1,4 @@
-"""Item 9, second part ("scale"): 1,000 concurrent runs on one worker host against the Celery I/O
+"""Item 9, second part ("ceiling"): 1,000 concurrent runs on one worker host against the Celery I/O
 ceiling measured in the same run.
 
 1,000 runs start at once (model call -> tool batch -> model call, the model answering after
