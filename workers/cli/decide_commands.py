@@ -143,7 +143,11 @@ def _span(seconds: float, *, ahead: bool = False) -> str:
     if ahead and seconds <= 0:
         return "passed"
     s = max(0.0, seconds)
-    shown = next(f"{int(s // unit)}{sign}" for unit, sign in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")) if s >= unit or unit == 1)
+    shown = next(
+        f"{int(s // unit)}{sign}"
+        for unit, sign in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s"))
+        if s >= unit or unit == 1
+    )
     return f"in {shown}" if ahead else shown
 
 
