@@ -155,11 +155,13 @@ class RunOutput:
     #: decided ones included; a team's include its members' (naming the member).
     requirements: list[RunRequirement] = field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's run carries it
     @property
     def is_paused(self) -> bool:
         """The run waits for a person (or a raised budget): Agno's `RunOutput.is_paused`."""
         return self.status == RunStatus.PAUSED
 
+    @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's run carries it
     @property
     def active_requirements(self) -> list[RunRequirement]:
         """The requirements still waiting for a decision (Agno's `active_requirements`)."""

@@ -3,8 +3,10 @@ subprocess with bearer tokens on, a real worker running the steps, on SQLite and
 page asks for the token, lists the runs and keeps the list current, shows an ERROR run with its
 error and its tool error, continues it and shows it complete; a streamed run's text shows as it
 is written; run content that is markup stays text; a run's page shows its agent's definition from
-the catalog, live or when last seen. That the page's files need no token and
-every API route still does: tests/integration/test_api_records.py."""
+the catalog, live or when last seen; a run paused by a tool that needs a person is found under
+"Waiting for you", its calls approved, rejected with a note, answered with fields or an external
+result from its page, a refusal said as the API says it, and the run seen COMPLETED. That the
+page's files need no token and every API route still does: tests/integration/test_api_records.py."""
 
 from __future__ import annotations
 
@@ -190,6 +192,124 @@ def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_a
     pw.expect(definition).to_contain_text("not live · last seen")
     pw.expect(definition).to_contain_text("2 d ago")
     pw.expect(definition).to_contain_text("openai / gpt-old")
+
+
+# ---------------------------------------------------------------- a person in the loop
+
+
+def approvals_of(api: ApiServer, run_id: str) -> list[dict[str, Any]]:
+    """The run's requirements waiting for a person, as `GET /approvals` lists them."""
+    with api.client(TOKEN) as http:
+        answered = http.get("/approvals")
+        assert answered.status_code == 200, answered.text
+        return [a["requirement"] for a in answered.json()["approvals"] if a["run_id"] == run_id]
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_paused_run_is_found_waiting_for_you_and_its_calls_approved_from_its_page_complete_it(
+    api: ApiServer, page: Any
+) -> None:
+    paused = start(api, "ui-payer", "pay them", until="PAUSED")  # a real tool step paused it
+    done = start(api, "ui-echo", "hello", until="COMPLETED")
+    signed_in(page, f"{api.url}/ui/")
+
+    page.click("#waiting-nav")
+    pw.expect(page.locator(f'tr.run[data-run="{paused}"]')).to_have_attribute("data-status", "PAUSED")
+    pw.expect(page.locator(f'tr.run[data-run="{done}"]')).to_have_count(0)
+    assert "status=PAUSED" in page.url
+    page.click(f'tr.run[data-run="{paused}"]')
+
+    asked = page.locator(".requirement")
+    pw.expect(asked).to_have_count(2)
+    pw.expect(page.locator("#requirements h2").first).to_contain_text("Waiting for you")
+    to_ann, to_bob = asked.filter(has_text='"to": "ann"'), asked.filter(has_text='"to": "bob"')
+    pw.expect(to_ann.locator(".tool")).to_have_text("pay")
+    pw.expect(to_ann.locator("pre.arguments")).to_contain_text('"amount": 120')
+    pw.expect(to_bob.locator("pre.arguments")).to_contain_text('"amount": 75')
+    pw.expect(page.locator("#continue")).to_be_disabled()  # its decisions resume it
+    page.fill("#decider", "ann")
+    to_ann.locator("button[data-action=approve]").click()
+    pw.expect(asked).to_have_count(1, timeout=DEADLINE_MS)  # one decided, the run still waits for the other
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "PAUSED")
+    to_bob.locator("button[data-action=approve]").click()
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED", timeout=DEADLINE_MS)
+    pw.expect(page.locator(".msg.assistant").last).to_contain_text("paid 120 to ann")
+    pw.expect(page.locator(".msg.assistant").last).to_contain_text("paid 75 to bob")
+    pw.expect(page.locator("li.decision")).to_have_count(2)
+    pw.expect(page.locator("li.decision").first).to_contain_text("approved by ann")
+    pw.expect(page.locator('.logline[data-kind="decision"]')).to_have_count(2)
+    assert approvals_of(api, paused) == []
+    with api.client(TOKEN) as http:
+        stored = http.get(f"/runs/{paused}").json()["requirements"]
+    assert {(r["status"], r["decision"]["kind"], r["decided_by"]) for r in stored} == {("decided", "confirm", "ann")}
+    assert len(stored) == 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: deciding is tested on both
+@pytest.mark.usefixtures("worker")
+def test_a_call_rejected_with_a_note_and_a_decision_another_producer_made_first_is_said_as_the_api_refuses_it(
+    api: ApiServer, page: Any
+) -> None:
+    paused = start(api, "ui-payer", "pay them", until="PAUSED")
+    signed_in(page, f"{api.url}/ui/#/runs/{paused}")
+    asked = page.locator(".requirement")
+    pw.expect(asked).to_have_count(2)
+
+    to_ann = asked.filter(has_text='"to": "ann"')
+    to_ann.locator("input[name=note]").fill("not this month")
+    to_ann.locator("button[data-action=reject]").click()
+    pw.expect(asked).to_have_count(1)
+
+    # Another producer approves the other call while this page still shows it (its reads held off)
+    page.route(f"{api.url}/runs/{paused}", lambda route: route.abort())
+    [other] = approvals_of(api, paused)
+    with api.client(TOKEN) as http:
+        decided = http.post(f"/runs/{paused}/requirements/{other['id']}", json={"kind": "confirm", "by": "bob"})
+        assert decided.status_code == 200, decided.text
+        assert http.get(f"/runs/{paused}/wait", params={"timeout": 30}).json()["status"] == "COMPLETED"
+    asked.first.locator("button[data-action=reject]").click()
+    refusal = asked.first.locator(".outcome.refused")
+    pw.expect(refusal).to_have_attribute("data-type", "DecisionConflictError")
+    pw.expect(refusal).to_contain_text("by bob")
+    page.unroute(f"{api.url}/runs/{paused}")
+
+    # Read again, and redrawn
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED", timeout=DEADLINE_MS)
+    pw.expect(page.locator(".msg.tool-error")).to_contain_text("not this month")  # what the model read
+    pw.expect(page.locator(".msg.assistant").last).to_contain_text("paid 75 to bob")
+    pw.expect(page.locator("li.decision.k-reject")).to_contain_text('"to":"ann"')
+    pw.expect(page.locator("li.decision.k-reject")).to_contain_text("not this month")
+    pw.expect(page.locator("li.decision.k-confirm")).to_contain_text("approved by bob")
+    pw.expect(page.locator("li.decision.k-confirm .outcome.refused")).to_contain_text("DecisionConflictError")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part only
+@pytest.mark.usefixtures("worker")
+def test_a_calls_fields_are_filled_in_and_an_external_calls_result_given_from_the_page(
+    api: ApiServer, page: Any
+) -> None:
+    paused = start(api, "ui-shipper", "ship it", until="PAUSED")
+    signed_in(page, f"{api.url}/ui/#/runs/{paused}")
+
+    mail = page.locator('.requirement[data-pause="user_input"]')
+    pw.expect(mail.locator(".tool")).to_have_text("send_mail")
+    pw.expect(mail.locator("pre.arguments")).to_contain_text("release notes")
+    mail.locator("input[name=recipient]").fill("ann@example.com")
+    mail.locator("input[name=copies]").fill("2")
+    mail.locator("button[data-action=answer]").click()
+    pw.expect(mail).to_have_count(0)
+
+    deploy = page.locator('.requirement[data-pause="external_execution"]')
+    pw.expect(deploy.locator("pre.arguments")).to_contain_text("billing")
+    deploy.locator("textarea[name=result]").fill("deployed by CI, build 42")
+    deploy.locator("button[data-action=result]").click()
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED", timeout=DEADLINE_MS)
+    answer = page.locator(".msg.assistant").last
+    pw.expect(answer).to_contain_text("sent 'release notes' to ann@example.com x2")  # copies as a number
+    pw.expect(answer).to_contain_text("deployed by CI, build 42")
+    pw.expect(page.locator("li.decision.k-input")).to_contain_text("ann@example.com")
 
 
 # ---------------------------------------------------------------- without tokens

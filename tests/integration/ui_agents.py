@@ -5,9 +5,12 @@ on the in-process scripted model.
   refused once (HTTP 400): the run ends in ERROR with a tool error in it; continued, it completes.
 - `ui-echo`: answers with what its tool returned: markup, which the page must show as text.
 - `ui-writer`: writes a long answer a word at a time (streamed runs), slowly enough to be watched.
+- `ui-payer`: calls `pay` twice in one batch, a tool that needs a person's approval: the run pauses.
+- `ui-shipper`: calls `send_mail` (a person fills in its recipient and copies) and `deploy` (run
+  outside, its result given by a person): the run pauses on both.
 """
 
-from orchestrator import Agent
+from orchestrator import Agent, tool
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
 
@@ -60,4 +63,65 @@ Agent(
 Agent(
     name="ui-writer",
     model=ScriptedModel(script=ScriptConfig(final_text=" ".join(f"word{i}" for i in range(WORDS)), chunk_delay_s=0.08)),
+)
+
+
+@tool(requires_confirmation=True)
+def pay(amount: int, to: str) -> str:
+    """Pay someone.
+
+    Args:
+        amount: In cents.
+        to: Who is paid.
+    """
+    return f"paid {amount} to {to}"
+
+
+@tool(requires_user_input=True, user_input_fields=["recipient", "copies"])
+def send_mail(subject: str, recipient: str, copies: int) -> str:
+    """Send a mail.
+
+    Args:
+        subject: The subject line.
+        recipient: Who gets it.
+        copies: How many copies.
+    """
+    return f"sent {subject!r} to {recipient} x{copies}"
+
+
+@tool(external_execution=True)
+def deploy(service: str) -> str:
+    """Deploy a service (the caller runs it)."""
+    raise AssertionError("an external call is never run here")
+
+
+Agent(
+    name="ui-payer",
+    model=ScriptedModel(
+        script=ScriptConfig(
+            batches=[
+                [
+                    {"tool": "pay", "arguments": {"amount": 120, "to": "ann"}},
+                    {"tool": "pay", "arguments": {"amount": 75, "to": "bob"}},
+                ]
+            ],
+            final_text="Paid: {tool_results}",
+        )
+    ),
+    tools=[pay],
+)
+Agent(
+    name="ui-shipper",
+    model=ScriptedModel(
+        script=ScriptConfig(
+            batches=[
+                [
+                    {"tool": "send_mail", "arguments": {"subject": "release notes"}},
+                    {"tool": "deploy", "arguments": {"service": "billing"}},
+                ]
+            ],
+            final_text="Shipped: {tool_results}",
+        )
+    ),
+    tools=[send_mail, deploy],
 )

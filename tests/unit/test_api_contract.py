@@ -56,6 +56,8 @@ EXACT = [
     ("fork_key", contract.name(validation.FORK_KEY_MAX), validation.fork_key),
     ("queue", contract.name(validation.QUEUE_NAME_MAX), validation.queue_name),
     ("input", contract.INPUT_TEXT, validation.input_text),
+    ("requirement_id", contract.name(validation.RUN_ID_MAX), validation.requirement_id),
+    ("by", contract.DECIDER, validation.decider),
 ]
 
 
@@ -166,6 +168,7 @@ def test_every_operation_has_an_explicit_camel_case_id_and_a_summary_of_its_own(
     summaries = [o.get("summary", "") for _, o in stated]
     assert "" not in summaries and len(set(summaries)) == len(summaries), summaries
     assert {"startRun", "getRun", "getSession", "getSessionRuns", "streamRunEvents"} <= set(ids)
+    assert {"decideRequirement", "listApprovals"} <= set(ids)
 
 
 def test_every_link_names_an_operation_of_the_schema() -> None:

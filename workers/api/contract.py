@@ -20,6 +20,7 @@ from fastapi import Path
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from orchestrator import validation as v
+from orchestrator.requirements import DECISION_TEXT_MAX, Decision
 from orchestrator.status import RunStatus
 
 #: The characters `str.isspace()` (and so `str.strip()`) takes for whitespace.
@@ -84,6 +85,8 @@ INPUT_TEXT: dict[str, Any] = {"minLength": 1, "maxLength": v.INPUT_MAX_BYTES, "p
 
 #: A run id in a path: any run's (`validation.known_run_id`), not only those new runs may take.
 RunId = Annotated[str, Path(description="a run's id"), text(name(v.RUN_ID_MAX))]
+#: A requirement's id in a path (`validation.requirement_id`).
+RequirementId = Annotated[str, Path(description="a requirement's id, as the run lists it"), text(name(v.RUN_ID_MAX))]
 SessionId = Annotated[str, Path(description="a session's id"), text(name(v.SESSION_ID_MAX))]
 
 
@@ -136,8 +139,71 @@ class StartRequest(BaseModel):
     )
 
 
+#: What a decision is: its kind, by name (`orchestrator.requirements.Decision`).
+DECISION_KIND = r"^(confirm|reject|input|result|budget)$"
+#: A decision's note or an external call's result: any text up to what a decision takes (the
+#: model reads it as the call's result).
+DECISION_TEXT: dict[str, Any] = {"minLength": 0, "maxLength": DECISION_TEXT_MAX, "pattern": r"^[\s\S]*$"}
+#: Who decides, as stored with the decision (`validation.decider`).
+DECIDER: dict[str, Any] = name(v.USER_ID_MAX)
+
+
+class DecisionBody(BaseModel):
+    """A person's answer to one requirement (`orchestrator.requirements.Decision`): "confirm" or
+    "reject" (with a `note` the model reads) a confirmation; "input" (`values`: the fields the
+    tool asks of a person) or "reject" a user_input; "result" (what the caller's own run of it
+    returned) or "reject" an external_execution; "budget" (`values`: a higher `max_tokens` and/or
+    `max_cost`) a budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["confirm", "reject", "input", "result", "budget"] = Field(
+        description="confirm, reject, input, result or budget: what the requirement asks says which it takes",
+        json_schema_extra=pattern(DECISION_KIND),
+    )
+    note: str | None = Field(
+        default=None,
+        description="a rejection's reason: the model reads it as the call's result",
+        json_schema_extra=DECISION_TEXT,
+    )
+    values: dict[str, Any] | None = Field(
+        default=None,
+        description="input: each field the tool asks of a person, by name; budget: max_tokens and/or max_cost",
+    )
+    result: str | None = Field(
+        default=None,
+        description="result: what the external call returned, which the model reads",
+        json_schema_extra=DECISION_TEXT,
+    )
+
+    def decision(self) -> Decision:
+        """The decision, as `Decision.from_json` takes it (DecisionKindError if it is not one)."""
+        return Decision.from_json(self.model_dump(include={"kind", "note", "values", "result"}, exclude_none=True))
+
+
+class DecideRequest(DecisionBody):
+    """The body of `POST /runs/{run_id}/requirements/{requirement_id}`: the decision, and who
+    makes it."""
+
+    by: str | None = Field(
+        default=None,
+        description="who decides: kept with the decision, and named to anyone whose later decision differs",
+        json_schema_extra=DECIDER,
+    )
+
+
+class RequirementDecision(BaseModel):
+    """One decision a continue carries: the requirement's id and the decision on it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="the requirement's id, as the run lists it", json_schema_extra=name(v.RUN_ID_MAX))
+    decision: DecisionBody
+
+
 class ContinueRequest(BaseModel):
-    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input)."""
+    """The body of `POST /runs/{run_id}/continue` (optional: continue without new input, or with
+    decisions on a PAUSED run's requirements)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -147,6 +213,13 @@ class ContinueRequest(BaseModel):
         description="a COMPLETED run forks once per key (default: the input); another key forks again",
         json_schema_extra=name(v.FORK_KEY_MAX),
     )
+    requirements: list[RequirementDecision] | None = Field(
+        default=None,
+        description="decisions on a PAUSED run's requirements, stored one by one first, in order; the last pending "
+        "one queues the run again (without input, that is the continue)",
+        max_length=v.PAGE_MAX,
+    )
+    by: str | None = Field(default=None, description="who makes these decisions", json_schema_extra=DECIDER)
 
 
 class ErrorDetail(BaseModel):
@@ -161,6 +234,10 @@ class ErrorDetail(BaseModel):
     details: list[dict[str, Any]] | None = Field(
         default=None, description="422 only: each field that does not fit (`loc`, `msg`, `type`)"
     )
+    decided_by: str | None = Field(
+        default=None, description="409 DecisionConflictError: who made the decision that stands (null: unnamed)"
+    )
+    decided_at: float | None = Field(default=None, description="409 DecisionConflictError: when (UNIX seconds)")
 
 
 class ErrorBody(BaseModel):

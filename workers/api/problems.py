@@ -9,7 +9,11 @@ and `error.details` for a request that does not fit its schema (422). A user's m
 4xx; a 500 means a fault of the server, logged with its traceback.
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
+    RequirementNotFoundError (no such requirement of the run)  404
     RunConflictError, RunBusyError, RunNotContinuableError  409
+    RunNotPausedError, DecisionExpiredError                 409  (the run moved on; the deadline passed)
+    DecisionConflictError (decided already, another way)    409  (`decided_by`, `decided_at`: the first one)
+    DecisionKindError (a decision that does not answer it)  422
     SessionOwnedError (a start in another user's session)   409  (names the session, neither user)
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
@@ -33,13 +37,18 @@ from starlette.routing import Match
 from orchestrator.errors import (
     AgentNotFoundError,
     BrokerUnavailableError,
+    DecisionConflictError,
+    DecisionExpiredError,
+    DecisionKindError,
     InvalidInputError,
     RatchetError,
+    RequirementNotFoundError,
     RunBusyError,
     RunConflictError,
     RunLiveError,
     RunNotContinuableError,
     RunNotFoundError,
+    RunNotPausedError,
     SessionOwnedError,
 )
 
@@ -49,13 +58,19 @@ log = logging.getLogger("ratchet.api")
 STATUS: dict[type[RatchetError], int] = {
     AgentNotFoundError: 404,
     RunNotFoundError: 404,
+    RequirementNotFoundError: 404,
     RunConflictError: 409,
     # The session id is taken, as a run_id can be (not 403: the caller may start runs, only not there).
     SessionOwnedError: 409,
     RunBusyError: 409,
     RunNotContinuableError: 409,
     RunLiveError: 409,
+    # A person in the loop: the run, or the requirement, is no longer where a decision can land.
+    RunNotPausedError: 409,
+    DecisionConflictError: 409,
+    DecisionExpiredError: 409,
     InvalidInputError: 422,
+    DecisionKindError: 422,
     BrokerUnavailableError: 503,
 }
 
@@ -100,6 +115,10 @@ async def _ratchet_error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id, headers={"Retry-After": "5"})
     if isinstance(exc, RunLiveError):
         return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id)
+    if isinstance(exc, DecisionConflictError):  # who decided first, for a client to show
+        return error_response(
+            status, type(exc).__name__, str(exc), decided_by=exc.decided_by, decided_at=exc.decided_at
+        )
     return error_response(status, type(exc).__name__, str(exc))
 
 

@@ -8,13 +8,15 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
     POST /runs                      start a run (Idempotency-Key: the same key starts one run)
     GET  /runs/{run_id}             the run, its messages and member runs
     GET  /runs/{run_id}/wait        the run once it stops, or as it is after `timeout` seconds
-    POST /runs/{run_id}/continue    continue it (ERROR in place; COMPLETED forks)
+    POST /runs/{run_id}/continue    continue it (ERROR in place; COMPLETED forks; PAUSED with decisions)
     POST /runs/{run_id}/cancel      cancel it and its member runs
     GET  /runs/{run_id}/events      its events as server-sent events, resumable by Last-Event-ID
                                     (204 once the run has stopped and nothing is left to send)
     GET  /runs, GET /runs/{run_id}/log, /steps, GET and DELETE /sessions/{id}: listing, logs,
                                     steps, sessions (`records.py`)
     GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
+    POST /runs/{run_id}/requirements/{requirement_id}, GET /approvals: a person's decisions, and
+                                    what paused runs wait for (`decisions.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)
@@ -52,7 +54,7 @@ from orchestrator.errors import (
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
-from workers.api import agents, checks, problems, records, ui
+from workers.api import agents, checks, decisions, problems, records, ui
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -112,6 +114,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.include_router(router)
     app.include_router(records.router)
     app.include_router(agents.router)
+    app.include_router(decisions.router)
     app.include_router(ui.router)
     app.include_router(checks.router)
     app.add_api_route(
@@ -273,9 +276,15 @@ async def wait_run(
 def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
     """Continue a run: ERROR and an expired RUNNING resume in place; COMPLETED forks a new
     run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
-    RUNNING one whose worker is alive."""
+    RUNNING one whose worker is alive. A PAUSED run resumes in place once every requirement is
+    decided: the decisions in `requirements` are stored first, one by one, as `POST
+    /runs/{run_id}/requirements/{id}` stores each (and refused alike: 404, 409, 422); without
+    them, or with some still pending, it stays PAUSED, and input for it is a 409."""
     body = body or ContinueRequest()
-    handle = client.continue_run(run_id, input=body.input, fork_key=body.fork_key)
+    requirements = decisions.carried(client, run_id, body.requirements or [])
+    handle = client.continue_run(
+        run_id, input=body.input, fork_key=body.fork_key, requirements=requirements, by=body.by
+    )
     return client.get_run(handle.run_id)
 
 

@@ -14,6 +14,8 @@
     delete-session SESSION_ID: list runs, delete old stopped runs, delete a session (workers/cli/stored.py)
     ratchet stream RUN_ID [--after ID] [--json]    follow a run's events (with --stream, `run` does)
     ratchet agents [NAME] [--json]                 the agent catalog: what the workers serve (agent_commands.py)
+    ratchet pending [--agent A] [--user-id U] [--json]   what paused runs wait for; approve RUN REQ [--by B],
+    reject RUN REQ [--note T], answer RUN REQ (--field K=V | --result T): decide one (decide_commands.py)
     ratchet sweep                                  one sweeper pass
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
@@ -43,6 +45,7 @@ from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
 from workers.cli import exits
 from workers.cli.agent_commands import add_agents_command
+from workers.cli.decide_commands import add_decide_commands
 from workers.cli.exits import SIGPIPE_EXIT
 from workers.cli.launch import VersionAction
 from workers.cli.run_commands import add_run_commands
@@ -135,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
     add_run_commands(sub)
+    add_decide_commands(sub)
     add_ops_commands(sub)
     add_agents_command(sub)
     add_health_command(sub)

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from orchestrator.errors import ConfigurationError, RatchetError
+from orchestrator.errors import ConfigurationError, DecisionConflictError, DecisionKindError, RatchetError
 
 OK, FAILURE, USAGE = 0, 1, 2
 #: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
@@ -33,14 +33,16 @@ INTERRUPTED = 130
 EPILOG = """\
 exit status:
   0    success
-  1    a runtime failure: no such run, session or agent (AgentNotFoundError, RunNotFoundError, ...),
-       a run in a state that refuses it (RunConflictError, RunBusyError, ...), a database or a broker
-       that cannot be reached, a wait that timed out (RunWaitTimeout); and a run that ended in ERROR
-       for the commands that report how a run ended (show, stream, run or continue with --wait or
-       --stream)
+  1    a runtime failure: no such run, session, agent or requirement (AgentNotFoundError,
+       RunNotFoundError, RequirementNotFoundError, ...), a run in a state that refuses it
+       (RunConflictError, RunBusyError, RunNotPausedError, ...), a decision that came second
+       (DecisionConflictError) or late (DecisionExpiredError), a database or a broker that cannot be
+       reached, a wait that timed out (RunWaitTimeout); and a run that ended in ERROR for the
+       commands that report how a run ended (show, stream, run or continue with --wait or --stream)
   2    a usage error, and nothing was done: arguments argparse refuses, a value Ratchet cannot take
-       (InvalidInputError: a malformed run id, an empty input), a setting or an --app module that is
-       wrong (ConfigurationError)
+       (InvalidInputError: a malformed run id, an empty input; DecisionKindError: a decision that
+       does not answer what is asked), a setting or an --app module that is wrong
+       (ConfigurationError)
   130  interrupted; 141: stdout's reader went away
 
 With --json, an error is the HTTP API's error body on stderr:
@@ -111,7 +113,7 @@ def status_of(exc: BaseException) -> int | None:
     """The exit status for `exc`; None for an error that is a fault (its traceback is shown)."""
     if isinstance(exc, AboutRun):
         return status_of(exc.error)
-    if isinstance(exc, UsageError | ConfigurationError):
+    if isinstance(exc, UsageError | ConfigurationError | DecisionKindError):
         return USAGE
     if isinstance(exc, RatchetError | CommandFailure | OperationalError | InterfaceError):
         return FAILURE
@@ -151,6 +153,8 @@ def error_body(exc: RatchetError | CommandFailure | UsageError) -> dict[str, Any
     run_id = getattr(exc, "run_id", None)
     if run_id is not None:
         body["run_id"] = run_id
+    if isinstance(exc, DecisionConflictError):  # who decided first, as the HTTP API's 409 says
+        body.update(decided_by=exc.decided_by, decided_at=exc.decided_at)
     return {"detail": body["message"], "error": body}
 
 

@@ -52,6 +52,9 @@ def show(
         left = max(0.0, out.retry.until - time.time())
         print(f"{indent}  waiting: retry {out.retry.attempt} at {when} (in {left:.0f}s) after {out.retry.reason}")
     print(f"{indent}  usage: {usage_line(out.metrics)}")
+    for requirement in out.requirements:
+        if requirement.member_run_id is None:  # a member's are shown with the member
+            print(terminal(f"{indent}  {requirement_line(requirement)}"))
     if out.session_state and not indent:  # a member run shares its team's session
         print(terminal(f"  session state: {_line(json.dumps(out.session_state), 300)}"))
     if log is not None:
@@ -98,6 +101,17 @@ def _add_records(
         data["steps"] = [_STEP.dump_python(step, mode="json") for step in steps(out.run_id)]
     for member, member_data in zip(out.member_runs, data["member_runs"], strict=True):
         _add_records(member, member_data, log, steps)
+
+
+def requirement_line(r: RunRequirement) -> str:
+    """One line for what a run asked of a person: waiting (and how to decide it), or decided."""
+    call = r.tool_execution
+    what = f"{call.tool_name}({_line(json.dumps(call.tool_args), 120)})" if call is not None else r.pause_type
+    if r.status == "pending":
+        return f"waiting for a person: {r.id}  {r.pause_type}  {what}  (ratchet pending)"
+    decided = r.decision.describe() if r.decision is not None else r.status
+    by = f" by {r.decided_by}" if r.decided_by else ""
+    return f"{r.status}: {r.id}  {what}  {decided}{by}"
 
 
 def log_line(entry: LogEntry) -> str:

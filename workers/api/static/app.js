@@ -4,7 +4,7 @@
 "use strict";
 
 const TOKEN_KEY = "ratchet.token";
-const FINAL = new Set(["COMPLETED", "ERROR", "CANCELLED", "PAUSED"]);
+const FINAL = new Set(["COMPLETED", "ERROR", "CANCELLED", "PAUSED"]); // PAUSED: read again, not streamed
 const STATUSES = ["QUEUED", "RUNNING", "WAITING", "PAUSED", "ERROR", "COMPLETED", "CANCELLED"];
 const LIST_POLL_MS = 3000; // the list is read again this often while the tab is visible
 const RUN_POLL_MS = 5000; // a live run is read again this often, besides its event stream
@@ -209,6 +209,8 @@ function filterForm(params) {
     field("since", "Since", "6h, 7d or ISO 8601"),
     el("label", { class: "check" }, el("input", { type: "checkbox", name: "members", checked: params.get("members") === "true" }), "member runs too"),
     el("button", { type: "submit", text: "Filter" }),
+    el("button", { type: "button", id: "waiting", class: params.get("status") === "PAUSED" ? "" : "ghost", text: "Waiting for you",
+      title: "runs PAUSED until a person decides their calls", onclick: () => { location.hash = "#/?status=PAUSED"; } }),
     el("button", { type: "button", class: "ghost", text: "Clear", onclick: () => { location.hash = "#/"; } }));
   const apply = (event) => {
     event.preventDefault();
@@ -247,6 +249,8 @@ function runView(runId) {
   let pending = null;
   let stream = null;
   let first = true;
+  let shown = null; // what a paused run's page shows: redrawn only when it changes
+  let failed = false; // the last read failed (and said so)
   let agent; // its agent as the catalog has it: undefined until read, null if it has none
   const live = el("div", { class: "live-text", hidden: true }, el("div", { class: "muted", text: "writing…" }), el("pre"));
 
@@ -259,6 +263,12 @@ function runView(runId) {
         api(`runs/${encodeURIComponent(runId)}/log`),
       ]);
       if (stopped) return;
+      if (failed) { failed = false; flash(""); }
+      if (!first && run.status === "PAUSED" && shape(run) === shown) { // nothing changed: keep what is typed
+        timer = setTimeout(load, RUN_POLL_MS);
+        return;
+      }
+      shown = shape(run);
       if (first) performance.mark("ratchet:run-data"); // the benchmark's: the API has answered
       const following = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
       main.replaceChildren(renderRun(run, steps.steps, log.entries, { reload: () => load(), live, agent }));
@@ -272,6 +282,8 @@ function runView(runId) {
       if (FINAL.has(run.status)) {
         setLive(`${run.status} · read ${clock()}`, false);
         live.hidden = true;
+        // A paused run waits for decisions, made here or elsewhere: read it again, redrawn on a change.
+        if (run.status === "PAUSED") timer = setTimeout(load, RUN_POLL_MS);
       } else {
         setLive("Live", true);
         follow(run);
@@ -280,7 +292,9 @@ function runView(runId) {
     } catch (error) {
       if (stopped) return;
       flash(error.message);
+      failed = true;
       if (error.status === 404) main.replaceChildren(el("p", { class: "empty", text: `No run ${runId}.` }));
+      else if (error.status !== 401) timer = setTimeout(load, RUN_POLL_MS); // the network, the server: again
     }
   }
 
@@ -292,6 +306,10 @@ function runView(runId) {
     agent = found;
     const node = document.getElementById("definition");
     if (node) node.replaceWith(definitionNode(run, agent));
+  }
+
+  function shape(run) { // a paused run's status and what it asks, as drawn
+    return JSON.stringify([run.status, run.seq, (run.requirements || []).map((r) => [r.id, r.status])]);
   }
 
   function soon() { // many events in a burst: read the run once
@@ -389,6 +407,8 @@ function renderRun(run, steps, log, ctx) {
     out.append(el("div", { class: "errorbox", id: "run-error" },
       el("b", { text: `${run.error.type}` }), el("pre", { text: run.error.message })));
   }
+  const asked = requirementsPanel(run, ctx);
+  if (asked) out.append(asked);
   if (run.retry) {
     out.append(el("div", { class: "note", text: `Waiting to retry (retry ${run.retry.attempt}) at ${when(run.retry.until)} after ${run.retry.reason}` }));
   }
@@ -428,7 +448,7 @@ function definitionNode(run, agent) {
 function actions(run, ctx) {
   const box = el("div", { class: "actions" });
   const input = el("input", { placeholder: run.status === "COMPLETED" ? "a new message (forks the run)" : "a new message (optional)" });
-  const canContinue = ["ERROR", "PAUSED", "COMPLETED", "RUNNING"].includes(run.status);
+  const canContinue = ["ERROR", "COMPLETED", "RUNNING"].includes(run.status); // PAUSED: its decisions resume it
   const go = el("button", { type: "button", id: "continue", disabled: !canContinue, text: run.status === "COMPLETED" ? "Continue as a fork" : "Continue" });
   go.addEventListener("click", async () => {
     go.disabled = true;
@@ -465,7 +485,7 @@ function actions(run, ctx) {
   });
   box.append(input, go, stop);
   if (run.status === "PAUSED") {
-    box.append(el("div", { class: "note", text: "This run is PAUSED. Ratchet has no human-in-the-loop requirements to decide yet, so there is no decide button: Continue resumes it as it is." }));
+    box.append(el("div", { class: "note", id: "paused-note", text: "This run is PAUSED: it waits for a person and holds no worker. Decide each call below; the last decision resumes it." }));
   }
   return box;
 }
@@ -580,7 +600,8 @@ function logNode(entry) {
     fan_in: "the members ended: their answers were fanned in",
     error: `${d.type || "Error"}: ${d.message || ""}`,
     paused: d.requirements ? `paused: waiting for ${d.requirements.length} decision${d.requirements.length === 1 ? "" : "s"}` : "paused with its member",
-    resume: "its member resumed: waiting for it again",
+    decision: `${d.decision || "decided"}${d.by ? ` by ${d.by}` : ""} (requirement ${short(String(d.requirement || ""))})`,
+    resume: d.to === "WAITING" ? "its members' calls are decided: the team waits for them again" : "every call is decided: the run is queued again",
   };
   const node = el("div", { class: `logline${entry.kind === "error" ? " bad" : ""}`, "data-kind": entry.kind },
     el("b", { text: entry.kind }), " · ", words[entry.kind] || JSON.stringify(d), " · ",
