@@ -17,11 +17,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Unpack
 
 from pydantic import BaseModel
 
 from orchestrator import state
+from orchestrator.budgets import BudgetOptions, Budgets
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.requirements import PausePolicy
@@ -65,6 +66,22 @@ def _check(name: str, model: Model, output_schema: object, concurrency_key: obje
         raise ConfigurationError(f"{name}: concurrency_key must be a function of the run, got {concurrency_key!r}")
 
 
+def _check_prices(agent: AgentDefinition) -> None:
+    """A cost budget counts the cost stored with each reply, which a model without prices leaves
+    unknown: refuse one that would count such a model (the agent's, or a team member's at any
+    depth) rather than a limit that is never reached."""
+    if not agent.budgets.counts_cost:
+        return
+    for definition in agent.definitions():
+        if definition.model.prices is None:
+            whose = "its model" if definition is agent else f"its member {definition.name}'s model"
+            raise ConfigurationError(
+                f"{agent.kind} {agent.name}: a cost budget (max_cost) counts what each reply cost, and {whose} "
+                f"({definition.model.describe()}) has no prices: give it prices=Prices(input=..., output=...), "
+                "or set max_tokens instead"
+            )
+
+
 def _tools_of(name: str, given: Sequence[Tool | Toolkit | Callable[..., Any]]) -> tuple[list[Tool], list[str]]:
     """An agent's tools, toolkits flattened (two of one name refused), and its toolkits' instructions."""
     tools = flatten(given)
@@ -75,9 +92,9 @@ def _tools_of(name: str, given: Sequence[Tool | Toolkit | Callable[..., Any]]) -
     return tools, instructions
 
 
-class AgentOptions(TypedDict):
+class AgentOptions(BudgetOptions):
     """The arguments an agent definition is built from, as `AgentDefinition.__init__` takes them:
-    what `orchestrator.Agent` passes on to it besides its producer client."""
+    what `orchestrator.Agent` passes on to it besides its producer client (its budgets too)."""
 
     name: str
     model: Model
@@ -124,6 +141,7 @@ class AgentDefinition:
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
         pause_timeout: float | None = None,
         on_timeout: str | None = None,
+        **budgets: Unpack[BudgetOptions],
     ) -> None:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
@@ -158,6 +176,9 @@ class AgentDefinition:
         self.concurrency_key = concurrency_key
         #: A paused call's deadline (a tool's own wins): `orchestrator.requirements`.
         self.pause_policy = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)
+        #: Limits that pause a run before a model call (max_tokens=, session_max_cost=, ...): `orchestrator.budgets`.
+        self.budgets = Budgets.of(f"{self.kind} {name}", **budgets)
+        _check_prices(self)
         register(self)
 
     def pause_policy_of(self, tool: Tool) -> PausePolicy:

@@ -5,10 +5,11 @@ Each worker writes the definitions it serves when it boots, and marks them seen 
 RATCHET_CATALOG_SEEN_SECONDS while it lives (`CatalogKeeper`). A definition is described from
 the public attributes of its `Agent` or `Team` (`describe`): name, kind, model (provider and
 id), a digest of its system message, its tools with their JSON schemas and flags, its members,
-its output schema and its queues. The definition hash is the SHA-256 of that description as
-canonical JSON (keys sorted, no spaces), so the same definition hashes the same in every process
-and every version of Ratchet that describes it alike. A tool's flags hold only those it sets, so
-a flag added later leaves the hash of every definition that does not use it as it was.
+its output schema, its queues and its spending limits (those set). The definition hash is the
+SHA-256 of that description as canonical JSON (keys sorted, no spaces), so the same definition
+hashes the same in every process and every version of Ratchet that describes it alike. A tool's
+flags hold only those it sets, so a flag added later leaves the hash of every definition that
+does not use it as it was (budgets too: a definition without one describes none).
 
 Rows are keyed by name and hash: an old and a new version of one agent, served side by side
 during a deploy, are two entries. An entry is live while a worker saw it within three of those
@@ -31,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.agent import AgentDefinition, find_agent, registered
@@ -86,10 +87,13 @@ class Definition:
     tool_queue: str | None
     #: SHA-256 (hex) of `to_json()`.
     hash: str
+    #: Its spending limits by scope, {"run": {"max_cost": 0.5}, "session": {...}} (`orchestrator.budgets`);
+    #: {} without any, and then left out of the description, so its hash is as before budgets.
+    budgets: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         """The description the hash is taken over, as JSON values."""
-        return {
+        body: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind,
             "model": dict(self.model),
@@ -102,6 +106,9 @@ class Definition:
             "output_schema": self.output_schema,
             "queues": {"steps": self.queue, "tools": self.tool_queue},
         }
+        if self.budgets:
+            body["budgets"] = {scope: dict(limits) for scope, limits in self.budgets.items()}
+        return body
 
     def to_json(self) -> str:
         """The description as canonical JSON: what is stored, and what is hashed."""
@@ -127,6 +134,7 @@ class Definition:
             queue=queues.get("steps"),
             tool_queue=queues.get("tools"),
             hash="",
+            budgets={scope: dict(limits) for scope, limits in (body.get("budgets") or {}).items()},
         )
         return _hashed(definition)
 
@@ -198,6 +206,7 @@ def _body_of(agent: AgentDefinition) -> dict[str, Any]:
         "members": [m.name for m in getattr(agent, "members", [])],
         "output_schema": schema,
         "queues": {"steps": agent.queue, "tools": agent.tool_queue},
+        "budgets": agent.budgets.to_json(),
     }
 
 

@@ -247,6 +247,11 @@ def _check_budget(requirement: RunRequirement, values: dict[str, Any]) -> None:
             raise DecisionKindError(f"{name} is a positive number, got {value!r}")
     spent = requirement.budget or {}
     limit = spent.get("limit")
+    if limit in ("max_tokens", "max_cost") and limit not in values:
+        raise DecisionKindError(
+            f"requirement {requirement.id}: the run spent its {limit}; raise {limit} to resume it "
+            f"(raise_budget({limit}=...))"
+        )
     if limit in values and spent.get("spent") is not None and values[limit] <= spent["spent"]:
         raise DecisionKindError(
             f"requirement {requirement.id}: {limit} {values[limit]} is not above what the run spent "

@@ -21,6 +21,7 @@ from orchestrator.store import Store
 from orchestrator.team import TO_MEMBER
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
+from orchestrator.usage import Prices
 
 
 class Clock:
@@ -67,8 +68,8 @@ def new_run(store: Store, agent: str = "nobody", kind: str = "agent", text: str 
 class CountingModel(ScriptedModel):
     """The scripted model, remembering the (run_id, seq) of every call it answered or failed."""
 
-    def __init__(self, id: str = "scripted", script: ScriptConfig | None = None) -> None:
-        super().__init__(id=id, script=script)
+    def __init__(self, id: str = "scripted", script: ScriptConfig | None = None, prices: Prices | None = None) -> None:
+        super().__init__(id=id, script=script, prices=prices)
         self.calls: list[tuple[str, int]] = []
 
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:

@@ -2,17 +2,20 @@
 
 `ModelStep.run` runs its stages in order, each a method below:
 
-1. context: the prompt, from the run's system message, its session's history and its
+1. budget: for an agent with a spending limit (`orchestrator.budgets`), the spend read from the
+   committed usage of the run (a team's with its members'), its session and its user; a limit
+   spent pauses the run before its call, holding nothing. No read for an agent without one;
+2. context: the prompt, from the run's system message, its session's history and its
    transcript, and, on a retry of a reply that did not follow the agent's `output_schema`
    (`orchestrator.structured`), the correction that shows the model why;
-2. admit: the limiter's verdict (`orchestrator.steps.admission`), which parks the step before
+3. admit: the limiter's verdict (`orchestrator.steps.admission`), which parks the step before
    its call when a limit says wait;
-3. call: the model call; a streamed run's deltas are published, and all stored before anything
+4. call: the model call; a streamed run's deltas are published, and all stored before anything
    of the step commits. A failed call is parked for a retry as the agent's retry policy
    decides, or fails the step;
-4. check: a final answer against the agent's output schema (parked for a retry that shows the
+5. check: a final answer against the agent's output schema (parked for a retry that shows the
    model why, or failing the step) and tool calls against its `max_tool_batches`;
-5. commit: a final answer completes the run (and, for a team's member, reaches its team in the
+6. commit: a final answer completes the run (and, for a team's member, reaches its team in the
    same transaction); tool calls queue the tool step, published after the commit.
 """
 
@@ -29,6 +32,7 @@ from orchestrator.messages import Message, ToolCall
 from orchestrator.models.base import CallContext, ModelReply
 from orchestrator.ports import DeltaSink
 from orchestrator.routing import step_of
+from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps.admission import Admission
 from orchestrator.steps.context import StepContext
@@ -36,6 +40,7 @@ from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
 from orchestrator.store import Claim
+from orchestrator.store.paused import Asked
 from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
 from orchestrator.usage import Prices
@@ -59,16 +64,19 @@ class ModelStep:
 
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Call the model on the run's transcript and commit the reply: "completed" or "tools",
-        "retry" for a reply parked to be tried again, or "throttled" for a step a limit
-        parked before its call (`orchestrator.limits`)."""
+        "retry" for a reply parked to be tried again, "throttled" for a step a limit parked
+        before its call (`orchestrator.limits`), or "paused" for a run whose budget is spent."""
         agent = self._agent(claim)
-        # 1. context
+        # 1. budget
+        if agent.budgets and self._budget_spent(agent, claim):
+            return "paused"
+        # 2. context
         prompt, new_system = self._context(agent, claim, flight)
-        # 2. admit
+        # 3. admit
         ask = self.admission.ask(agent, claim.record, prompt)
         if self.admission.parked(claim, ask):
             return "throttled"
-        # 3. call
+        # 4. call
         try:
             reply = self._call(agent, prompt, claim)
         except ModelCallError as exc:
@@ -78,13 +86,49 @@ class ModelStep:
                 return "retry"
             raise
         self.admission.used(ask, reply)
-        # 4. check
+        # 5. check
         message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, agent.model.prices)
         if not self._checked(agent, claim, message, flight):
             self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
             return "retry"
-        # 5. commit
+        # 6. commit
         return self._commit(claim, message, new_system)
+
+    # ---------------------------------------------------------------- budget
+
+    def _budget_spent(self, agent: AgentDefinition, claim: Claim) -> bool:
+        """Read what the run, its session and its user spent (committed replies only: a crashed
+        step's reply never counts twice) against the agent's limits, as the run's decided raises
+        left them; when one is spent, pause the run before its call and say so."""
+        store = self.store
+        record = claim.record
+        spending = store.requirements.spending(record, agent.budgets.scopes)
+        spent = agent.budgets.raised(spending.raises).spent(spending)
+        if spent is None:
+            return False
+        asked = Asked(pause_type="budget", detail={"budget": spent})
+
+        def landed() -> RunRecord | None:  # the pause keeps the seq: `durably`'s check would not see it
+            found = store.get_record(claim.run_id)
+            return found if found.status == S.PAUSED and found.epoch == claim.epoch else None
+
+        retry_transient(
+            lambda: store.requirements.pause_for_budget(claim, asked),
+            landed=landed,
+            within=self.settings.lease_seconds,
+            what=f"run {claim.run_id} budget pause",
+        )
+        self.steps.end(claim)
+        log.info(
+            "run %s step %s: paused, its %s budget is spent (%s %s of %s)",
+            claim.run_id,
+            record.seq,
+            spent["scope"],
+            spent["limit"],
+            spent["spent"],
+            spent["allowed"],
+        )
+        return True
 
     # ---------------------------------------------------------------- context
 

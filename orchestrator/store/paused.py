@@ -10,6 +10,9 @@ ask, and decisions stored one by one.
   pending requirement left moves PAUSED -> WAITING (`release`; a fan-in uses it too, for a team
   whose paused member was cancelled or failed). Only a PAUSED run's pending requirements count
   (`waiting_below`): those of a run cancelled or failed wait for nobody.
+- `pause_for_budget`: a model step's claim that moves its run to PAUSED before its call, with the
+  budget it spent (`orchestrator.budgets`), its teams above it PAUSED too; `spending`, what that
+  check reads (`store/spend.py`).
 
 Every write that moves more than one run of a tree first locks the row of the tree's top run
 (its root: `lock`, `lock_root`): a pause, a decision and a fan-in (`store/teams.py`). So two
@@ -22,16 +25,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import Row
 
+from orchestrator.budgets import Scope, Spending
 from orchestrator.errors import (
     DecisionConflictError,
     DecisionExpiredError,
+    FencedError,
     RequirementNotFoundError,
     RunNotFoundError,
     RunNotPausedError,
@@ -41,9 +46,9 @@ from orchestrator.requirements import DEADLINE, Decision, RunRequirement, check
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
-from orchestrator.store import reads, writes
+from orchestrator.store import reads, spend, writes
 from orchestrator.store.backend import Backend
-from orchestrator.store.claims import Claim
+from orchestrator.store.claims import Claim, held
 from orchestrator.store.requirement_rows import from_row, of_run
 from orchestrator.store.tables import requirements, runs
 from orchestrator.store.trees import ancestors, lock, lock_run, wake_teams
@@ -121,6 +126,37 @@ class Requirements:
                 store.move(team.run_id, src=(S.WAITING,), dst=S.PAUSED, event="paused", conn=conn)
         store.remember(committed, new_messages)
         return committed
+
+    def pause_for_budget(self, claim: Claim, asked: Asked) -> RunRecord:
+        """Move the claimed run RUNNING -> PAUSED before its model call (its next step stays
+        "model"), lease released, with `asked`: the budget it spent; its teams above it WAITING
+        move to PAUSED too. One transaction fenced by the claim (FencedError if lost). The claim
+        does not count as an attempt of the step: a run paused and raised any number of times is
+        no poison step."""
+        store = self._store
+        with store.engine.begin() as conn:
+            chain = ancestors(conn, claim.record)
+            root = chain[-1].run_id if chain else claim.run_id
+            lock(conn, root)
+            now = store.clock()
+            paused = store.move(
+                claim.run_id,
+                src=(S.RUNNING,),
+                dst=S.PAUSED,
+                epoch=claim.epoch,
+                extra_where=held(claim, now),
+                conn=conn,
+                lease_owner=None,
+                lease_expires_at=None,
+                attempts=runs.c.attempts - 1,
+            )
+            if paused is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before its budget paused it")
+            ids = [self._insert(conn, paused, root, asked, now)]
+            store.log_event(conn, claim.run_id, "paused", paused.seq, requirements=ids, **writes.position(paused))
+            for team in chain:
+                store.move(team.run_id, src=(S.WAITING,), dst=S.PAUSED, event="paused", conn=conn)
+        return paused
 
     def _insert(self, conn: Connection, run: RunRecord, root: str, item: Asked, now: float) -> str:
         requirement_id = str(uuid.uuid4())
@@ -287,6 +323,11 @@ class Requirements:
         )
         rows = self._backend.quick(lambda c: list(c.execute(query)))
         return {row.tool_call_id: from_row(row) for row in rows}
+
+    def spending(self, record: RunRecord, scopes: Collection[Scope]) -> Spending:
+        """What a budget check of the run reads (`store/spend.py`): the spend of each scope, and
+        the run's decided budget raises, in one snapshot."""
+        return self._backend.snapshot(lambda c: spend.read(c, record, scopes))
 
     def of_run(self, run_id: str) -> list[RunRequirement]:
         """Every requirement of the run, oldest first (its members' not included)."""

@@ -19,7 +19,7 @@ BURN = "\n".join(
 def test_every_headline_figure_belongs_to_the_item_that_measures_it() -> None:
     assert all(_item_of(key) in ITEMS for key in REQUIRED)
     assert _item_of("concurrency_ratio") == "io"
-    assert _item_of("concurrency_ratio_1000") == "scale"  # not the I/O item's, whose prefix it shares
+    assert _item_of("concurrency_ratio_1000") == "ceiling"  # not the I/O item's, whose prefix it shares
     assert _item_of("scale_x4") == _item_of("floor_scale_x4") == "scale"
     assert _item_of("per_step_ratio_pg") == "overhead"
 

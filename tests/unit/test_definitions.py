@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator import Agent, Client, Team
 from orchestrator.agent import AgentDefinition, AgentOptions, find_agent
+from orchestrator.budgets import BudgetOptions
 from orchestrator.team import TeamDefinition
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.scripted_model import ScriptedModel
@@ -65,9 +66,12 @@ def test_the_definitions_reach_no_client_control_or_producer_through_any_import(
 
 
 def test_agent_options_name_every_argument_a_definition_takes() -> None:
-    arguments = set(inspect.signature(AgentDefinition.__init__).parameters) - {"self"}
+    parameters = inspect.signature(AgentDefinition.__init__).parameters
+    arguments = {n for n, p in parameters.items() if p.kind is not p.VAR_KEYWORD} - {"self"}
+    # The budget parameters are taken as `**budgets: Unpack[BudgetOptions]`, which AgentOptions extends.
+    assert [n for n, p in parameters.items() if p.kind is p.VAR_KEYWORD] == ["budgets"]
 
-    assert set(AgentOptions.__annotations__) == arguments
+    assert set(AgentOptions.__annotations__) == arguments | set(BudgetOptions.__annotations__)
 
 
 def test_the_public_agent_and_team_are_the_definitions_with_a_producer_client(inline: InMemoryDispatcher) -> None:

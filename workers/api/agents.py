@@ -50,6 +50,10 @@ class AgentVersion(BaseModel):
     output_schema: dict[str, Any] | None = Field(description="the JSON schema of its final answer (null: text)")
     queue: str | None = Field(description="the queue of its steps (null: the default queues)")
     tool_queue: str | None = Field(description="the queue of its tool batches that call a routed tool")
+    budgets: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description='its spending limits by scope ("run", "session", "user"), e.g. {"run": {"max_cost": 0.5}}',
+    )
     first_seen: float = Field(description="when a worker first served it (UNIX seconds)")
     last_seen: float = Field(description="when a worker last said it serves it (UNIX seconds)")
     live: bool = Field(description="a worker said so within the live window")
@@ -70,6 +74,7 @@ class AgentVersion(BaseModel):
             output_schema=d.output_schema,
             queue=d.queue,
             tool_queue=d.tool_queue,
+            budgets=d.budgets,
             first_seen=entry.first_seen,
             last_seen=entry.last_seen,
             live=entry.live,
