@@ -14,9 +14,9 @@ from orchestrator.store import Store
 from orchestrator.store.tables import deltas, events, messages, runs, sessions, tool_starts
 
 S = RunStatus
-#: The moves from QUEUED that leave a run in each status. No move enters PAUSED yet (nothing in
-#: this release pauses a run): a PAUSED row is written as such after its claim, as the row a
-#: later release's pause leaves, so the retention and listing tests keep covering it.
+#: The moves from QUEUED that leave a run in each status. A PAUSED row is written as such after
+#: its claim (the row a tool step's pause leaves, without its requirements: the retention and
+#: listing tests need only the row).
 PATHS: dict[RunStatus, tuple[RunStatus, ...]] = {
     S.QUEUED: (), S.RUNNING: (S.RUNNING,), S.COMPLETED: (S.RUNNING, S.COMPLETED), S.ERROR: (S.RUNNING, S.ERROR),
     S.CANCELLED: (S.CANCELLED,), S.WAITING: (S.RUNNING, S.WAITING), S.PAUSED: (S.RUNNING,),
