@@ -240,9 +240,10 @@ class RunControl:
         for requirement in decided:
             assert requirement.decision is not None
             self.decide(run_id, requirement.id, requirement.decision, by=by)
-        if decided and input is None:
+        if decided and input is None and self.store.get_record(run_id).status != S.ERROR:
             # The decisions are the continue: the last one queued the run (which may have finished
-            # since: a fork now would ask the model again for nothing), or it waits for more.
+            # since: a fork now would ask the model again for nothing), or it waits for more. A team
+            # in ERROR (a member failed beside the paused one) is continued as well.
             return run_id
         continuation = Continuation(
             self.store,

@@ -120,7 +120,8 @@ class Requirements:
                 conn=conn,
             )
             now = store.clock()
-            ids = [self._insert(conn, committed, root, item, now) for item in asked]
+            # A microsecond apart, in the batch's order: read back (oldest first) in call order.
+            ids = [self._insert(conn, committed, root, item, now + i * 1e-6) for i, item in enumerate(asked)]
             store.log_event(conn, claim.run_id, "paused", committed.seq, requirements=ids, **writes.position(committed))
             for team in chain:
                 store.move(team.run_id, src=(S.WAITING,), dst=S.PAUSED, event="paused", conn=conn)

@@ -284,3 +284,21 @@ def test_a_decided_requirement_reads_back_as_agno_shapes_it(inline: InMemoryDisp
         "kind": "reject",
         "note": "too much",
     }
+
+
+def test_the_requirements_of_one_batch_read_back_in_the_order_of_its_calls(inline: InMemoryDispatcher) -> None:
+    @tool(requires_confirmation=True)
+    def step(n: int) -> str:
+        """One step."""
+        return f"step {n}"
+
+    script = ScriptConfig(batches=[[{"tool": "step", "arguments": {"n": n}} for n in range(6)]])
+    agent = Agent(name=name(), model=CountingModel(script=script), tools=[step])
+
+    out = agent.run("go")
+
+    asked = [r.tool_execution.tool_args for r in out.active_requirements if r.tool_execution is not None]
+    assert asked == [{"n": n} for n in range(6)]
+    assert [
+        r.tool_execution.tool_args for r in agent.client.pending(agent_name=agent.name) if r.tool_execution
+    ] == asked

@@ -347,3 +347,25 @@ def test_a_member_failing_while_its_sibling_is_paused_fails_the_team_at_once_and
     assert done.status == S.COMPLETED, done.error
     assert done.content == "team: payer: paid 3 to dan; searcher: facts about otters"
     assert crew.paid == [(3, "dan")] and crew.calls() == {"payer": 2, "searcher": 3, "team": 2}
+
+
+def test_a_continue_with_the_decision_of_a_team_in_error_continues_its_failed_member_too(
+    inline: InMemoryDispatcher,
+) -> None:
+    # Given a team in ERROR for its searcher, while its payer waits for a decision
+    crew = Crew()
+    payer = crew.payer("payer", 3, "dan")
+    searcher = crew.searcher("searcher", faults=[Fault(turn=2, status=400, times=1, message="scripted bad request")])
+    team = crew.team("team", [payer, searcher], to(payer, "pay dan"), to(searcher, "search"))
+    out = team.run("go")
+    assert out.status == S.ERROR
+    [req] = out.active_requirements
+
+    # When one continue carries the payer's decision
+    req.confirm()
+    done = team.continue_run(out, requirements=[req])
+
+    # Then the decision is stored, the failed searcher continued in place, and the team fans in both
+    assert done.status == S.COMPLETED, done.error
+    assert done.content == "team: payer: paid 3 to dan; searcher: facts about otters"
+    assert crew.paid == [(3, "dan")] and crew.calls() == {"payer": 2, "searcher": 3, "team": 2}
