@@ -198,6 +198,15 @@ class RunControl:
         and return the requirement as stored. The last pending requirement of its run queues the
         run again (same run_id) and publishes its step. Idempotent: the same decision again is a
         no-op; another one is DecisionConflictError naming who decided first (`store/paused.py`)."""
+        requirement, resumed = self._stored(run_id, requirement_id, decision, by)
+        if resumed is not None:
+            self.publish(resumed)  # a broker that is down: the run is due, the sweeper publishes it
+        return requirement
+
+    def _stored(
+        self, run_id: str, requirement_id: str, decision: Decision, by: str | None
+    ) -> tuple[RunRequirement, RunRecord | None]:
+        """A decision checked and stored; the requirement, and the run it queued again (if any)."""
         run_id = validation.known_run_id(run_id)
         requirement_id = validation.requirement_id(requirement_id)
         if by is not None:
@@ -205,9 +214,29 @@ class RunControl:
         done = self.store.requirements.decide(
             run_id, requirement_id, decision, by=by, publish_grace=self.settings.publish_grace_seconds
         )
-        if done.resumed is not None:
-            self.publish(done.resumed)  # a broker that is down: the run is due, the sweeper publishes it
-        return done.requirement
+        return done.requirement, done.resumed
+
+    def _decide_all(self, run_id: str, requirements: Sequence[RunRequirement], by: str | None) -> bool:
+        """Store the decisions made on `requirements` (those with one), every one before any
+        publish, then publish the runs they queued again: a broker that is down loses no decision
+        (BrokerUnavailableError once all are stored; the sweeper publishes the runs). Whether any
+        decision was given."""
+        queued: list[RunRecord] = []
+        decided = [r for r in requirements if r.decision is not None and r.is_active]
+        for requirement in decided:
+            assert requirement.decision is not None
+            _, resumed = self._stored(run_id, requirement.id, requirement.decision, by)
+            if resumed is not None:
+                queued.append(resumed)
+        down: BrokerUnavailableError | None = None
+        for record in queued:
+            try:
+                self.publish(record)
+            except BrokerUnavailableError as exc:
+                down = down or exc
+        if down is not None:
+            raise down
+        return bool(decided)
 
     def continue_run(
         self,
@@ -236,10 +265,7 @@ class RunControl:
             input = validation.input_text(input)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
-        decided = [r for r in requirements if r.decision is not None and r.is_active]
-        for requirement in decided:
-            assert requirement.decision is not None
-            self.decide(run_id, requirement.id, requirement.decision, by=by)
+        decided = self._decide_all(run_id, requirements, by)
         if decided and input is None and self.store.get_record(run_id).status != S.ERROR:
             # The decisions are the continue: the last one queued the run (which may have finished
             # since: a fork now would ask the model again for nothing), or it waits for more. A team

@@ -16,6 +16,8 @@ is a `DecisionKindError` (a `ValueError`, as Agno raises).
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -218,10 +220,26 @@ def check(requirement: RunRequirement, decision: Decision) -> None:
     for text in (decision.note, decision.result):
         if text is not None and len(text) > DECISION_TEXT_MAX:
             raise DecisionKindError(f"a decision's text is at most {DECISION_TEXT_MAX} characters, got {len(text)}")
+    if decision.values is not None:
+        _check_storable(decision.values)
     if kind == "input":
         _check_input(requirement, decision.values or {})
     if kind == "budget":
         _check_budget(requirement, decision.values or {})
+
+
+def _check_storable(values: dict[str, Any]) -> None:
+    """A decision's values are JSON (as the API carries them) and no longer than its text may be."""
+    try:
+        text = json.dumps(values, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DecisionKindError(f"a decision's values must be JSON values (no NaN or infinity): {exc}") from None
+    except RecursionError:
+        raise DecisionKindError("a decision's values are nested too deeply") from None
+    if len(text) > DECISION_TEXT_MAX:
+        raise DecisionKindError(
+            f"a decision's values are at most {DECISION_TEXT_MAX} characters as JSON, got {len(text)}"
+        )
 
 
 def _check_input(requirement: RunRequirement, values: dict[str, Any]) -> None:
@@ -243,8 +261,12 @@ def _check_budget(requirement: RunRequirement, values: dict[str, Any]) -> None:
     for name, value in values.items():
         if name not in ("max_tokens", "max_cost"):
             raise DecisionKindError(f"a budget decision raises max_tokens or max_cost, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise DecisionKindError(f"{name} is a positive number, got {value!r}")
+        whole = name == "max_tokens"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or not value > 0:
+            kind = "a whole number of tokens above 0" if whole else "a finite number above 0"
+            raise DecisionKindError(f"{name} is {kind}, got {value!r}")
+        if not math.isfinite(value):
+            raise DecisionKindError(f"{name} is a finite number above 0, got {value!r}")
     spent = requirement.budget or {}
     limit = spent.get("limit")
     if limit in ("max_tokens", "max_cost") and limit not in values:

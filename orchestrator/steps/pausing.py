@@ -6,7 +6,8 @@ runs only once a person decided it: confirmed (it runs as any call, at-most-once
 key included), given its input (it runs with the person's values in place of the model's for
 those fields), rejected (the model reads the note as its result) or given an external result
 (the model reads that). A flagged call without a decision pauses the run. The decisions are read
-only for a batch with a flagged call: no other batch pays a read.
+for every batch that owes calls (one indexed read), so that a decision stored before a deploy
+changed a tool's flags still decides its call.
 """
 
 from __future__ import annotations
@@ -33,21 +34,22 @@ class Sorted:
 
 
 def sort(store: Store, agent: AgentDefinition, run_id: str, calls: list[ToolCall]) -> Sorted:
-    """Sort the owed `calls` of the run by what a person decided of them."""
-    flagged = [c for c in calls if (t := agent.tool(c.name)) is not None and t.pause_type is not None]
-    if not flagged:
-        return Sorted(run=list(calls))
-    decided = store.requirements.decided(run_id, [c.id for c in flagged])
+    """Sort the owed `calls` of the run by what a person decided of them. A stored decision wins
+    over the tool's flags as they are now: a call rejected before a deploy dropped its tool's flag
+    is still not run (so the decisions of every owed call are read, one indexed read a batch)."""
+    if not calls:
+        return Sorted()
+    decided = store.requirements.decided(run_id, [c.id for c in calls])
     out = Sorted()
-    flagged_ids = {c.id for c in flagged}
     for call in calls:
         requirement = decided.get(call.id)
-        if call.id not in flagged_ids:
-            out.run.append(call)
-        elif requirement is None or requirement.decision is None:
+        tool = agent.tool(call.name)
+        if requirement is not None and requirement.decision is not None:
+            _apply(agent, call, requirement, out)
+        elif tool is not None and tool.pause_type is not None:
             out.paused.append(call)
         else:
-            _apply(agent, call, requirement, out)
+            out.run.append(call)
     return out
 
 

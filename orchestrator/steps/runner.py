@@ -107,7 +107,7 @@ class StepRunner:
                 raise
             span.outcome(outcome)
             if outcome == "paused":
-                self.after_final(run_id)
+                self._paused(claim)
             return outcome
 
     # ---------------------------------------------------------------- claim and commit
@@ -263,11 +263,19 @@ class StepRunner:
             lost = f" [{len(flight.messages)} in-flight message(s) could not be stored: {why['message']}]"
             return fail([], {**error, "message": error["message"] + lost})
 
+    def _paused(self, claim: Claim) -> None:
+        """A step paused its run: free its place among its key's runs, unless a decision resumed it
+        since (a resumed run that took its place again keeps it). Its teams moved with the pause."""
+        if self.settings.max_runs_per_key is None:
+            return
+        record = self.store.get_record(claim.run_id)
+        if record.status == RunStatus.PAUSED:
+            self.admission.release(record)
+
     def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
-        """Called when a run reaches ERROR or PAUSED: it frees its place among its key's runs, and
-        a member that failed moves its team (a completed member fans in with its final commit
-        instead; a paused one moved its teams in its own commit). `record`, the run as just
-        committed, saves reading it again."""
+        """Called when a run reaches ERROR: it frees its place among its key's runs, and a member
+        that failed moves its team (a completed member fans in with its final commit instead).
+        `record`, the run as just committed, saves reading it again."""
         if self.settings.max_runs_per_key is not None:
             record = record or self.store.get_record(run_id)
             self.admission.release(record)

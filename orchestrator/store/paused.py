@@ -279,6 +279,11 @@ class Requirements:
         the cancel reached the team and not yet the member, each in a transaction of its own."""
         passed = requirement.deadline_at is not None and now >= requirement.deadline_at
         if requirement.status == "expired" or (passed and not at_deadline):
+            if requirement.deadline_at is None:  # another call's deadline ended its run ("error")
+                raise DecisionExpiredError(
+                    f"requirement {requirement.id} expired: a deadline of its batch ended run {run.run_id}; "
+                    "continue the run to be asked again"
+                )
             raise DecisionExpiredError(
                 f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
                 f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
@@ -337,8 +342,10 @@ class Requirements:
     def pending(
         self, *, agent_name: str | None = None, user_id: str | None = None, limit: int = 100
     ) -> list[RunRequirement]:
-        """Requirements waiting for a person across runs, oldest first: pending, their run PAUSED."""
-        where = [requirements.c.status == "pending", runs.c.status == S.PAUSED.value]
+        """Requirements waiting for a person across runs, oldest first: pending, their run PAUSED,
+        not in a cancelled tree (a cancel cut short before it reached them: no decision is taken)."""
+        top = runs.alias("top")
+        where = [requirements.c.status == "pending", runs.c.status == S.PAUSED.value, top.c.status != S.CANCELLED.value]
         if agent_name is not None:
             where.append(requirements.c.agent_name == agent_name)
         if user_id is not None:
@@ -346,6 +353,7 @@ class Requirements:
         query = (
             select(requirements)
             .join(runs, runs.c.run_id == requirements.c.run_id)
+            .join(top, top.c.run_id == requirements.c.root_run_id)
             .where(*where)
             .order_by(requirements.c.created_at, requirements.c.id)
             .limit(limit)

@@ -183,3 +183,28 @@ def test_answer_fills_in_fields_as_their_types_and_gives_an_external_result(
     assert tools == {"send_mail": "sent notes to ann@example.com x2", "deploy": "deployed by CI, build 42"}
     [answered] = [r for r in done.requirements if r.id == mail.id]
     assert answered.decision is not None and answered.decision.values == {"recipient": "ann@example.com", "copies": 2}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the command line's part: budgets are tested on both
+@pytest.mark.usefixtures("worker")
+def test_raise_resumes_a_run_paused_by_its_budget_in_place(env: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a run paused before its second model call: the first spent its one-token budget
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return f"found {query}"
+
+    spender = Agent(name=f"cli-budget-{uuid.uuid4().hex[:6]}", model=ScriptedModel(), tools=[lookup], max_tokens=1)
+    handle = Client(env).start(spender.name, input="go")
+    out = handle.wait(30)
+    assert out.status == S.PAUSED
+    [req] = out.active_requirements
+    assert req.pause_type == "budget" and req.budget is not None and req.budget["limit"] == "max_tokens"
+
+    # A raise not past what was spent is refused as a usage error; one past it resumes the run
+    assert main(["raise", handle.run_id, req.id, "--max-tokens", "1"]) == 2
+    assert "not above what the run spent" in capsys.readouterr().err
+    assert main(["raise", handle.run_id, req.id, "--max-tokens", "1000000", "--by", "ann"]) == 0
+    assert out_of(capsys).startswith(f"{req.id}  budget by ann; run {handle.run_id} is ")
+    done = Client(env).wait(handle.run_id, 30)
+    assert done.status == S.COMPLETED and done.run_id == handle.run_id

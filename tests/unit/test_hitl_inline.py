@@ -302,3 +302,22 @@ def test_the_requirements_of_one_batch_read_back_in_the_order_of_its_calls(inlin
     assert [
         r.tool_execution.tool_args for r in agent.client.pending(agent_name=agent.name) if r.tool_execution
     ] == asked
+
+
+def test_a_rejection_stands_when_a_deploy_dropped_the_tools_flag_before_the_run_resumed(
+    inline: InMemoryDispatcher,
+) -> None:
+    paid, pay = payments()
+    agent = Agent(name=name(), model=CountingModel(), tools=[pay])
+    inline.autorun = False
+    run_id = agent.start("pay bob").run_id
+    inline.run_until_idle()
+    [req] = agent.client.get_run(run_id).active_requirements
+
+    agent.client.decide(run_id, req.id, Decision(kind="reject", note="no"))
+    pay.requires_confirmation = False  # type: ignore[attr-defined]  # the next version dropped the flag
+    inline.run_until_idle()
+
+    done = agent.client.get_run(run_id)
+    assert done.status == S.COMPLETED and paid == []
+    assert [m.content for m in done.messages if m.role == "tool"] == ["no"]

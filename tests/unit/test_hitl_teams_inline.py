@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Agent, Decision, RunNotPausedError, RunOutput, RunStatus, Team, tool
+from orchestrator import Agent, BrokerUnavailableError, Decision, RunNotPausedError, RunOutput, RunStatus, Team, tool
 from orchestrator.team import TO_MEMBER, member_id
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -369,3 +369,31 @@ def test_a_continue_with_the_decision_of_a_team_in_error_continues_its_failed_me
     assert done.status == S.COMPLETED, done.error
     assert done.content == "team: payer: paid 3 to dan; searcher: facts about otters"
     assert crew.paid == [(3, "dan")] and crew.calls() == {"payer": 2, "searcher": 3, "team": 2}
+
+
+def test_a_continue_with_two_members_decisions_stores_both_before_it_publishes_so_a_broker_down_loses_none(
+    inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two members paused in one delegation, and a broker that refuses every step
+    crew = Crew()
+    ann, bob = crew.payer("ann", 1, "ann"), crew.payer("bob", 2, "bob")
+    team = crew.team("team", [ann, bob], to(ann, "pay ann"), to(bob, "pay bob"))
+    out = team.run("go")
+    reqs = out.active_requirements
+    for req in reqs:
+        req.confirm()
+
+    def down(step: object) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(inline, "publish", down)
+
+    # When one continue carries both decisions, each of which queues its member again
+    with pytest.raises(BrokerUnavailableError, match="nothing is lost"):
+        inline.client.continue_run(out.run_id, requirements=reqs)
+
+    # Then both are stored and both members are due (the sweeper publishes them), nothing ran yet
+    stored = inline.client.get_run(out.run_id)
+    assert [r.status for r in stored.requirements] == ["decided", "decided"]
+    assert {by_name(stored)[n].status for n in ("ann", "bob")} == {S.QUEUED}
+    assert crew.paid == []

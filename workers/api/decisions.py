@@ -76,7 +76,9 @@ def list_approvals(
     return approvals(client, agent_name=agent, user_id=user_id, limit=limit)
 
 
-def carried(client: Client, run_id: str, decisions: Sequence[RequirementDecision]) -> list[RunRequirement]:
+def carried(
+    client: Client, run_id: str, decisions: Sequence[RequirementDecision], by: str | None = None
+) -> list[RunRequirement]:
     """The requirements a continue's decisions are on, as `continue_run(requirements=)` takes
     them: each as the run lists it, with the decision sent, and sent as pending, so that the
     store answers it as it answers `POST .../requirements/{id}` (the same decision a no-op,
@@ -87,6 +89,6 @@ def carried(client: Client, run_id: str, decisions: Sequence[RequirementDecision
     asked = {r.id: r for r in client.get_run(run_id).requirements}
     for item in decisions:
         if item.id not in asked:  # the store's RequirementNotFoundError (or, asked since, stored)
-            client.decide(run_id, item.id, item.decision.decision())
+            client.decide(run_id, item.id, item.decision.decision(), by=by)
             asked = {r.id: r for r in client.get_run(run_id).requirements}
     return [replace(asked[item.id], decision=item.decision.decision(), status="pending") for item in decisions]

@@ -281,7 +281,7 @@ def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None 
     /runs/{run_id}/requirements/{id}` stores each (and refused alike: 404, 409, 422); without
     them, or with some still pending, it stays PAUSED, and input for it is a 409."""
     body = body or ContinueRequest()
-    requirements = decisions.carried(client, run_id, body.requirements or [])
+    requirements = decisions.carried(client, run_id, body.requirements or [], by=body.by)
     handle = client.continue_run(
         run_id, input=body.input, fork_key=body.fork_key, requirements=requirements, by=body.by
     )

@@ -40,7 +40,7 @@ JSON_HELP = "print the requirement as stored, as the HTTP API answers it"
 
 
 def add_decide_commands(sub: Any) -> None:
-    """Add `ratchet pending`, `approve`, `reject` and `answer` to the subcommands."""
+    """Add `ratchet pending`, `approve`, `reject`, `answer` and `raise` to the subcommands."""
     p = sub.add_parser("pending", help="what paused runs wait for: each call to approve, reject or answer")
     p.add_argument("--agent", help="of this agent's runs (a team member's own name)")
     p.add_argument("--user-id", "--user", dest="user_id", metavar="USER_ID", help="of this user's runs")
@@ -65,6 +65,12 @@ def add_decide_commands(sub: Any) -> None:
     )
     given.add_argument("--result", help="what the external call returned, which the model reads")
     p.set_defaults(func=cmd_answer)
+
+    p = sub.add_parser("raise", help="raise the budget a paused run spent: it resumes in place")
+    _requirement_arguments(p)
+    p.add_argument("--max-tokens", type=int, help="the new token limit (above what was spent)")
+    p.add_argument("--max-cost", type=float, help="the new cost limit (above what was spent)")
+    p.set_defaults(func=cmd_raise)
 
 
 def _requirement_arguments(p: argparse.ArgumentParser) -> None:
@@ -167,6 +173,11 @@ def cmd_answer(args: argparse.Namespace) -> int:
     types = {f["name"]: f.get("type") for f in (asked.user_input_schema or [])} if asked is not None else {}
     values = {name: typed(name, value, types.get(name)) for name, value in args.field}
     return _decide(args, Decision(kind="input", values=values), client)
+
+
+def cmd_raise(args: argparse.Namespace) -> int:
+    limits = {k: v for k, v in (("max_tokens", args.max_tokens), ("max_cost", args.max_cost)) if v is not None}
+    return _decide(args, Decision(kind="budget", values=limits))
 
 
 def typed(name: str, value: str, kind: str | None) -> Any:
