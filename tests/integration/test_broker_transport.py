@@ -185,8 +185,9 @@ def test_the_filesystem_transport_keeps_kombus_files_and_delivers_fanout_and_dir
     ours.queue_delete("b")
     assert [b.queue for b in ours.get_table("events")] == ["a"] and ours._size("b") == 0
     assert sorted(p.name for p in queue.iterdir()) == []
-    with pytest.raises(ChannelError, match="Invalid exchange name"):
-        ours.get_table("../escape")
+    for name in ("../escape", "..", "NUL.x", "com1"):
+        with pytest.raises(ChannelError, match="Invalid exchange name"):
+            ours.get_table(name)
 
 
 def test_a_queue_binds_while_another_process_is_creating_the_exchange_table(tmp_path: Path) -> None:

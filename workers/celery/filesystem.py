@@ -21,7 +21,8 @@ JSON list of [routing_key, pattern, queue], in the control folder) and its trans
   (atomic on one filesystem); the part is removed if the write or rename fails or is interrupted,
   and one a killed writer left behind is removed by a consuming channel, which looks every
   PART_SWEEP_SECONDS (first at its first poll) for those older than PART_STALE_SECONDS.
-- An exchange's name must be `[A-Za-z0-9._-]+` and not all dots: it becomes a file name.
+- An exchange's name must be `[A-Za-z0-9._-]+`, not all dots and not a Windows device's name: it
+  becomes a file name.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ PART_STALE_SECONDS = 60.0
 PART_SWEEP_SECONDS = 60.0
 #: What an exchange's name may hold: it is a file's name in the control folder.
 _EXCHANGE = re.compile(r"\A[A-Za-z0-9._-]+\Z")
+#: Names Windows gives a device, not a file, whatever follows their first dot (as kombu refuses them).
+_DEVICES = frozenset(["CON", "PRN", "AUX", "NUL", *(f"COM{d}" for d in "123456789"), *(f"LPT{d}" for d in "123456789")])
 log = logging.getLogger("ratchet.worker")
 
 
@@ -81,7 +84,8 @@ class FilesystemChannel(virtual.Channel):
     # ------------------------------------------------------------ the exchange tables
 
     def _exchange_path(self, exchange: str) -> Path:
-        if exchange != "" and (not _EXCHANGE.match(exchange) or not exchange.strip(".")):
+        device = exchange.partition(".")[0].upper() in _DEVICES
+        if exchange != "" and (not _EXCHANGE.match(exchange) or not exchange.strip(".") or device):
             raise ChannelError(f"Invalid exchange name: {exchange!r}: use A-Z, a-z, 0-9, '.', '_' and '-'")
         return self.control_folder / f"{exchange}.exchange"
 
