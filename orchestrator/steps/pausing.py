@@ -6,8 +6,8 @@ runs only once a person decided it: confirmed (it runs as any call, at-most-once
 key included), given its input (it runs with the person's values in place of the model's for
 those fields), rejected (the model reads the note as its result) or given an external result
 (the model reads that). A flagged call without a decision pauses the run. The decisions are read
-for every batch that owes calls (one indexed read), so that a decision stored before a deploy
-changed a tool's flags still decides its call.
+for a batch with a flagged call, or of a run started under another definition than the worker's
+(`sort`), so that a decision stored before a deploy changed a tool's flags still decides its call.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from orchestrator import catalog
 from orchestrator.agent import AgentDefinition
 from orchestrator.messages import Message, ToolCall
 from orchestrator.requirements import REJECTED, RunRequirement
+from orchestrator.run import RunRecord
 from orchestrator.store import Store
 from orchestrator.store.paused import Asked
 from orchestrator.untrusted import TOOL_NAME_MAX, storable_name, storable_text
@@ -33,13 +35,18 @@ class Sorted:
     paused: list[ToolCall] = field(default_factory=list)
 
 
-def sort(store: Store, agent: AgentDefinition, run_id: str, calls: list[ToolCall]) -> Sorted:
+def sort(store: Store, agent: AgentDefinition, run: RunRecord, calls: list[ToolCall]) -> Sorted:
     """Sort the owed `calls` of the run by what a person decided of them. A stored decision wins
     over the tool's flags as they are now: a call rejected before a deploy dropped its tool's flag
-    is still not run (so the decisions of every owed call are read, one indexed read a batch)."""
+    is still not run. So the decisions are read when a call's tool is flagged, or when the run
+    started under another definition than this worker's (or an unknown one); a run of this very
+    definition whose calls are all unflagged has none to read."""
     if not calls:
         return Sorted()
-    decided = store.requirements.decided(run_id, [c.id for c in calls])
+    flagged = any((t := agent.tool(c.name)) is not None and t.pause_type is not None for c in calls)
+    if not flagged and run.definition_hash == catalog.describe(agent).hash:
+        return Sorted(run=list(calls))
+    decided = store.requirements.decided(run.run_id, [c.id for c in calls])
     out = Sorted()
     for call in calls:
         requirement = decided.get(call.id)

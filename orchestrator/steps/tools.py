@@ -70,7 +70,7 @@ class ToolStep:
                     "Check whether it took effect, then continue the run (the model is told the outcome is unknown)."
                 )
         pending, delegations = delegation.split(agent, pending)
-        owed = pausing.sort(store, agent, run_id, pending)
+        owed = pausing.sort(store, agent, claim.record, pending)
         flight.messages.extend(owed.answered)
         last = self._run_tools(claim, agent, owed.run, flight)
         changes = flight.changes_of(last)

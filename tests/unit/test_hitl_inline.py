@@ -9,6 +9,7 @@ import json
 import uuid
 
 import pytest
+from sqlalchemy import update
 
 from orchestrator import (
     Agent,
@@ -23,6 +24,7 @@ from orchestrator import (
 )
 from orchestrator.catalog import describe
 from orchestrator.errors import ConfigurationError, RunBusyError
+from orchestrator.store.tables import runs
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import ScriptConfig
 from tests.support import CountingModel
@@ -315,7 +317,10 @@ def test_a_rejection_stands_when_a_deploy_dropped_the_tools_flag_before_the_run_
     [req] = agent.client.get_run(run_id).active_requirements
 
     agent.client.decide(run_id, req.id, Decision(kind="reject", note="no"))
-    pay.requires_confirmation = False  # type: ignore[attr-defined]  # the next version dropped the flag
+    # The next version dropped the flag: its worker serves another definition than the run's
+    pay.requires_confirmation = False  # type: ignore[attr-defined]
+    with inline.store.engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(definition_hash="0" * 64))
     inline.run_until_idle()
 
     done = agent.client.get_run(run_id)
