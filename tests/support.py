@@ -106,6 +106,12 @@ def migrate_to(url: str, revision: str, rows: Callable[[Connection], None]) -> N
 def waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
     """A team run that delegated one call per member, through the code the tool step uses."""
     run_id = new_run(store, team.name, "team")
+    delegate(store, run_id, members)
+    return run_id
+
+
+def delegate(store: Store, run_id: str, members: list[Agent]) -> None:
+    """The QUEUED team run `run_id` delegates one call per member (its model step, its tool step)."""
     claim = store.claim(run_id, 0, "model", owner="test", lease_seconds=30, max_attempts=5)
     assert claim is not None
     calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
@@ -117,4 +123,3 @@ def waiting_team(store: Store, team: Team, members: list[Agent]) -> str:
     assert claim is not None
     delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
     start_members(store, claim, [], delegations, publish_grace=30)
-    return run_id

@@ -20,14 +20,13 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from orchestrator import Agent, Decision, RunStatus, Team
-from orchestrator.delegation import Delegation, commit_and_fan_in, fan_in_now, start_members
-from orchestrator.messages import Message, ToolCall
+from orchestrator.delegation import commit_and_fan_in, fan_in_now
+from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.store import Claim, Store
 from orchestrator.store.paused import Asked
-from orchestrator.team import TO_MEMBER
 from orchestrator.testing.waiting import wait_until
-from tests.support import waiting_team
+from tests.support import delegate, waiting_team
 
 pytestmark = pytest.mark.postgres
 S = RunStatus
@@ -71,21 +70,6 @@ class Tree:
         return lambda: commit_and_fan_in(
             self.store, claim, [answer], status=S.COMPLETED, publish_grace=30, content="written"
         )
-
-
-def delegate(store: Store, run_id: str, members: list[Agent]) -> None:
-    """The QUEUED team run `run_id` delegates one call per member (its model step, its tool step)."""
-    claim = store.claim(run_id, 0, "model", owner="w", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    calls = [ToolCall(id=f"call-{m.name}", name=TO_MEMBER, arguments="{}") for m in members]
-    store.commit_step(
-        claim, [Message(role="assistant", tool_calls=[c.to_openai() for c in calls])],
-        status=S.QUEUED, next_step="tools", publish_grace=30,
-    )  # fmt: skip
-    claim = store.claim(run_id, 1, "tools", owner="w", lease_seconds=30, max_attempts=5)
-    assert claim is not None
-    delegations = [Delegation(call=c, task="t", members=(m,)) for c, m in zip(calls, members, strict=True)]
-    start_members(store, claim, [], delegations, publish_grace=30)
 
 
 class Attempt(threading.Thread):
