@@ -1,6 +1,6 @@
 # The image compose.yaml runs: ratchet-agents installed from its wheel (not editable) with the
-# extras its services need (postgres, api, otel, flower), every package at the one version
-# constraints.txt pins, and Ratchet's examples under /app (on PYTHONPATH). Your agents' modules
+# extras its services need (postgres, api, otel, flower, and anthropic, gemini and mcp for the
+# agents' models and tools), every package at the one version constraints.txt pins, and Ratchet's examples under /app (on PYTHONPATH). Your agents' modules
 # reach it from a folder compose mounts at /code (RATCHET_CODE), or from an image built FROM this
 # one with your code and dependencies (docs/operations.md, "Running it for real").
 # .dockerignore keeps the build context to what is copied here.

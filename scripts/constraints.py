@@ -27,8 +27,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The extras the image's services need: PostgreSQL's driver, `ratchet api`, traces, Flower.
-EXTRAS = ("postgres", "api", "otel", "flower")
+#: The extras the image's services need: PostgreSQL's driver, `ratchet api`, traces, Flower, and
+#: the model providers and MCP the workers' agents may call.
+EXTRAS = ("postgres", "api", "otel", "flower", "anthropic", "gemini", "mcp")
 #: The caller's pip settings that would pin or add packages of its own machine.
 LOCAL_PIP = ("PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
 HEADER = """\
