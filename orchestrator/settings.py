@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr, field_validator, model_validator
 
@@ -292,6 +292,21 @@ class Settings(BaseModel):
     def is_embedded_broker(self) -> bool:
         """True for brokers that need no server (filesystem, memory)."""
         return self.broker_url.split("://", 1)[0] in {"filesystem", "memory"}
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """What `repr()` and `str()` show (and so a log line or a traceback's locals): every
+        setting, with a URL's password replaced by `***` (the API's tokens are a SecretStr already)."""
+        for name, value in super().__repr_args__():
+            yield name, shown_url(value) if name in SECRET_SETTINGS and isinstance(value, str) else value
+
+
+def shown_url(url: str) -> str:
+    """`url` with the password of its user part, if it has one, replaced by `***`."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _as_origin(value: str) -> str:

@@ -86,3 +86,20 @@ def test_workers_send_task_events_unless_told_not_to() -> None:
     # On for Flower by default; off, a monitor turns them on in each worker (test_native_workers)
     assert celery_config(Settings.from_env({}))["worker_send_task_events"] is True
     assert celery_config(Settings.from_env({"RATCHET_TASK_EVENTS": "false"}))["worker_send_task_events"] is False
+
+
+def test_the_settings_as_printed_hide_every_url_password_and_the_api_tokens() -> None:
+    """repr() and str() reach logs and tracebacks: no credential may be in them."""
+    settings = Settings(
+        database_url="postgresql://ratchet:db-pw-1@db:5432/ratchet",
+        broker_url="redis://:broker-pw-2@redis:6379/0",
+        limiter_url="rediss://user:lim-pw-3@limiter:6380/1",
+        api_tokens="tok-4",
+    )
+    for text in (repr(settings), str(settings)):
+        for secret in ("db-pw-1", "broker-pw-2", "lim-pw-3", "tok-4"):
+            assert secret not in text
+        assert "postgresql://ratchet:***@db:5432/ratchet" in text
+        assert "redis://:***@redis:6379/0" in text and "rediss://user:***@limiter:6380/1" in text
+    assert settings.database_url == "postgresql://ratchet:db-pw-1@db:5432/ratchet", "the value itself is kept"
+    assert "sqlite:///" in repr(Settings()), "a URL without a password is shown as it is"
