@@ -103,7 +103,10 @@ def serve(
     tokens = settings.api_token_values
     if tokens:
         log.info("bearer-token auth is on: %d token(s) from RATCHET_API_TOKENS", len(tokens))
-    else:
+    if settings.api_auth and settings.jwt_algorithm_values:
+        source = "RATCHET_JWT_JWKS_URL" if settings.jwt_jwks_url else "RATCHET_JWT_KEY"
+        log.info("JWTs are taken: %s, verified with %s", ",".join(settings.jwt_algorithm_values), source)
+    if not settings.api_auth:
         log.warning(
             "RATCHET_API_TOKENS is not set: the API takes requests without a token, so it listens on %s only", host
         )
@@ -136,7 +139,7 @@ def served_app() -> FastAPI:
 def check_host(settings: Settings, host: str) -> None:
     """Refuse to listen beyond this machine without tokens: anyone who could reach the port could
     start, read and cancel runs."""
-    if settings.api_token_values:
+    if settings.api_auth:
         return
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -145,5 +148,6 @@ def check_host(settings: Settings, host: str) -> None:
     if not loopback:
         raise ConfigurationError(
             f"refusing to serve the API on {host!r} without authentication: set RATCHET_API_TOKENS (comma-separated "
-            "bearer tokens) to listen beyond this machine, or listen on 127.0.0.1"
+            "bearer tokens) or RATCHET_JWT_KEY / RATCHET_JWT_JWKS_URL to listen beyond this machine, or listen on "
+            "127.0.0.1"
         )
