@@ -345,6 +345,9 @@ RSA = Signer(RSA_KEY, "RS256", {})
 
 
 def test_each_route_asks_for_its_scope_and_admin_holds_every_one(rsa_app: FastAPI) -> None:
+    operations = [op for ops in rsa_app.openapi()["paths"].values() for op in ops.values()]
+    declared = {op["operationId"]: op.get("x-ratchet-scope") for op in operations if "403" in op["responses"]}
+    assert declared == ROUTE_SCOPES  # the schema says each one's scope, and its 403
     for (method, template), operation in guarded(rsa_app).items():
         path = re.sub(r"\{[^}]+\}", "x1", template)
         needed = ROUTE_SCOPES[operation]
@@ -401,9 +404,15 @@ def test_cors_lets_the_listed_origins_pages_call_with_a_jwt(rsa_app: FastAPI) ->
 def test_a_jwks_key_is_chosen_by_kid_and_a_jwks_out_of_reach_is_a_503(
     redis_url: str, tmp_path: Path, jwks_url: str
 ) -> None:
-    signer = Signer(RSA_KEY, "RS256", {"jwt_jwks_url": jwks_url}, headers={"kid": "k2"})
+    signer = Signer(RSA_KEY, "RS256", {"jwt_jwks_url": jwks_url, "jwt_issuer": ISSUER}, headers={"kid": "k2"})
     app = create_app(settings_for(redis_url, tmp_path, signer))
-    error_of(call(app, "GET", "/runs", signer.token("alice")), 401, "InvalidToken")  # no key k2
+    unknown_kid = signer.token("alice", aud=None)
+    assert '"k2"' in error_of(call(app, "GET", "/runs", unknown_kid), 401, "InvalidToken")["message"]
+    known = Signer(RSA_KEY, "RS256", {}, headers={"kid": "k1"})
+    assert call(app, "GET", "/runs", known.token("alice", aud=None)).status_code == 200
+    # No RATCHET_JWT_AUDIENCE: a token naming an audience is for another service
+    refused = error_of(call(app, "GET", "/runs", known.token("alice")), 401, "InvalidToken")
+    assert "RATCHET_JWT_AUDIENCE names none" in refused["message"]
     with socket_closed() as url:
         gone = Signer(RSA_KEY, "RS256", {"jwt_jwks_url": url}, headers={"kid": "k1"})
         away = create_app(settings_for(redis_url, tmp_path, gone))

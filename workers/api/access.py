@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import jwt
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from starlette.types import Scope
 
 from orchestrator import validation
 from orchestrator.client import Client
 from orchestrator.errors import ConfigurationError, InvalidInputError, RunNotFoundError
 from orchestrator.settings import Settings
+from workers.api.contract import error_content
 from workers.api.problems import ApiError
 
 READ, WRITE, DECIDE, ADMIN = "read", "write", "decide", "admin"
@@ -141,6 +142,8 @@ class Verifier:
         except jwt.ImmatureSignatureError:
             raise TokenRefused("the token is not valid yet (its nbf is ahead)") from None
         except jwt.InvalidAudienceError:
+            if self.audience is None:
+                raise TokenRefused("the token carries an aud, and RATCHET_JWT_AUDIENCE names none to match") from None
             raise TokenRefused(f"the token's aud is not {self.audience!r} (RATCHET_JWT_AUDIENCE)") from None
         except jwt.InvalidIssuerError:
             raise TokenRefused(f"the token's iss is not {self.issuer!r} (RATCHET_JWT_ISSUER)") from None
@@ -233,3 +236,29 @@ def starting_user(caller: Caller, user_id: str | None) -> str | None:
             403, "ForeignUser", f"this token starts runs for user_id {caller.user_id!r} only: leave user_id out"
         )
     return caller.user_id
+
+
+def declare_scopes(app: FastAPI, *, jwks: bool) -> None:
+    """The app's schema, for an API that takes JWTs, with what a user's token can be refused
+    stated on each guarded operation: 403 (the route's scope, another user named) and, with a
+    JWKS, 503 (the keys cannot be fetched); and the scope each needs, as `x-ratchet-scope`."""
+    stated = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = stated()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    needed = ROUTE_SCOPES.get(operation.get("operationId", ""))
+                    if needed is None:
+                        continue
+                    operation["x-ratchet-scope"] = needed
+                    responses = operation["responses"]
+                    responses.setdefault("403", {"description": "the token lacks the scope, or names another user"})
+                    responses["403"].setdefault("content", error_content()["content"])
+                    if jwks:
+                        responses.setdefault("503", {"description": "the JWKS cannot be fetched", **error_content()})
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -23,6 +23,7 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
     GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
 Errors are JSON (`workers.api.problems`); the token and body-size checks are `workers.api.gate`;
+who may call which route, and reach whose runs (static tokens, users' JWTs, scopes), `workers.api.access`;
 without tokens, the Host, Origin and Content-Type checks that keep other sites' pages out are
 `workers.api.loopback`; the bodies and each value's limits in the schema, `workers.api.contract`.
 """
@@ -56,7 +57,7 @@ from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from workers.api import agents, checks, decisions, problems, records, ui
-from workers.api.access import DECIDE, CallerDep, Verifier, own_run, starting_user
+from workers.api.access import DECIDE, CallerDep, Verifier, declare_scopes, own_run, starting_user
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -115,6 +116,8 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     if not settings.api_auth:
         app.add_middleware(Guard, origins=settings.api_cors_origin_values)
         declare_refusals(app)
+    elif verifier is not None:
+        declare_scopes(app, jwks=verifier.fetches)
     if settings.api_cors_origin_values:
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)

@@ -3,8 +3,9 @@
 Without RATCHET_API_TOKENS the API takes requests without a token, so it listens on a loopback
 address only (127.0.0.1 by default) and says so at start; asking for another host is refused with
 what to set; and it refuses what a web page of another site could send it (`workers.api.loopback`).
-With tokens it listens where it is told, and every request but /health and the API's own
-description needs one. The tokens are never logged: the start line says how many there are.
+With tokens, or a JWT key or JWKS URL (`workers.api.access`), it listens where it is told, and
+every request but /health and the API's own description needs one. The tokens are never logged:
+the start line says how many there are, and which algorithms JWTs are verified with.
 
 `--workers N` serves it from N uvicorn worker processes sharing the port; each imports the
 agents and builds the app anew (`served_app`). `--root-path /prefix` is
