@@ -13,7 +13,7 @@ does not lose a claim). Keep the model timeout (plus backoff) under the soft lim
 is advice, since a model may set its own timeout.
 
 The settings that may hold a credential (`SECRET_SETTINGS`: the URLs, which may carry a password,
-and the API's tokens) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
+the API's tokens and its JWT key) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
 (a compose or Kubernetes secret), read when the settings are, its trailing line break dropped.
 Setting both RATCHET_<NAME> and RATCHET_<NAME>_FILE, or naming a file that cannot be read or is
 empty, is a ConfigurationError that names the variable and the file, never the value. The
