@@ -13,7 +13,7 @@ does not lose a claim). Keep the model timeout (plus backoff) under the soft lim
 is advice, since a model may set its own timeout.
 
 The settings that may hold a credential (`SECRET_SETTINGS`: the URLs, which may carry a password,
-and the API's tokens) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
+the API's tokens and its JWT key) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
 (a compose or Kubernetes secret), read when the settings are, its trailing line break dropped.
 Setting both RATCHET_<NAME> and RATCHET_<NAME>_FILE, or naming a file that cannot be read or is
 empty, is a ConfigurationError that names the variable and the file, never the value. The
@@ -40,7 +40,11 @@ LEASE_HEARTBEATS = 3
 #: RATCHET_MODEL_TIMEOUT's default, also the timeout of a model call made outside a worker.
 DEFAULT_MODEL_TIMEOUT = 120.0
 #: The settings that may hold a credential, each read from RATCHET_<NAME>_FILE too.
-SECRET_SETTINGS = ("database_url", "broker_url", "redis_url", "limiter_url", "api_tokens")
+SECRET_SETTINGS = ("database_url", "broker_url", "redis_url", "limiter_url", "api_tokens", "jwt_key")
+#: The JWT algorithms the API may verify with (RATCHET_JWT_ALGORITHMS): never `none`.
+JWT_ALGORITHMS = (
+    "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
+)  # fmt: skip
 #: The suffix of a variable that names the file holding a secret's value.
 FILE_SUFFIX = "_FILE"
 
@@ -149,6 +153,20 @@ class Settings(BaseModel):
     #: API from a browser (CORS). Unset: none but the API's own run pages; with no tokens, a page
     #: of any other origin is refused (`workers.api.loopback`).
     api_cors_origins: str | None = None
+    #: The key the HTTP API verifies JSON Web Tokens with (`workers.api.access`): a PEM public
+    #: key (RSA, EC, Ed25519) or an HMAC secret of 32 bytes or more. A secret: masked, never
+    #: logged, readable from RATCHET_JWT_KEY_FILE. A token's `sub` is the user it acts for.
+    jwt_key: SecretStr | None = None
+    #: Instead of a key: the URL of a JWKS (an identity provider's `jwks_uri`), its keys chosen by
+    #: a token's `kid` and cached for five minutes.
+    jwt_jwks_url: str | None = None
+    #: The algorithms a token may be signed with, comma-separated. Default: HS256 for a secret,
+    #: RS256 for a PEM key or a JWKS. `none` is never taken, nor HMAC with a public key.
+    jwt_algorithms: str | None = None
+    #: The `aud` a token must carry (unset: a token with an `aud` is refused, as PyJWT does).
+    jwt_audience: str | None = None
+    #: The `iss` a token must carry (unset: not checked).
+    jwt_issuer: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -270,6 +288,64 @@ class Settings(BaseModel):
                 "control characters inside"
             )
         return self
+
+    @model_validator(mode="after")
+    def validate_jwt(self) -> Settings:
+        """Refuse a JWT configuration that could not verify a token, or would verify one it should
+        not: a key and a JWKS at once, HMAC with a public key or a JWKS, a key of another family
+        than its algorithms, a secret too short for its hash. Said without the key."""
+        key = None if self.jwt_key is None else self.jwt_key.get_secret_value()
+        if key is not None and self.jwt_jwks_url:
+            raise ConfigurationError("RATCHET_JWT_KEY and RATCHET_JWT_JWKS_URL are both set: set one of them")
+        if key is None and not self.jwt_jwks_url:
+            if self.jwt_algorithms or self.jwt_audience or self.jwt_issuer:
+                raise ConfigurationError(
+                    "RATCHET_JWT_ALGORITHMS, _AUDIENCE and _ISSUER need RATCHET_JWT_KEY or RATCHET_JWT_JWKS_URL: "
+                    "set the key (or JWKS URL) tokens are verified with"
+                )
+            return self
+        algorithms = self.jwt_algorithm_values
+        unknown = [a for a in algorithms if a not in JWT_ALGORITHMS]
+        if unknown or not algorithms:
+            raise ConfigurationError(
+                f"RATCHET_JWT_ALGORITHMS: {', '.join(unknown) or 'none given'}; "
+                f"give some of {', '.join(JWT_ALGORITHMS)}"
+            )
+        hmac = [a for a in algorithms if a.startswith("HS")]
+        pem = key is not None and key.lstrip().startswith("-----BEGIN")
+        if hmac and (pem or self.jwt_jwks_url):
+            raise ConfigurationError(
+                f"RATCHET_JWT_ALGORITHMS: {', '.join(hmac)} (HMAC) with a public key or a JWKS would take a token "
+                "signed with the public key as its secret: give RS256, ES256, PS256 or EdDSA, or an HMAC secret"
+            )
+        if key is not None and not pem and len(hmac) != len(algorithms):
+            raise ConfigurationError(
+                "RATCHET_JWT_KEY is not a PEM public key (-----BEGIN PUBLIC KEY-----), so it is an HMAC secret: "
+                "give RATCHET_JWT_ALGORITHMS as HS256, HS384 or HS512, or give the PEM key"
+            )
+        if key is not None and not pem and len(key.encode()) < 32:
+            raise ConfigurationError(
+                "RATCHET_JWT_KEY: an HMAC secret must be 32 bytes or more (e.g. `openssl rand -hex 32`)"
+            )
+        if self.jwt_jwks_url and not self.jwt_jwks_url.startswith(("https://", "http://")):
+            raise ConfigurationError("RATCHET_JWT_JWKS_URL: give the https:// URL of the JWKS")
+        return self
+
+    @property
+    def jwt_algorithm_values(self) -> tuple[str, ...]:
+        """RATCHET_JWT_ALGORITHMS split at commas; unset, HS256 for a secret, RS256 for a PEM key
+        or a JWKS; empty when JWTs are not taken."""
+        if self.jwt_algorithms:
+            return tuple(a.strip() for a in self.jwt_algorithms.split(",") if a.strip())
+        if self.jwt_key is None:
+            return ("RS256",) if self.jwt_jwks_url else ()
+        return ("RS256",) if self.jwt_key.get_secret_value().lstrip().startswith("-----BEGIN") else ("HS256",)
+
+    @property
+    def api_auth(self) -> bool:
+        """Whether the HTTP API asks who calls it: static tokens or JWTs are configured. Without,
+        it takes any request, and so serves 127.0.0.1 only."""
+        return bool(self.api_token_values) or self.jwt_key is not None or bool(self.jwt_jwks_url)
 
     @property
     def api_token_values(self) -> tuple[str, ...]:

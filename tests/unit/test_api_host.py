@@ -24,6 +24,8 @@ def test_without_tokens_any_other_host_is_refused_saying_what_to_set(host: str) 
 
 def test_with_tokens_any_host_is_allowed() -> None:
     check_host(Settings.from_env({"RATCHET_API_TOKENS": "tok"}), "0.0.0.0")
+    # so with JWTs only: every request needs a token then too
+    check_host(Settings.from_env({"RATCHET_JWT_JWKS_URL": "https://id.example/jwks"}), "0.0.0.0")
 
 
 @pytest.mark.parametrize(

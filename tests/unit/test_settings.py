@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from orchestrator.errors import ConfigurationError
@@ -103,3 +105,41 @@ def test_the_settings_as_printed_hide_every_url_password_and_the_api_tokens() ->
         assert "redis://:***@redis:6379/0" in text and "rediss://user:***@limiter:6380/1" in text
     assert settings.database_url == "postgresql://ratchet:db-pw-1@db:5432/ratchet", "the value itself is kept"
     assert "sqlite:///" in repr(Settings()), "a URL without a password is shown as it is"
+
+
+PEM = "-----BEGIN PUBLIC KEY-----\nMFkw...\n-----END PUBLIC KEY-----"
+SECRET = "s" * 32
+
+
+def test_a_jwt_key_picks_its_algorithm_is_a_secret_and_is_read_from_a_file(tmp_path: Path) -> None:
+    assert Settings(jwt_key=PEM).jwt_algorithm_values == ("RS256",)
+    assert Settings(jwt_key=SECRET).jwt_algorithm_values == ("HS256",)
+    assert Settings(jwt_jwks_url="https://id.example/jwks").jwt_algorithm_values == ("RS256",)
+    assert Settings(jwt_key=PEM, jwt_algorithms="ES256, EdDSA").jwt_algorithm_values == ("ES256", "EdDSA")
+    assert Settings(jwt_key=SECRET).api_auth and not Settings().api_auth and Settings().jwt_algorithm_values == ()
+    key_file = tmp_path / "key.pem"
+    key_file.write_text(PEM + "\n")
+    read = Settings.from_env({"RATCHET_JWT_KEY_FILE": str(key_file)})
+    assert read.jwt_key is not None and read.jwt_key.get_secret_value() == PEM
+    assert SECRET not in repr(Settings(jwt_key=SECRET)) and SECRET not in str(Settings(jwt_key=SECRET))
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"jwt_key": PEM, "jwt_jwks_url": "https://id.example/jwks"}, "both set"),
+        ({"jwt_key": PEM, "jwt_algorithms": "HS256"}, "HMAC"),
+        ({"jwt_jwks_url": "https://id.example/jwks", "jwt_algorithms": "HS256"}, "HMAC"),
+        ({"jwt_key": SECRET, "jwt_algorithms": "RS256"}, "not a PEM public key"),
+        ({"jwt_key": "short"}, "32 bytes or more"),
+        ({"jwt_key": PEM, "jwt_algorithms": "none"}, "RATCHET_JWT_ALGORITHMS: none"),
+        ({"jwt_audience": "api"}, "need RATCHET_JWT_KEY or RATCHET_JWT_JWKS_URL"),
+        ({"jwt_jwks_url": "file:///etc/keys"}, "https:// URL"),
+    ],
+)
+def test_a_jwt_setting_that_could_not_verify_or_would_verify_too_much_is_refused(
+    values: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=says) as refused:
+        Settings(**values)  # type: ignore[arg-type]
+    assert SECRET not in str(refused.value) and "short" not in str(refused.value).replace("32 bytes", "")

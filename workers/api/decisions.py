@@ -25,6 +25,7 @@ from pydantic import WithJsonSchema
 from orchestrator import validation as v
 from orchestrator.client import Client
 from orchestrator.requirements import RunRequirement
+from workers.api.access import CallerDep, listed_user, own_run
 from workers.api.contract import DecideRequest, RequirementDecision, RequirementId, RunId, name, refusals, text
 from workers.api.deps import ClientDep, token_router
 from workers.approvals import Approvals, approvals
@@ -40,7 +41,9 @@ router = token_router()
     tags=["runs"],
     responses=refusals(401, 404, 409, 413, 422, 503),
 )
-def decide(run_id: RunId, requirement_id: RequirementId, body: DecideRequest, client: ClientDep) -> RunRequirement:
+def decide(
+    run_id: RunId, requirement_id: RequirementId, body: DecideRequest, client: ClientDep, caller: CallerDep
+) -> RunRequirement:
     """Store one decision on a requirement of a PAUSED run (or of one of its member runs) and
     answer the requirement as stored. The last pending requirement of its run queues the run
     again under the same run_id. The same decision sent again is answered as stored, a no-op;
@@ -48,6 +51,7 @@ def decide(run_id: RunId, requirement_id: RequirementId, body: DecideRequest, cl
     name the decision that stands. 404 RequirementNotFoundError for an id the run does not have;
     409 RunNotPausedError for a run that moved on, DecisionExpiredError past the deadline; 422
     DecisionKindError for a decision that does not answer what is asked."""
+    own_run(client, caller, run_id)
     return client.decide(run_id, requirement_id, body.decision(), by=body.by)
 
 
@@ -61,6 +65,7 @@ def decide(run_id: RunId, requirement_id: RequirementId, body: DecideRequest, cl
 )
 def list_approvals(
     client: ClientDep,
+    caller: CallerDep,
     agent: Annotated[
         str | None, Query(description="of this agent's runs (a member's own name)"), text(name(v.AGENT_NAME_MAX))
     ] = None,
@@ -72,8 +77,9 @@ def list_approvals(
     ] = 100,
 ) -> Approvals:
     """The requirements waiting for a person, across runs, oldest first: each with its run (id,
-    agent, user, the team above it), the call it would make and what it asks."""
-    return approvals(client, agent_name=agent, user_id=user_id, limit=limit)
+    agent, user, the team above it), the call it would make and what it asks. A user's token
+    (a JWT) lists its own runs' only: a user_id of another user is a 403."""
+    return approvals(client, agent_name=agent, user_id=listed_user(caller, user_id), limit=limit)
 
 
 def carried(

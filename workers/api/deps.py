@@ -12,6 +12,7 @@ from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
 from orchestrator.client import Client
+from workers.api.access import authorize
 
 
 def client_of(request: Request) -> Client:
@@ -25,9 +26,10 @@ ClientDep = Annotated[Client, Depends(client_of)]
 
 def token_router() -> APIRouter:
     """A router whose routes declare the bearer scheme in the OpenAPI schema, so that clients
-    generated from it send the header. The token itself is checked by the Gate, before the body
-    is read."""
-    return APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False))])
+    generated from it send the header, and ask their caller for the route's scope
+    (`access.authorize`: a route with none is refused). The token itself is checked by the Gate,
+    before the body is read."""
+    return APIRouter(dependencies=[Depends(HTTPBearer(auto_error=False)), Depends(authorize)])
 
 
 def root_path(scope: Scope) -> str:

@@ -19,8 +19,8 @@ A websocket is checked for its Host and Origin likewise (closed with 1008 if ref
 added later is not open to another site's page.
 
 The run pages fetch from their own origin and send JSON; curl and the other clients that are
-not browsers send no Origin. With tokens none of this applies (a page cannot send a token it
-does not hold), and CORS is off unless RATCHET_API_CORS_ORIGINS lists origins (`add_cors`).
+not browsers send no Origin. With tokens or JWTs none of this applies (a page cannot send a token
+it does not hold), and CORS is off unless RATCHET_API_CORS_ORIGINS lists origins (`add_cors`).
 """
 
 from __future__ import annotations

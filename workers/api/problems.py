@@ -19,6 +19,9 @@ and `error.details` for a request that does not fit its schema (422). A user's m
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
     without tokens: a foreign Host, Origin, a write not JSON  421, 403, 415  (`workers.api.loopback`)
+    no token, or one refused (InvalidToken: says why)       401  (`workers.api.gate`)
+    InsufficientScope, ForeignUser (another user_id named)  403  (`workers.api.access`)
+    JwksUnavailable (the JWKS cannot be fetched)            503
     BrokerUnavailableError (the run is saved as QUEUED)     503
 """
 

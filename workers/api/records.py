@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from orchestrator import validation as v
 from orchestrator.run import LogEntry, RunPage, Session
 from orchestrator.timeline import Step
+from workers.api.access import CallerDep, listed_user, own_run
 from workers.api.contract import CURSOR, MOMENT, STATUSES, RunId, SessionId, name, pattern, refusals, text, texts
 from workers.api.deps import ClientDep, token_router
 from workers.api.problems import ApiError
@@ -62,6 +63,7 @@ class SessionDeleted(BaseModel):
 )
 def list_runs(
     client: ClientDep,
+    caller: CallerDep,
     status: Annotated[
         list[str] | None,
         texts(pattern(STATUSES)),
@@ -96,7 +98,9 @@ def list_runs(
     members: Annotated[bool, Query(description="also member runs of teams (default: top-level runs)")] = False,
 ) -> RunPage:
     """A page of runs, newest first, and the cursor of the next page (null on the last). A run
-    started meanwhile never shifts a page; each page costs the same however deep."""
+    started meanwhile never shifts a page; each page costs the same however deep. A user's
+    token (a JWT) lists its own runs only: a user_id of another user is a 403."""
+    user_id = listed_user(caller, user_id)
     statuses = None if status is None else [s for item in status for s in item.split(",")]
     return client.list_runs(
         status=statuses,
@@ -119,9 +123,10 @@ def list_runs(
     tags=["runs"],
     responses=refusals(401, 404, 422),
 )
-def run_log(run_id: RunId, client: ClientDep) -> RunLog:
+def run_log(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunLog:
     """The run's log, oldest first: retries, errors, leases the sweeper took back, fenced writes,
     delegations and fan-ins, continues, cancels (not its member runs': ask for each)."""
+    own_run(client, caller, run_id)
     return RunLog(run_id=run_id, entries=client.get_log(run_id))
 
 
@@ -133,11 +138,12 @@ def run_log(run_id: RunId, client: ClientDep) -> RunLog:
     tags=["runs"],
     responses=refusals(401, 404, 422),
 )
-def run_steps(run_id: RunId, client: ClientDep) -> RunSteps:
+def run_steps(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunSteps:
     """The run's steps in order: each one's task (a model call, a tool batch, a fan-in), status,
     attempt, when it could start and ended (its duration includes time in the queue: a claim's
     time is not kept), tokens, failed tool calls and error; the worker and Celery task id of the
     step in progress only (a commit clears the lease that names them). Not its member runs'."""
+    own_run(client, caller, run_id)
     return RunSteps(run_id=run_id, steps=client.get_steps(run_id))
 
 
@@ -149,10 +155,12 @@ def run_steps(run_id: RunId, client: ClientDep) -> RunSteps:
     tags=["sessions"],
     responses=refusals(401, 404, 409, 422),
 )
-def delete_session(session_id: SessionId, client: ClientDep) -> SessionDeleted:
+def delete_session(session_id: SessionId, client: ClientDep, caller: CallerDep) -> SessionDeleted:
     """Delete the session, its runs (member runs included) and everything stored for them. 409
     (RunLiveError, naming the run in `run_id`) if a run in it is live, and nothing is deleted:
-    cancel it or let it stop first."""
+    cancel it or let it stop first. A user's token deletes its own sessions only (another's: 404)."""
+    if not caller.admin and client.get_session(session_id, user_id=caller.user_id) is None:
+        raise ApiError(404, "SessionNotFound", f"no session {session_id!r} of user_id {caller.user_id!r}")
     deleted = client.delete_session(session_id)
     if deleted is None:
         raise ApiError(404, "SessionNotFound", f"no run was ever started in session {session_id!r}")
@@ -179,6 +187,7 @@ def delete_session(session_id: SessionId, client: ClientDep) -> SessionDeleted:
 def get_session(
     session_id: SessionId,
     client: ClientDep,
+    caller: CallerDep,
     user_id: Annotated[
         str | None,
         Query(description="the session only if it is this user's, with this user's runs"),
@@ -187,7 +196,9 @@ def get_session(
 ) -> Session:
     """The session: its user, its state, and its runs, oldest first, each with its messages and
     member runs. With `user_id`: 404 unless the session is that user's (its first run's), and
-    only that user's runs."""
+    only that user's runs. A user's token (a JWT) gets its own sessions only, as with its user_id
+    (another user_id is a 403)."""
+    user_id = listed_user(caller, user_id)
     session = client.get_session(session_id, user_id=user_id)
     if session is None:
         if user_id is not None:  # whether the session is somebody else's is not said

@@ -23,6 +23,7 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
     GET  /health/checks             `ratchet health`: database, broker, workers (workers/api/checks.py)
 
 Errors are JSON (`workers.api.problems`); the token and body-size checks are `workers.api.gate`;
+who may call which route, and reach whose runs (static tokens, users' JWTs, scopes), `workers.api.access`;
 without tokens, the Host, Origin and Content-Type checks that keep other sites' pages out are
 `workers.api.loopback`; the bodies and each value's limits in the schema, `workers.api.contract`.
 """
@@ -48,6 +49,7 @@ from orchestrator.errors import (
     AgentNotFoundError,
     ConfigurationError,
     RunConflictError,
+    RunNotFoundError,
     RunWaitTimeout,
     SessionOwnedError,
 )
@@ -55,6 +57,7 @@ from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from workers.api import agents, checks, decisions, problems, records, ui
+from workers.api.access import DECIDE, CallerDep, Verifier, declare_scopes, own_run, starting_user
 from workers.api.contract import (
     EVENT_ID,
     HEADER_NAME,
@@ -73,6 +76,7 @@ from workers.api.contract import (
 from workers.api.deps import ClientDep, root_path, token_router
 from workers.api.gate import Gate
 from workers.api.loopback import Guard, add_cors, declare_refusals
+from workers.api.problems import ApiError
 from workers.prometheus import exposition
 
 #: The longest a client may ask `/wait` to hold its request, in seconds: past it, ask again.
@@ -105,10 +109,15 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     problems.install(app)
     app.add_exception_handler(_NothingNew, lambda request, exc: Response(status_code=204))
     # Outermost last: CORS answers a preflight before the guard or the token is asked for.
-    app.add_middleware(Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes)
-    if not settings.api_token_values:
+    verifier = Verifier(settings) if settings.jwt_key is not None or settings.jwt_jwks_url else None
+    app.add_middleware(
+        Gate, tokens=settings.api_token_values, max_body_bytes=settings.api_max_body_bytes, verifier=verifier
+    )
+    if not settings.api_auth:
         app.add_middleware(Guard, origins=settings.api_cors_origin_values)
         declare_refusals(app)
+    elif verifier is not None:
+        declare_scopes(app, jwks=verifier.fetches)
     if settings.api_cors_origin_values:
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
@@ -172,6 +181,7 @@ def start_run(
     request: Request,
     response: Response,
     client: ClientDep,
+    caller: CallerDep,
     idempotency_key: Annotated[
         str | None,
         text({**name(validation.IDEMPOTENCY_KEY_MAX), "pattern": HEADER_NAME}),
@@ -183,10 +193,12 @@ def start_run(
     ] = None,
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
-    the same Idempotency-Key started it before). Location: the run's URL."""
+    the same Idempotency-Key started it before). Location: the run's URL. A user's token (a JWT)
+    starts runs for its own user_id only: none named is its own, another's is a 403."""
+    user_id = starting_user(caller, body.user_id)
     _served(client, validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-    run_id = None if key is None else idempotent_run_id(key, body.user_id)
+    run_id = None if key is None else idempotent_run_id(key, user_id)
     try:
         handle = client.start(
             body.agent,
@@ -194,7 +206,7 @@ def start_run(
             session_id=body.session_id,
             run_id=run_id,
             stream=body.stream,
-            user_id=body.user_id,
+            user_id=user_id,
             session_state=body.session_state,
             priority=body.priority,
         )
@@ -238,8 +250,9 @@ def _served(client: Client, agent: str) -> None:
     tags=["runs"],
     responses=refusals(401, 404, 422),
 )
-def get_run(run_id: RunId, client: ClientDep) -> RunOutput:
+def get_run(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunOutput:
     """The run with its messages and member runs."""
+    own_run(client, caller, run_id)
     return client.get_run(run_id)
 
 
@@ -254,10 +267,12 @@ def get_run(run_id: RunId, client: ClientDep) -> RunOutput:
 async def wait_run(
     run_id: RunId,
     client: ClientDep,
+    caller: CallerDep,
     timeout: Annotated[float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds to wait")] = 30.0,
 ) -> RunOutput:
     """The run once it stops (COMPLETED, ERROR or CANCELLED); if it is still going after
     `timeout` seconds, 200 with the run as it is then: its `status` says which, so wait again."""
+    await asyncio.to_thread(own_run, client, caller, run_id)
     try:
         return await client.await_run(run_id, timeout)
     except RunWaitTimeout:
@@ -273,14 +288,20 @@ async def wait_run(
     tags=["runs"],
     responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
 )
-def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None = None) -> RunOutput:
+def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: ContinueRequest | None = None) -> RunOutput:
     """Continue a run: ERROR and an expired RUNNING resume in place; COMPLETED forks a new
     run (the one returned); QUEUED and WAITING are going already. 409 for a CANCELLED run, or a
     RUNNING one whose worker is alive. A PAUSED run resumes in place once every requirement is
     decided: the decisions in `requirements` are stored first, one by one, as `POST
     /runs/{run_id}/requirements/{id}` stores each (and refused alike: 404, 409, 422); without
-    them, or with some still pending, it stays PAUSED, and input for it is a 409."""
+    them, or with some still pending, it stays PAUSED, and input for it is a 409. Decisions
+    need the decide scope besides write."""
     body = body or ContinueRequest()
+    own_run(client, caller, run_id)
+    if body.requirements and not caller.may(DECIDE):
+        raise ApiError(
+            403, "InsufficientScope", "decisions in a continue need the 'decide' scope, which the token does not grant"
+        )
     requirements = decisions.carried(client, run_id, body.requirements or [], by=body.by)
     handle = client.continue_run(
         run_id, input=body.input, fork_key=body.fork_key, requirements=requirements, by=body.by
@@ -296,14 +317,19 @@ def continue_run(run_id: RunId, client: ClientDep, body: ContinueRequest | None 
     tags=["runs"],
     responses=refusals(401, 404, 409, 422),
 )
-def cancel_run(run_id: RunId, client: ClientDep) -> RunOutput:
+def cancel_run(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunOutput:
     """Cancel a run that has not finished, and its member runs; 409 for a COMPLETED run."""
+    own_run(client, caller, run_id)
     return client.cancel(run_id)
 
 
-def _known_run(run_id: RunId, client: ClientDep) -> RunRecord:
-    """The run, once found: an unknown run is a 404, not an empty stream."""
-    return client.store.get_record(validation.known_run_id(run_id))
+def _known_run(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunRecord:
+    """The run, once found: an unknown run is a 404, not an empty stream, and so is another
+    user's run for a user's token."""
+    record = client.store.get_record(validation.known_run_id(run_id))
+    if not caller.sees(record.user_id):
+        raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
+    return record
 
 
 class _NothingNew(Exception):

@@ -3,8 +3,9 @@
 Without RATCHET_API_TOKENS the API takes requests without a token, so it listens on a loopback
 address only (127.0.0.1 by default) and says so at start; asking for another host is refused with
 what to set; and it refuses what a web page of another site could send it (`workers.api.loopback`).
-With tokens it listens where it is told, and every request but /health and the API's own
-description needs one. The tokens are never logged: the start line says how many there are.
+With tokens, or a JWT key or JWKS URL (`workers.api.access`), it listens where it is told, and
+every request but /health and the API's own description needs one. The tokens are never logged:
+the start line says how many there are, and which algorithms JWTs are verified with.
 
 `--workers N` serves it from N uvicorn worker processes sharing the port; each imports the
 agents and builds the app anew (`served_app`). `--root-path /prefix` is
@@ -103,7 +104,10 @@ def serve(
     tokens = settings.api_token_values
     if tokens:
         log.info("bearer-token auth is on: %d token(s) from RATCHET_API_TOKENS", len(tokens))
-    else:
+    if settings.api_auth and settings.jwt_algorithm_values:
+        source = "RATCHET_JWT_JWKS_URL" if settings.jwt_jwks_url else "RATCHET_JWT_KEY"
+        log.info("JWTs are taken: %s, verified with %s", ",".join(settings.jwt_algorithm_values), source)
+    if not settings.api_auth:
         log.warning(
             "RATCHET_API_TOKENS is not set: the API takes requests without a token, so it listens on %s only", host
         )
@@ -136,7 +140,7 @@ def served_app() -> FastAPI:
 def check_host(settings: Settings, host: str) -> None:
     """Refuse to listen beyond this machine without tokens: anyone who could reach the port could
     start, read and cancel runs."""
-    if settings.api_token_values:
+    if settings.api_auth:
         return
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -145,5 +149,6 @@ def check_host(settings: Settings, host: str) -> None:
     if not loopback:
         raise ConfigurationError(
             f"refusing to serve the API on {host!r} without authentication: set RATCHET_API_TOKENS (comma-separated "
-            "bearer tokens) to listen beyond this machine, or listen on 127.0.0.1"
+            "bearer tokens) or RATCHET_JWT_KEY / RATCHET_JWT_JWKS_URL to listen beyond this machine, or listen on "
+            "127.0.0.1"
         )
