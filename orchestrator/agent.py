@@ -25,6 +25,7 @@ from orchestrator import state
 from orchestrator.budgets import BudgetOptions, Budgets
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.models.base import Model, ToolSpec
+from orchestrator.models.fallback import FallbackChain, FallbackConfig
 from orchestrator.requirements import PausePolicy
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunRecord
@@ -73,11 +74,14 @@ def _check_prices(agent: AgentDefinition) -> None:
     if not agent.budgets.counts_cost:
         return
     for definition in agent.definitions():
-        if definition.model.prices is None:
-            whose = "its model" if definition is agent else f"its member {definition.name}'s model"
+        for model in definition.fallback.models:
+            if model.prices is not None:
+                continue
+            what = "model" if model is definition.model else "fallback model"
+            whose = f"its {what}" if definition is agent else f"its member {definition.name}'s {what}"
             raise ConfigurationError(
                 f"{agent.kind} {agent.name}: a cost budget (max_cost) counts what each reply cost, and {whose} "
-                f"({definition.model.describe()}) has no prices: give it prices=Prices(input=..., output=...), "
+                f"({model.describe()}) has no prices: give it prices=Prices(input=..., output=...), "
                 "or set max_tokens instead"
             )
 
@@ -98,6 +102,8 @@ class AgentOptions(BudgetOptions):
 
     name: str
     model: Model
+    fallback_models: NotRequired[Sequence[Model] | None]
+    fallback_config: NotRequired[FallbackConfig | None]
     tools: NotRequired[Sequence[Tool | Toolkit | Callable[..., Any]]]
     instructions: NotRequired[str | Sequence[str] | None]
     description: NotRequired[str | None]
@@ -126,6 +132,8 @@ class AgentDefinition:
         *,
         name: str,
         model: Model,
+        fallback_models: Sequence[Model] | None = None,
+        fallback_config: FallbackConfig | None = None,
         tools: Sequence[Tool | Toolkit | Callable[..., Any]] = (),
         instructions: str | Sequence[str] | None = None,
         description: str | None = None,
@@ -146,6 +154,11 @@ class AgentDefinition:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
         self.model = model
+        #: Agno's two ways to name the models tried when `model` fails for good
+        #: (`orchestrator.models.fallback`); `fallback` is them numbered, as a step stores its place.
+        self.fallback_models = list(fallback_models or ())
+        self.fallback_config = fallback_config
+        self.fallback = FallbackChain.of(name, model, fallback_models, fallback_config)
         self.tools, self._toolkit_instructions = _tools_of(name, tools)
         self.instructions = instructions
         self.description = description
