@@ -154,38 +154,32 @@ class AgentDefinition:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
         self.model = model
-        #: Agno's two ways to name the models tried when `model` fails for good
-        #: (`orchestrator.models.fallback`); `fallback` is them numbered, as a step stores its place.
-        self.fallback_models = list(fallback_models or ())
-        self.fallback_config = fallback_config
+        #: Agno's two ways to name the models tried when `model` fails for good, then them numbered.
+        self.fallback_models, self.fallback_config = list(fallback_models or ()), fallback_config
         self.fallback = FallbackChain.of(name, model, fallback_models, fallback_config)
         self.tools, self._toolkit_instructions = _tools_of(name, tools)
-        self.instructions = instructions
-        self.description = description
+        self.instructions, self.description = instructions, description
         #: What this agent does, shown to a team leader that may delegate to it.
         self.role = role
-        #: How many times a transient model error (429, 5xx, timeout) is retried within one step.
+        #: How many times a transient model error (429, 5xx, timeout) is retried within a step, per model.
         self.retries = retries
         #: Backoff between those retries (exponential with jitter; Retry-After is honoured).
         self.retry_policy = retry_policy or RetryPolicy()
-        #: A guard against a model that never stops calling tools: the run errors after this many.
+        #: A guard against a model that never stops calling tools: the run errors past this many.
         self.max_tool_batches = max_tool_batches
-        #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
-        #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
+        #: The pydantic model the final answer must follow (`orchestrator.structured`).
         self.output_schema = output_schema
-        #: Put the session's earlier runs before the new input (Agno's name; off by default, as
-        #: in Agno): `orchestrator.store.history` says which runs and how they are fixed.
+        #: Put the session's earlier runs before the new input (Agno's name and default): `orchestrator.store.history`.
         self.add_history_to_context = bool(add_history_to_context)
         #: How many earlier runs of the session the context includes (Agno's default: 3).
         self.num_history_runs = _history_runs(name, num_history_runs)
-        #: The state a session starts with (Agno's `session_state=`): each run's first step adds
-        #: the keys the session's stored state lacks (`orchestrator.state`).
+        #: The state a session starts with (Agno's): a run's first step adds the keys it lacks (`orchestrator.state`).
         self.session_state = _session_state(name, session_state)
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
-        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function
-        #: of the run's record (None: not counted); not given: the run's `user_id`.
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together, a function of the run's record
+        #: (None: not counted; not given: the run's `user_id`): `orchestrator.limits`.
         self.concurrency_key = concurrency_key
         #: A paused call's deadline (a tool's own wins): `orchestrator.requirements`.
         self.pause_policy = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)

@@ -12,7 +12,8 @@
    its call when a limit says wait;
 4. call: the model call; a streamed run's deltas are published, and all stored before anything
    of the step commits. A failed call is parked for a retry as the agent's retry policy
-   decides, or fails the step;
+   decides; a model that failed for good hands the step to the next model of its agent's
+   fallback chain (`steps.fallbacks`), admitted and called in turn; else the step fails;
 5. check: a final answer against the agent's output schema (parked for a retry that shows the
    model why, or failing the step) and tool calls against its `max_tool_batches`;
 6. commit: a final answer completes the run (and, for a team's member, reaches its team in the
@@ -195,9 +196,8 @@ class ModelStep:
     # ---------------------------------------------------------------- call
 
     def _call(self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim) -> ModelReply:
-        """The call of `model` (the agent's, or a fallback's). A streamed run's gets the callback
-        that publishes each delta, and its deltas are all stored when this returns or raises,
-        before anything of the step commits."""
+        """The call of `model` (the agent's, or a fallback's). A streamed run's gets the callback that
+        publishes each delta; its deltas are all stored when this returns or raises, before any commit."""
         timeout = self.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         record = claim.record
@@ -222,9 +222,8 @@ class ModelStep:
             live.end()
 
     def _retried(self, claim: Claim, agent: AgentDefinition, exc: ModelCallError) -> ModelCallError | None:
-        """None when the failed call was parked for a retry (the agent's policy, per model);
-        else the error the model failed with for good (`exc`, or the final error of a provider
-        that asked to wait too long), which the step's fallback stage reads."""
+        """None when the failed call was parked for a retry; else the error its model failed with
+        for good (`exc`, or that of a provider asking to wait too long), for the fallback stage."""
         try:
             return None if self._retry(claim, agent, exc) else exc
         except ModelCallError as final:
