@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from orchestrator import Agent, ConfigurationError, RetryPolicy, RunStatus
+from orchestrator import Agent, ConfigurationError, RetryPolicy, RunStatus, Team
 from orchestrator.catalog import describe
 from orchestrator.events import drop_restarted
 from orchestrator.models import FallbackConfig
@@ -159,6 +159,17 @@ def test_a_streamed_fallback_sorts_after_the_failed_calls_text_whose_deltas_read
     assert events[switch].key < events[switch + 1].key  # a new epoch: the next call's events sort after
     kept = "".join(e.content or "" for e in drop_restarted(events) if e.event == "RunContent")
     assert kept == "backup says hi"
+
+
+def test_a_teams_fallback_models_answer_for_its_leader(inline: InMemoryDispatcher) -> None:
+    member = Agent(name=name(), model=model("member"), role="answers")
+    leader, backup = model("leader", Fault(status=503, times=None)), model("leader-backup")
+    team = Team(name=name(), model=leader, members=[member], fallback_models=[backup], retries=0)
+
+    out = team.run("hello")
+
+    assert out.status == S.COMPLETED and out.messages[-1].model == "leader-backup"
+    assert len(leader.calls_for(out.run_id)) == len(backup.calls_for(out.run_id)) >= 1
 
 
 def test_the_catalog_lists_the_fallback_models_and_a_definition_without_any_hashes_as_before() -> None:
