@@ -136,6 +136,14 @@ def test_when_every_model_fails_the_run_errors_saying_each_models_error(inline: 
     assert [m.role for m in out.messages] == ["user"]  # the conversation kept, nothing invented
     assert (len(primary.calls_for(out.run_id)), len(second.calls_for(out.run_id))) == (2, 1)
     assert len(third.calls_for(out.run_id)) == 2
+    steps = [
+        (s.seq, s.status, [(f.failed_model, f.model) for f in s.fallbacks]) for s in inline.client.get_steps(out.run_id)
+    ]
+    assert steps == [
+        (0, "retried", []),
+        (1, "retried", [("primary", "second"), ("second", "third")]),  # the step that moved on, twice
+        (2, "failed", []),
+    ]
     # Continuing starts from the agent's own model again.
     assert inline.store.get_record(out.run_id).model_index == 2
     again = agent.continue_run(run_id=out.run_id)
