@@ -39,6 +39,8 @@ LISTS: tuple[tuple[str, FallbackClass], ...] = (
     ("on_rate_limit", "rate_limit"),
     ("on_context_overflow", "context_overflow"),
 )
+#: The kinds of a client error raised without a status (a key refused before the request).
+CLIENT_ERRORS = frozenset({"AuthenticationError", "PermissionDeniedError"})
 #: Statuses that are a rate limit: 429, and Anthropic's 529 (overloaded), as Agno counts them.
 RATE_LIMIT_STATUSES = frozenset({429, 529})
 
@@ -67,6 +69,8 @@ def fallback_class(exc: ModelCallError) -> FallbackClass | None:
     if is_context_length_error(None, str(exc)):
         return "context_overflow"
     if exc.status_code is not None and 400 <= exc.status_code < 500 and not exc.retryable:
+        return None
+    if exc.kind in CLIENT_ERRORS:  # a key refused before any request was sent: no status
         return None
     return "error"
 

@@ -13,8 +13,10 @@ import pytest
 
 from orchestrator import Agent, ConfigurationError, RetryPolicy, RunStatus, Team
 from orchestrator.catalog import describe
+from orchestrator.errors import ModelCallError
 from orchestrator.events import drop_restarted
 from orchestrator.models import FallbackConfig
+from orchestrator.models.fallback import fallback_class
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.usage import Prices
@@ -178,6 +180,22 @@ def test_a_teams_fallback_models_answer_for_its_leader(inline: InMemoryDispatche
 
     assert out.status == S.COMPLETED and out.messages[-1].model == "leader-backup"
     assert len(leader.calls_for(out.run_id)) == len(backup.calls_for(out.run_id)) >= 1
+
+
+@pytest.mark.parametrize(
+    ("error", "klass"),
+    [
+        (ModelCallError("x", status_code=429, retryable=True, kind="RateLimitError"), "rate_limit"),
+        (ModelCallError("x", status_code=529, retryable=True, kind="OverloadedError"), "rate_limit"),
+        (ModelCallError(TOO_LONG, status_code=400, kind="BadRequestError"), "context_overflow"),
+        (ModelCallError("x", status_code=500, retryable=True, kind="InternalServerError"), "error"),
+        (ModelCallError("x", retryable=True, kind="APITimeoutError"), "error"),
+        (ModelCallError("x", status_code=404, kind="NotFoundError"), None),
+        (ModelCallError("bad key", kind="AuthenticationError"), None),  # refused before any request
+    ],
+)
+def test_errors_are_sorted_into_agnos_fallback_classes(error: ModelCallError, klass: str | None) -> None:
+    assert fallback_class(error) == klass
 
 
 def test_the_catalog_lists_the_fallback_models_and_a_definition_without_any_hashes_as_before() -> None:
