@@ -25,6 +25,7 @@ from orchestrator import state
 from orchestrator.budgets import BudgetOptions, Budgets
 from orchestrator.errors import AgentNotFoundError, ConfigurationError
 from orchestrator.models.base import Model, ToolSpec
+from orchestrator.models.fallback import FallbackChain, FallbackConfig
 from orchestrator.requirements import PausePolicy
 from orchestrator.retry import RetryPolicy
 from orchestrator.run import RunRecord
@@ -73,11 +74,14 @@ def _check_prices(agent: AgentDefinition) -> None:
     if not agent.budgets.counts_cost:
         return
     for definition in agent.definitions():
-        if definition.model.prices is None:
-            whose = "its model" if definition is agent else f"its member {definition.name}'s model"
+        for model in definition.fallback.models:
+            if model.prices is not None:
+                continue
+            what = "model" if model is definition.model else "fallback model"
+            whose = f"its {what}" if definition is agent else f"its member {definition.name}'s {what}"
             raise ConfigurationError(
                 f"{agent.kind} {agent.name}: a cost budget (max_cost) counts what each reply cost, and {whose} "
-                f"({definition.model.describe()}) has no prices: give it prices=Prices(input=..., output=...), "
+                f"({model.describe()}) has no prices: give it prices=Prices(input=..., output=...), "
                 "or set max_tokens instead"
             )
 
@@ -98,6 +102,8 @@ class AgentOptions(BudgetOptions):
 
     name: str
     model: Model
+    fallback_models: NotRequired[Sequence[Model] | None]
+    fallback_config: NotRequired[FallbackConfig | None]
     tools: NotRequired[Sequence[Tool | Toolkit | Callable[..., Any]]]
     instructions: NotRequired[str | Sequence[str] | None]
     description: NotRequired[str | None]
@@ -126,6 +132,8 @@ class AgentDefinition:
         *,
         name: str,
         model: Model,
+        fallback_models: Sequence[Model] | None = None,
+        fallback_config: FallbackConfig | None = None,
         tools: Sequence[Tool | Toolkit | Callable[..., Any]] = (),
         instructions: str | Sequence[str] | None = None,
         description: str | None = None,
@@ -146,33 +154,32 @@ class AgentDefinition:
         _check(name, model, output_schema, concurrency_key)
         self.name = name
         self.model = model
+        #: Agno's two ways to name the models tried when `model` fails for good, then them numbered.
+        self.fallback_models, self.fallback_config = list(fallback_models or ()), fallback_config
+        self.fallback = FallbackChain.of(name, model, fallback_models, fallback_config)
         self.tools, self._toolkit_instructions = _tools_of(name, tools)
-        self.instructions = instructions
-        self.description = description
+        self.instructions, self.description = instructions, description
         #: What this agent does, shown to a team leader that may delegate to it.
         self.role = role
-        #: How many times a transient model error (429, 5xx, timeout) is retried within one step.
+        #: How many times a transient model error (429, 5xx, timeout) is retried within a step, per model.
         self.retries = retries
         #: Backoff between those retries (exponential with jitter; Retry-After is honoured).
         self.retry_policy = retry_policy or RetryPolicy()
-        #: A guard against a model that never stops calling tools: the run errors after this many.
+        #: A guard against a model that never stops calling tools: the run errors past this many.
         self.max_tool_batches = max_tool_batches
-        #: The pydantic model the final answer must follow (asked of the model as a JSON schema and
-        #: validated; an invalid reply is retried as a model error): `orchestrator.structured`.
+        #: The pydantic model the final answer must follow (`orchestrator.structured`).
         self.output_schema = output_schema
-        #: Put the session's earlier runs before the new input (Agno's name; off by default, as
-        #: in Agno): `orchestrator.store.history` says which runs and how they are fixed.
+        #: Put the session's earlier runs before the new input (Agno's name and default): `orchestrator.store.history`.
         self.add_history_to_context = bool(add_history_to_context)
         #: How many earlier runs of the session the context includes (Agno's default: 3).
         self.num_history_runs = _history_runs(name, num_history_runs)
-        #: The state a session starts with (Agno's `session_state=`): each run's first step adds
-        #: the keys the session's stored state lacks (`orchestrator.state`).
+        #: The state a session starts with (Agno's): a run's first step adds the keys it lacks (`orchestrator.state`).
         self.session_state = _session_state(name, session_state)
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
-        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together (`orchestrator.limits`): a function
-        #: of the run's record (None: not counted); not given: the run's `user_id`.
+        #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together, a function of the run's record
+        #: (None: not counted; not given: the run's `user_id`): `orchestrator.limits`.
         self.concurrency_key = concurrency_key
         #: A paused call's deadline (a tool's own wins): `orchestrator.requirements`.
         self.pause_policy = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)

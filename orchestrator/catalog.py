@@ -5,9 +5,10 @@ Each worker writes the definitions it serves when it boots, and marks them seen 
 RATCHET_CATALOG_SEEN_SECONDS while it lives (`CatalogKeeper`). A definition is described from
 the public attributes of its `Agent` or `Team` (`describe`): name, kind, model (provider and
 id), a digest of its system message, its tools with their JSON schemas and flags, its members,
-its output schema, its queues and its spending limits (those set). The definition hash is the
-SHA-256 of that description as canonical JSON (keys sorted, no spaces), so the same definition
-hashes the same in every process and every version of Ratchet that describes it alike. A tool's
+its output schema, its queues, its spending limits and its fallback models (those set). The
+definition hash is the SHA-256 of that description as canonical JSON (keys sorted, no spaces),
+so the same definition hashes the same in every process and every version of Ratchet that
+describes it alike. A tool's
 flags hold only those it sets, so a flag added later leaves the hash of every definition that
 does not use it as it was (budgets too: a definition without one describes none).
 
@@ -90,6 +91,10 @@ class Definition:
     #: Its spending limits by scope, {"run": {"max_cost": 0.5}, "session": {...}} (`orchestrator.budgets`);
     #: {} without any, and then left out of the description, so its hash is as before budgets.
     budgets: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Its fallback models by list ("on_error", "on_rate_limit", "on_context_overflow"), each
+    #: [{"provider": ..., "id": ...}] in order (`orchestrator.models.fallback`); {} without any,
+    #: and then left out of the description, so its hash is as before fallbacks.
+    fallback_models: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         """The description the hash is taken over, as JSON values."""
@@ -108,6 +113,8 @@ class Definition:
         }
         if self.budgets:
             body["budgets"] = {scope: dict(limits) for scope, limits in self.budgets.items()}
+        if self.fallback_models:
+            body["fallback_models"] = {k: [dict(m) for m in ms] for k, ms in self.fallback_models.items()}
         return body
 
     def to_json(self) -> str:
@@ -135,6 +142,10 @@ class Definition:
             tool_queue=queues.get("tools"),
             hash="",
             budgets={scope: dict(limits) for scope, limits in (body.get("budgets") or {}).items()},
+            fallback_models={
+                k: [{"provider": m.get("provider"), "id": m.get("id")} for m in ms]
+                for k, ms in (body.get("fallback_models") or {}).items()
+            },
         )
         return _hashed(definition)
 
@@ -207,6 +218,7 @@ def _body_of(agent: AgentDefinition) -> dict[str, Any]:
         "output_schema": schema,
         "queues": {"steps": agent.queue, "tools": agent.tool_queue},
         "budgets": agent.budgets.to_json(),
+        "fallback_models": agent.fallback.describe(),
     }
 
 

@@ -12,7 +12,8 @@ message count when the event happened, which only grows:
   ToolCallCompleted, MemberRunCompleted for a delegation's result): (i + 1, 0, j, 0), j its index
   within the message;
 - a status event (RunPaused, RunRequirementDecided, RunContinued, RunRetrying, RunCancelled,
-  RunError, MemberRunStarted, RunCompleted) logged at count p while the run's epoch was E:
+  RunError, MemberRunStarted, FallbackModelActivated, RunCompleted) logged at count p while the
+  run's epoch was E:
   (p, E + 1, 1, j), j its order among such events at (p, E); RunStarted is (0, 0, 0, 0);
 - a live event of the step claimed at count p with epoch e: StepRestarted (p, e + 1, 0, 0) and
   its k-th delta (p, e + 1, 0, k).
@@ -31,6 +32,11 @@ decision is logged while its run is PAUSED, at the pause's count and epoch: it s
 pause, in the order the decisions came, and before the resume (whose move bumps the epoch), so
 a reader that stopped at RunPaused and comes back `after` its id gets the decisions, then the
 rest of the run. Agno has RunPaused and RunContinued; it has no event for one decision.
+
+A fallback (`orchestrator.steps.fallbacks`): FallbackModelActivated, Agno's name, says which
+model failed (`failed_model`, with its `error`) and which the step goes on with (`model`). It is
+logged at the epoch of the call that failed, and the move bumps the epoch: it sorts after that
+call's deltas and before the next call's StepRestarted and deltas.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ EventName = Literal[
     "RunRetrying",
     "RunPaused",
     "RunRequirementDecided",
+    "FallbackModelActivated",
     "StepRestarted",
 ]
 Key = tuple[int, int, int, int]
@@ -81,6 +88,7 @@ _LOGGED: dict[str, EventName] = {
     "paused": "RunPaused",
     "decision": "RunRequirementDecided",
     "resume": "RunContinued",
+    "fallback": "FallbackModelActivated",
 }
 
 
@@ -131,6 +139,10 @@ class RunEvent(BaseModel):
     #: RunRequirementDecided's: the requirement as decided (who: `decided_by`, when:
     #: `decided_at`, what: `decision`).
     requirement: RunRequirement | None = None
+    #: FallbackModelActivated's: the model the step goes on with (its id), and the one whose
+    #: `error` made it fall back.
+    model: str | None = None
+    failed_model: str | None = None
 
     @property
     def key(self) -> Key:
@@ -319,6 +331,10 @@ def _fields(
         status = "QUEUED" if name == "RunRetrying" else "ERROR"
         failed = EventError(type=str(error.get("type", "Error")), message=str(error.get("message", "")))
         return [dict(error=failed, status=status, member_run_id=detail.get("member_run_id"))]
+    if name == "FallbackModelActivated":
+        error = detail.get("error") or {}
+        failed = EventError(type=str(error.get("type", "Error")), message=str(error.get("message", "")))
+        return [dict(model=detail.get("to"), failed_model=detail.get("from"), error=failed, status="RUNNING")]
     if name == "RunPaused":
         return [dict(requirements=_asked(detail, at, requirements), status=RunStatus.PAUSED.value)]
     if name == "RunRequirementDecided":

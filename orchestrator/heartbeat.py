@@ -42,6 +42,8 @@ class HeldStep(Protocol):
     claimed_at: float
     #: False once a renewal found the claim lost, or the step ran past the hard time limit.
     renewing: bool
+    #: Odd while the step moves its claim to a new epoch; bumped again when `epoch` is the new one.
+    moves: int
 
 
 class Heartbeat:
@@ -105,13 +107,21 @@ class Heartbeat:
                 step.epoch,
                 limit,
             )
+        moves = [s.moves for s in due]  # read before the epochs: see `lost`
         renewed = self.store.renew_leases(
             [(s.run_id, s.epoch, s.owner) for s in due], lease_seconds=self.settings.lease_seconds
         )
-        for step in due:
-            if step.owner not in renewed:
+        for step, moved in zip(due, moves, strict=True):
+            if step.owner not in renewed and lost(step, moved):
                 # Fenced, cancelled or finished: the step's own next write says which.
                 step.renewing = False
                 log.info(
                     "run %s: the claim of epoch %s is gone; its lease is no longer renewed", step.run_id, step.epoch
                 )
+
+
+def lost(step: HeldStep, moves: int) -> bool:
+    """Whether a renewal of `step` that found no claim means the claim is gone: not when the step
+    was moving its claim to a new epoch (`moves` odd, as read before the renewal's epoch) or has
+    moved it since (the renewal may have named the old epoch; the move renewed the lease itself)."""
+    return moves % 2 == 0 and step.moves == moves

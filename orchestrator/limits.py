@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from orchestrator.agent import AgentDefinition, find_agent
 from orchestrator.errors import ConfigurationError
 from orchestrator.messages import Message
-from orchestrator.models.base import RateLimit, ToolSpec
+from orchestrator.models.base import Model, RateLimit, ToolSpec
 from orchestrator.ports import Ask, Limiter, Place, StepRef, Verdict
 from orchestrator.run import RunRecord
 from orchestrator.settings import Settings
@@ -74,12 +74,16 @@ def key_of(agent: AgentDefinition | None, record: RunRecord) -> str | None:
     return key
 
 
-def ask_for(settings: Settings, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
-    """What the run's model step asks of the limiter; None when neither limit applies to it
-    (then the step asks nothing: no round trip)."""
+def ask_for(
+    settings: Settings, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message], model: Model | None = None
+) -> Ask | None:
+    """What the run's model step asks of the limiter before it calls `model` (the agent's own
+    when None; a fallback model's for a step that fell back); None when neither limit applies
+    to it (then the step asks nothing: no round trip)."""
+    model = model or agent.model
     limit = settings.max_runs_per_key
     key = key_of(agent, record) if limit is not None else None
-    rate = agent.model.rate_limit
+    rate = model.rate_limit
     if key is None and rate is None:
         return None
     tokens = estimate_tokens(prompt, agent.tool_specs()) if rate is not None and rate.tokens is not None else 0
@@ -87,7 +91,7 @@ def ask_for(settings: Settings, agent: AgentDefinition, record: RunRecord, promp
         run_id=record.run_id,
         key=key,
         limit=limit or 0 if key is not None else 0,
-        model=agent.model.id if rate is not None else None,
+        model=model.id if rate is not None else None,
         rate=rate,
         tokens=tokens,
     )

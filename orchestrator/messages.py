@@ -16,6 +16,8 @@ from orchestrator.untrusted import TOOL_CALL_ID_MAX, TOOL_NAME_MAX, escape, stor
 from orchestrator.usage import USAGE_COLUMNS, Metrics
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: The longest model name the `model` column holds.
+MODEL_NAME_MAX = 256
 
 
 class ToolCall(BaseModel):
@@ -64,6 +66,10 @@ class Message(BaseModel):
     #: An assistant message's usage as the provider reported it (Agno's `Message.metrics`); None
     #: when it reported none, on other roles, and on rows stored before usage was (migration 0005).
     metrics: Metrics | None = None
+    #: The model that wrote an assistant message, as its provider named it (else the id it was
+    #: configured with): a reply of a fallback model names that model. None on other roles and
+    #: on rows stored before it was (migration 0017).
+    model: str | None = None
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -85,6 +91,7 @@ class Message(BaseModel):
             "tool_name": _name(self.tool_name, TOOL_NAME_MAX),
             "tool_args": _args_json(self.tool_args),
             "tool_call_error": self.tool_call_error,
+            "model": _name(self.model, MODEL_NAME_MAX),
             **_usage_values(self.metrics),
         }
 
@@ -101,6 +108,7 @@ class Message(BaseModel):
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
             metrics=metrics_of(row),
+            model=getattr(row, "model", None),
         )
 
 

@@ -64,6 +64,9 @@ class RunRecord:
     #: The hash of its agent's definition when it started (`orchestrator.catalog`); None when
     #: its producer found none, or for a run written before migration 0013.
     definition_hash: str | None = None
+    #: The place in its agent's fallback chain of the model its current model step calls
+    #: (`orchestrator.models.fallback`); None: 0, the agent's own model.
+    model_index: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -335,7 +338,9 @@ class LogEntry:
     #: What: "retry", "throttled", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue",
     #: "cancel", "paused" (detail: the `requirements` it asked, by id; a team's: `to` PAUSED, for its
     #: member's pause), "decision" (`requirement`, `by`, `decision` in a few words), "resume" (the
-    #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING).
+    #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING), "fallback"
+    #: (a model step's model failed for good and the step went on with a fallback model: `from`,
+    #: `to`, their `index` in the chain, the `error`).
     kind: str
     #: The step it happened at.
     seq: int | None

@@ -22,7 +22,9 @@ What a step shows, and where it comes from:
   older than 0010, a fan-in, a step that failed before writing), `duration` runs from
   `ready_at`, queue time included. A "decision" step's `duration` is the time to decision, from
   the pause to the resume (None while the run is PAUSED).
-- `metrics`: the tokens and cost of its model call.
+- `metrics`: the tokens and cost of its model call; `model`: the model that answered it, and
+  `fallbacks`: the models of its agent's fallback chain it moved through before (each the model
+  that failed, its error, and the model the step went on with), from the log's "fallback" entries.
 - `worker`, `task_id`: only for the step in progress, from the lease (host:pid:task id); a
   commit clears the lease, so a past step's worker is not stored anywhere.
 """
@@ -58,6 +60,20 @@ class StepDecision:
     by: str | None
     #: What was decided, in a few words ("confirm", "reject ('note')", "input", "result", "budget").
     decision: str
+    #: When (UNIX seconds).
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFallback:
+    """A model of a model step that failed for good, and the fallback model the step went on
+    with (`orchestrator.models.fallback`), as the run's log holds it."""
+
+    #: The model that failed, and the one the step went on with (their ids).
+    failed_model: str
+    model: str
+    #: Why the first failed.
+    error: RunError
     #: When (UNIX seconds).
     at: float
 
@@ -102,6 +118,10 @@ class Step:
     #: A "decision" step's: how many requirements its pause asked, and the decisions in order.
     asked: int = 0
     decisions: tuple[StepDecision, ...] = ()
+    #: A model step's: the model that wrote its reply, as its provider named it (None: none
+    #: written, or a row older than migration 0017), and the fallbacks it took, in order.
+    model: str | None = None
+    fallbacks: tuple[StepFallback, ...] = ()
 
 
 def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]) -> list[Step]:
@@ -125,6 +145,7 @@ def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]
             steps.append(dict(seq=seq - 1, task="model", status="retried", ended_at=at, error=error, **where))
     steps += _waits(record, details)
     _current(record, steps)
+    _fell_back(steps, details)
     lost = Counter(e.seq for e, _ in details if e.kind == "lease_expired")
     for step in steps:
         step.setdefault("attempt", 1 + lost[step["seq"]])
@@ -163,6 +184,22 @@ def _waits(record: RunRecord, details: list[tuple[LogEntry, dict[str, Any]]]) ->
     return waits
 
 
+def _fell_back(steps: list[dict[str, Any]], details: list[tuple[LogEntry, dict[str, Any]]]) -> None:
+    """Give each model step the fallbacks logged in it: at its seq and position (a fallback keeps
+    the step's seq; the reply is written under the epoch the fallback moved it to)."""
+    for entry, detail in details:
+        if entry.kind != "fallback":
+            continue
+        where = (entry.seq, int(detail.get("n_messages", 0)))
+        step = next((s for s in steps if s["task"] == "model" and (s["seq"], s["position"]) == where), None)
+        if step is not None:
+            fallback = StepFallback(
+                failed_model=str(detail.get("from", "")), model=str(detail.get("to", "")),
+                error=_error(detail.get("error") or {}), at=entry.at,
+            )  # fmt: skip
+            step["fallbacks"] = (*step.get("fallbacks", ()), fallback)
+
+
 def _where(detail: dict[str, Any]) -> dict[str, Any]:
     """The epoch and position a logged move left the run at."""
     return {"epoch": detail.get("epoch"), "position": int(detail.get("n_messages", 0))}
@@ -193,10 +230,12 @@ def _written(group: list[Any], fanned: set[tuple[Any, Any]]) -> dict[str, Any]:
     first = group[0]
     task: Task = "tools"
     usage: list[Metrics | None] = []
+    model = None
     for row in group:
         if row.role == "assistant":
             task = "model"
             usage.append(metrics_of(row))
+            model = getattr(row, "model", None)
     if task == "tools" and (first.seq, first.epoch) in fanned:
         task = "fan_in"
     metrics = None
@@ -213,6 +252,7 @@ def _written(group: list[Any], fanned: set[tuple[Any, Any]]) -> dict[str, Any]:
         metrics=metrics,
         started_at=min((r.step_started_at for r in group if r.step_started_at is not None), default=None),
         tool_errors=sum(bool(r.tool_call_error) for r in group),
+        model=model,
     )
 
 
@@ -289,4 +329,4 @@ def _owner(owner: str | None) -> tuple[str | None, str | None]:
     return (f"{parts[0]}:{parts[1]}", parts[2]) if len(parts) == 3 else (owner, None)
 
 
-__all__ = ["Step", "StepDecision", "derive_steps"]
+__all__ = ["Step", "StepDecision", "StepFallback", "derive_steps"]

@@ -5,7 +5,17 @@ importing Ratchet never loads it.
 """
 
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
+from orchestrator.models.fallback import FallbackConfig
 from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 
-__all__ = ["CallContext", "Model", "ModelReply", "OpenAIChat", "OpenAIResponses", "RateLimit", "ToolSpec"]
+__all__ = [
+    "CallContext",
+    "FallbackConfig",
+    "Model",
+    "ModelReply",
+    "OpenAIChat",
+    "OpenAIResponses",
+    "RateLimit",
+    "ToolSpec",
+]

@@ -98,6 +98,7 @@ class ModelReply:
             content=self.content,
             tool_calls=[c.to_openai() for c in self.tool_calls] or None,
             metrics=Metrics.reported(self.usage, prices),
+            model=self.response_model,
         )
 
 

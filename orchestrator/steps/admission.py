@@ -12,7 +12,7 @@ from orchestrator import limits
 from orchestrator.agent import AgentDefinition
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
-from orchestrator.models.base import ModelReply
+from orchestrator.models.base import Model, ModelReply
 from orchestrator.ports import Ask, Limiter
 from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
@@ -34,10 +34,10 @@ class Admission:
         #: The runtime's limiter.
         self.limiter = limiter
 
-    def ask(self, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message]) -> Ask | None:
-        """What the step asks of the limiter (`limits.ask_for`); None when no limit applies to
-        it, and then nothing is asked: no round trip."""
-        return limits.ask_for(self.settings, agent, record, prompt)
+    def ask(self, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message], model: Model) -> Ask | None:
+        """What the step asks of the limiter before it calls `model` (`limits.ask_for`); None
+        when no limit applies to it, and then nothing is asked: no round trip."""
+        return limits.ask_for(self.settings, agent, record, prompt, model)
 
     def parked(self, claim: Claim, ask: Ask | None) -> bool:
         """Ask the limiter for the claimed step; if it says wait, park the step QUEUED (the

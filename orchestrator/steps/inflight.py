@@ -28,6 +28,10 @@ class InFlight:
     claimed_at: float = 0.0
     #: False once the heartbeat found the claim lost or the step past its hard time limit.
     renewing: bool = True
+    #: Odd while the step moves its claim to a new epoch (a fallback: `steps.fallbacks`), and
+    #: bumped again once `epoch` is the new one: a renewal sent meanwhile may name the old epoch,
+    #: and its failure does not mean the claim was lost.
+    moves: int = 0
     system_message: str | None = None
     messages: list[Message] = field(default_factory=list)
     #: What each tool call (by id) changed in the session's state: committed with its result,

@@ -39,10 +39,11 @@ class LiveStep:
         self.broken = False
 
     def begin(self) -> None:
-        """Announce a step that had an earlier attempt (a crash, an expired lease, a retried call):
+        """Announce a step that had an earlier attempt (a crash, an expired lease, a retried call,
+        a model that failed before its fallback):
         readers drop that attempt's deltas, which sort before this event."""
         record = self.claim.record
-        if record.attempts > 1 or record.retries > 0:
+        if record.attempts > 1 or record.retries > 0 or record.model_index:
             self._write("StepRestarted", None)
 
     def delta(self, text: str) -> None:

@@ -12,7 +12,8 @@
    its call when a limit says wait;
 4. call: the model call; a streamed run's deltas are published, and all stored before anything
    of the step commits. A failed call is parked for a retry as the agent's retry policy
-   decides, or fails the step;
+   decides; a model that failed for good hands the step to the next model of its agent's
+   fallback chain (`steps.fallbacks`), admitted and called in turn; else the step fails;
 5. check: a final answer against the agent's output schema (parked for a retry that shows the
    model why, or failing the step) and tool calls against its `max_tool_batches`;
 6. commit: a final answer completes the run (and, for a team's member, reaches its team in the
@@ -28,14 +29,15 @@ from dataclasses import replace
 from orchestrator import delegation, structured, tracing
 from orchestrator.agent import AgentDefinition, get_agent
 from orchestrator.errors import ModelCallError, ToolBatchLimitError
-from orchestrator.messages import Message, ToolCall
-from orchestrator.models.base import CallContext, ModelReply
+from orchestrator.messages import MODEL_NAME_MAX, Message, ToolCall
+from orchestrator.models.base import CallContext, Model, ModelReply
 from orchestrator.ports import DeltaSink
 from orchestrator.routing import step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps.admission import Admission
 from orchestrator.steps.context import StepContext
+from orchestrator.steps.fallbacks import Fallbacks
 from orchestrator.steps.inflight import InFlight
 from orchestrator.steps.live import LiveStep
 from orchestrator.steps.tools import not_run
@@ -43,7 +45,6 @@ from orchestrator.store import Claim
 from orchestrator.store.paused import Asked
 from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
-from orchestrator.usage import Prices
 
 log = logging.getLogger("ratchet.steps")
 S = RunStatus
@@ -61,6 +62,7 @@ class ModelStep:
         self.store = steps.store
         self.admission = admission
         self.sink = sink
+        self.fallbacks = Fallbacks(steps)
 
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Call the model on the run's transcript and commit the reply: "completed" or "tools",
@@ -72,22 +74,30 @@ class ModelStep:
             return "paused"
         # 2. context
         prompt, new_system = self._context(agent, claim, flight)
-        # 3. admit
-        ask = self.admission.ask(agent, claim.record, prompt)
-        if self.admission.parked(claim, ask):
-            return "throttled"
-        # 4. call
-        try:
-            reply = self._call(agent, prompt, claim)
-        except ModelCallError as exc:
-            self.admission.failed(ask, exc)
-            if self._retry(claim, agent, exc):
-                self.steps.end(claim)
-                return "retry"
-            raise
+        # 3. admit, 4. call (and the models the agent falls back on, each admitted and called in turn)
+        index = claim.record.model_index or 0
+        while True:
+            model = agent.fallback.model(index)
+            ask = self.admission.ask(agent, claim.record, prompt, model)
+            if self.admission.parked(claim, ask):
+                return "throttled"
+            try:
+                reply = self._call(agent, model, prompt, claim)
+                break
+            except ModelCallError as exc:
+                self.admission.failed(ask, exc)
+                failed = self._retried(claim, agent, exc)
+                if failed is None:
+                    self.steps.end(claim)
+                    return "retry"
+            following = agent.fallback.after(index, failed)
+            if following is None:
+                raise self.fallbacks.exhausted(claim, agent, index, failed)
+            claim = self.fallbacks.switch(claim, flight, agent, index, following, failed)
+            index = following
         self.admission.used(ask, reply)
         # 5. check
-        message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, agent.model.prices)
+        message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, model)
         if not self._checked(agent, claim, message, flight):
             self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
             return "retry"
@@ -185,31 +195,39 @@ class ModelStep:
 
     # ---------------------------------------------------------------- call
 
-    def _call(self, agent: AgentDefinition, prompt: list[Message], claim: Claim) -> ModelReply:
-        """The model call. A streamed run's gets the callback that publishes each delta, and its
-        deltas are all stored when this returns or raises, before anything of the step commits."""
+    def _call(self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim) -> ModelReply:
+        """The call of `model` (the agent's, or a fallback's). A streamed run's gets the callback that
+        publishes each delta; its deltas are all stored when this returns or raises, before any commit."""
         timeout = self.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         record = claim.record
         context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
-        with tracing.model_call(agent.model, record, stream=record.stream, structured=output is not None) as span:
+        with tracing.model_call(model, record, stream=record.stream, structured=output is not None) as span:
             if record.stream:
-                reply = self._streamed(agent, prompt, claim, context)
+                reply = self._streamed(agent, model, prompt, claim, context)
             else:  # only streamed runs write live events: no cost to any other step
-                reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+                reply = model.invoke(prompt, agent.tool_specs(), context=context)
             span.reply(reply)
             return reply
 
     def _streamed(
-        self, agent: AgentDefinition, prompt: list[Message], claim: Claim, context: CallContext
+        self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim, context: CallContext
     ) -> ModelReply:
         """The call of a streamed run: each delta published, and all stored before it returns or raises."""
         live = LiveStep(self.sink(), claim, self.store.clock, timeouts=self.steps.timeouts)
         live.begin()
         try:
-            return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
+            return model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
         finally:
             live.end()
+
+    def _retried(self, claim: Claim, agent: AgentDefinition, exc: ModelCallError) -> ModelCallError | None:
+        """None when the failed call was parked for a retry; else the error its model failed with
+        for good (`exc`, or that of a provider asking to wait too long), for the fallback stage."""
+        try:
+            return None if self._retry(claim, agent, exc) else exc
+        except ModelCallError as final:
+            return final
 
     def _retry(self, claim: Claim, agent: AgentDefinition, exc: ModelCallError) -> bool:
         """Park the run for another try of a failed call if the agent's retry policy says so."""
@@ -330,12 +348,17 @@ class ModelStep:
         return "tools"
 
 
-def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, prices: Prices | None) -> Message:
-    """The reply as the message the store will hold: call ids unique and storable, text storable
-    (what a model says is untrusted: ARCHITECTURE.md, "What comes from outside"), its usage costed at `prices`."""
+def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, model: Model) -> Message:
+    """The reply of `model` as the message the store will hold: call ids unique and storable,
+    text storable (what a model says is untrusted: ARCHITECTURE.md, "What comes from outside"),
+    its usage costed at the model's prices, and the model named as its provider named it (else
+    by its id)."""
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
-    return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message(prices)
+    named = storable_name(reply.response_model or model.id, MODEL_NAME_MAX)
+    return ModelReply(content=content, tool_calls=calls, usage=reply.usage, response_model=named).to_message(
+        model.prices
+    )
 
 
 def _invalid_output(agent: AgentDefinition, message: Message) -> ModelCallError | None:

@@ -93,6 +93,7 @@ COMMIT = (
         n_messages=runs.c.n_messages + bindparam("b_count", type_=Integer),
         attempts=0,
         retries=0,
+        model_index=None,
         lease_owner=None,
         lease_expires_at=None,
         publish_after=bindparam("b_publish_after", type_=Float),
@@ -135,10 +136,12 @@ SESSION_OWNER = select(sessions.c.user_id).where(sessions.c.session_id == bindpa
 
 
 #: A message's own columns (what a step writes), before its usage.
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error")
+_MESSAGE_FIELDS = (
+    "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error", "model",
+)  # fmt: skip
 #: The message columns a write appends, in the order `message_arrays` gives them.
 _APPENDED = (*_MESSAGE_FIELDS, *USAGE_COLUMNS)
-_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, Integer, Integer, Integer, Integer, Float)
+_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, String, Integer, Integer, Integer, Integer, Float)
 
 
 def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, started: Any = None) -> CTE:

@@ -451,6 +451,35 @@ class Store(reads.Reader):
         counts = dict(attempts=runs.c.attempts - 1)
         return self._park(claim, "throttled", delay, published, publish_grace, counts, reason=reason)
 
+    def fall_back(self, claim: Claim, *, index: int, lease_seconds: float, **why: Any) -> RunRecord:
+        """Move the claimed model step on to the model at `index` of its agent's fallback chain,
+        before the worker calls it: the same step (same seq, still RUNNING, the lease renewed),
+        its retries counted again for that model, under a new epoch so that the live events of
+        the call that failed sort before those of the next; logged as "fallback" with `why`
+        (the models, the error) at the epoch of the call that failed. A worker that dies in the
+        next call leaves `model_index` for the step taken back. FencedError if the claim was lost."""
+        now = self.clock()
+        with self.engine.begin() as conn:
+            record = self.move(
+                claim.run_id,
+                src=(S.RUNNING,),
+                dst=S.RUNNING,
+                epoch=claim.epoch,
+                bump_epoch=True,
+                extra_where=held(claim, now),
+                conn=conn,
+                model_index=index,
+                retries=0,
+                lease_expires_at=now + lease_seconds,
+            )
+            if record is None:
+                raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before its fallback")
+            self.log_event(
+                conn, claim.run_id, "fallback", record.seq, index=index, **why,
+                n_messages=record.n_messages, epoch=claim.epoch,
+            )  # fmt: skip
+            return record
+
     def _park(
         self,
         claim: Claim,

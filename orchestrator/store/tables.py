@@ -94,6 +94,10 @@ runs = Table(
     # from the producer's own definition, else the catalog's live one; NULL when neither was
     # there (a producer without the agent and no worker serving it yet) or written before.
     Column("definition_hash", String(64), nullable=True),
+    # The place in its agent's fallback chain of the model its current model step calls
+    # (`orchestrator.models.fallback`, migration 0017); NULL: 0, the agent's own model. Written
+    # by a fallback before it calls the next model; a commit and a continue clear it.
+    Column("model_index", SmallInteger, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -150,6 +154,9 @@ messages = Table(
     # a step's own commit carries (a model step's reply, a tool step's last result), NULL on
     # every other row. Its commit's `created_at` minus this is how long the step took.
     Column("step_started_at", Float, nullable=True),
+    # The model that wrote an assistant message, as its provider named it, else its configured
+    # id (migration 0017; NULL on other roles and older rows): a fallback's reply names it.
+    Column("model", String(256), nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # Metrics read the rows written since they last looked (`store/metrics.py`; migration 0010).

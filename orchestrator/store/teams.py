@@ -221,6 +221,7 @@ class Teams:
             next_step="model",
             attempts=0,
             retries=0,
+            model_index=None,
             publish_grace=publish_grace,
         )
         if moved is not None and paused:

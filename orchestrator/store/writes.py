@@ -61,6 +61,7 @@ def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grac
         lease_expires_at=None,
         attempts=0,
         retries=0,
+        model_index=None,
         publish_after=due_at(S.QUEUED, now, publish_grace=publish_grace),
         content=None,
         error_type=None,

@@ -230,6 +230,16 @@ Agent(
 )
 
 
+#: A model that the chaos test of a fallback makes fail for good, and the one it falls back on.
+FALLBACK_AGENT = "chaos-fallback"
+Agent(
+    name=FALLBACK_AGENT,
+    model=MarkedChat(id="scripted-primary"),
+    fallback_models=[MarkedChat(id="scripted-backup")],
+    retries=0,
+)
+
+
 def calls(*keys: str, name: str = "effect") -> list[dict[str, Any]]:
     """One scripted tool batch: a call of `name` per key."""
     return [{"tool": name, "arguments": {"key": k}} for k in keys]

@@ -1,15 +1,19 @@
 """A model that fails: transient errors are retried after Retry-After, persistent ones end the
-run in ERROR after the agent's retries, with the conversation kept."""
+run in ERROR after the agent's retries, with the conversation kept; a model that fails for good
+hands the step to its fallback, and a worker killed in the fallback's call resumes on it."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 
 import pytest
 
 from orchestrator import RunStatus
-from orchestrator.testing.script import Fault
-from tests.chaos.agents import calls
+from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.testing.waiting import wait_until
+from tests.chaos.agents import FALLBACK_AGENT, calls
 from tests.chaos.harness import Cluster
 
 pytestmark = pytest.mark.chaos
@@ -45,3 +49,35 @@ def test_a_model_that_answers_500_forever_ends_in_error_after_the_agents_retries
     assert cluster.model_calls(run_id) == {0: 1, 1: 1, 2: 1}  # 1 + the agent's 2 retries
     assert [(m.role, m.content) for m in out.messages] == [("system", "Do what the script says."), ("user", "hello")]
     assert cluster.events(run_id) == ["retry", "retry", "error"]
+
+
+def test_a_worker_killed_in_a_fallback_models_call_resumes_the_step_on_the_fallback(cluster: Cluster) -> None:
+    # Given a primary model that fails for good, and its fallback's call held in flight
+    primary = ScriptConfig(faults=[Fault(status=500, times=None, message="primary is down")])
+    cluster.script(by_model={"scripted-primary": primary, "scripted-backup": ScriptConfig(final_text="backup: {user}")})
+    cluster.model.holding.hold("scripted-backup")
+    cluster.start_worker()
+    cluster.start_sweeper()
+    run_id = cluster.client.start(FALLBACK_AGENT, input="hello").run_id
+    wait_until(
+        lambda: any(r["model"] == "scripted-backup" for r in cluster.model.requests_for(run_id)),
+        timeout=20, what="the fallback model's call to be in flight",
+    )  # fmt: skip
+    assert cluster.store.get_record(run_id).model_index == 1  # written before the call
+    [marker] = cluster.dir.glob(f"model-{run_id}-0.*")  # both calls of the step, one process
+
+    # When the pool process making the fallback's call is killed
+    os.kill(int(marker.suffix[1:]), signal.SIGKILL)
+    cluster.model.holding.release()
+
+    # Then the step, taken back once its lease expired, calls the fallback, not the primary again
+    out = cluster.wait_final([run_id])[run_id]
+    assert out.status == RunStatus.COMPLETED and out.content == "backup: hello"
+    models = [r["model"] for r in cluster.model.requests_for(run_id)]
+    assert models == ["scripted-primary", "scripted-backup", "scripted-backup"]
+    assert out.messages[-1].model == "scripted-backup"
+    # Taken back by the sweeper (lease_expired) or by the killed task's redelivery (no event),
+    # under a later claim than the fallback's (its claim was epoch 1, the fallback moved it to 2)
+    assert [e for e in cluster.events(run_id) if e != "lease_expired"] == ["fallback"]
+    [epoch] = cluster.answer_epochs(run_id)
+    assert epoch is not None and epoch >= 3

@@ -19,7 +19,8 @@ from orchestrator import Agent, Client, RunStatus, ToolContext
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
 from orchestrator.steps.inflight import InFlight
-from orchestrator.store import Store, forget_stores
+from orchestrator.store import Claim, Store, forget_stores
+from orchestrator.store.transcripts import Transcript
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
 from orchestrator.testing.waiting import wait_until
@@ -116,6 +117,25 @@ def test_one_beat_renews_every_held_step_and_drops_those_whose_claim_is_gone(db_
     assert expiry(store, live) > before[live.run_id] + 25
     assert (live.renewing, fenced.renewing, cancelled.renewing) == (True, False, False)
     assert store.get_record(fenced.run_id).lease_expires_at == before[fenced.run_id]  # not revived
+
+
+def test_a_beat_that_names_the_epoch_a_fallback_just_left_keeps_renewing_the_step(db_url: str, store: Store) -> None:
+    settings = make_settings(db_url, "memory://", lease_seconds=60.0)
+    step = held_step(store)
+    # Given a step moving to its fallback model: the move committed (new epoch), and the step's
+    # record still names the old one, as a beat that read it just before the move does
+    step.moves += 1
+    held = Claim(record=store.get_record(step.run_id), transcript=Transcript())
+    moved = store.fall_back(held, index=1, lease_seconds=60.0, error={"type": "E", "message": "m"})
+
+    Heartbeat(store, settings, lambda: [step]).beat()
+
+    # Then that renewal failed (it named the old epoch) without the claim taken for lost
+    assert step.renewing
+    step.epoch, step.moves = moved.epoch, step.moves + 1
+    before = expiry(store, step)
+    Heartbeat(store, settings, lambda: [step]).beat()
+    assert step.renewing and expiry(store, step) >= before
 
 
 def test_a_step_past_its_hard_time_limit_is_no_longer_renewed(db_url: str) -> None:

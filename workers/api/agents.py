@@ -54,6 +54,11 @@ class AgentVersion(BaseModel):
         default_factory=dict,
         description='its spending limits by scope ("run", "session", "user"), e.g. {"run": {"max_cost": 0.5}}',
     )
+    fallback_models: dict[str, list[dict[str, str | None]]] = Field(
+        default_factory=dict,
+        description='the models it falls back on, by list ("on_error", "on_rate_limit", "on_context_overflow"), '
+        "each model's provider and id in the order they are tried",
+    )
     first_seen: float = Field(description="when a worker first served it (UNIX seconds)")
     last_seen: float = Field(description="when a worker last said it serves it (UNIX seconds)")
     live: bool = Field(description="a worker said so within the live window")
@@ -75,6 +80,7 @@ class AgentVersion(BaseModel):
             queue=d.queue,
             tool_queue=d.tool_queue,
             budgets=d.budgets,
+            fallback_models=d.fallback_models,
             first_seen=entry.first_seen,
             last_seen=entry.last_seen,
             live=entry.live,

@@ -98,6 +98,8 @@ def _line(entry: Entry, versions: int) -> str:
     model = f"{d.model.get('provider') or '?'}/{d.model.get('id')}"
     queues = f" queue={d.queue}" if d.queue else ""
     queues += f" tool_queue={d.tool_queue}" if d.tool_queue else ""
+    fallbacks = [m.get("id") for ms in d.fallback_models.values() for m in ms]
+    queues += f" fallback={','.join(str(f) for f in fallbacks)}" if fallbacks else ""
     more = f" ({versions} definitions)" if versions > 1 else ""
     return f"{d.name}  {d.kind}  {_seen(entry)}  {d.hash[:12]}  {model}{queues}{more}"
 

@@ -136,6 +136,10 @@ def step_line(step: Step) -> str:
         parts.append(f"{step.tool_errors} tool error(s)")
     if step.worker is not None:
         parts.append(f"on {step.worker} task {step.task_id}")
+    if step.model is not None:
+        parts.append(f"model {step.model}")
+    for fallback in step.fallbacks:
+        parts.append(f"fell back {fallback.failed_model} -> {fallback.model} ({fallback.error.type})")
     if step.error is not None:
         parts.append(f"{step.error.type}: {_line(step.error.message)}")
     if step.task == "decision":
@@ -208,6 +212,8 @@ def describe(event: RunEvent) -> str:
             parts.append(("error: " if event.tool.tool_call_error else "-> ") + _line(event.tool.result))
     if event.member_run_id is not None:
         parts.append(f"member {event.member_agent} {event.member_run_id}")
+    if event.event == "FallbackModelActivated":
+        parts.append(f"{event.failed_model} -> {event.model}")
     if event.error is not None:
         parts.append(f"{event.error.type}: {_line(event.error.message)}")
     if event.event in ("RunCompleted", "MemberRunCompleted") and event.content is not None:

@@ -517,7 +517,7 @@ function timeline(run, steps, log) {
   steps.forEach((step, i) => put(step.position, [step.seq, 1, i], stepNode(step)));
   log.forEach((entry, i) => {
     const d = entry.detail || {};
-    if ((entry.kind === "error" && !d.member_run_id) || entry.kind === "retry") return; // on their step
+    if ((entry.kind === "error" && !d.member_run_id) || entry.kind === "retry" || entry.kind === "fallback") return; // on their step
     if (entry.kind === "decision" || (entry.kind === "resume" && d.to !== "WAITING")) return; // on the decision step
     const opens = ["delegate", "fan_in", "paused"].includes(entry.kind) || (entry.kind === "continue" && d.to !== "WAITING");
     put(d.n_messages ?? messages.length, [entry.seq ?? 0, opens ? 0 : 2, i], logNode(entry));
@@ -549,6 +549,8 @@ function stepNode(step) {
     el("span", { text: `attempt ${step.attempt}` }),
     el("span", { title: "from its claim to its last write (where the claim was not stamped: from when it could start, queue time included)", text: took_ }),
     step.metrics ? el("span", { text: tokens(step.metrics) }) : null,
+    step.model ? el("span", { class: "model", text: `model ${step.model}` }) : null,
+    (step.fallbacks || []).map((f) => el("div", { class: "fallback", text: `fell back: ${f.failed_model} → ${f.model} after ${f.error.type}: ${f.error.message}` })),
     step.tool_errors ? el("span", { class: "flag", text: `${step.tool_errors} tool error${step.tool_errors > 1 ? "s" : ""}` }) : null,
     el("span", { class: "muted", title: "a step's worker is known while it holds its lease; a commit clears it", text: `worker ${worker}` }),
     step.error ? el("div", { class: "error", text: `${step.error.type}: ${step.error.message}` }) : null,
