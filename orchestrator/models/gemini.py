@@ -85,7 +85,7 @@ class Gemini(Model):
         prices: Prices | None = None,
         rate_limit: RateLimit | None = None,
     ) -> None:
-        if importlib.util.find_spec("google.genai") is None:
+        if not _sdk_installed():
             raise ConfigurationError(
                 f"Gemini(id={id!r}) needs Google's google-genai SDK: install it with pip install '{EXTRA}'"
             )
@@ -230,6 +230,13 @@ class Gemini(Model):
 
     def _client(self, api_key: str, timeout: float) -> genai.Client:
         return client_for(self.resolved_base_url(), self.api_version, api_key, timeout)
+
+
+def _sdk_installed() -> bool:
+    try:
+        return importlib.util.find_spec("google.genai") is not None
+    except (ImportError, ValueError):  # `google` is not a package here, or the module was blocked
+        return False
 
 
 def client_for(base_url: str, api_version: str | None, api_key: str, timeout: float) -> genai.Client:
