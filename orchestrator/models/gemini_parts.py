@@ -1,10 +1,11 @@
 """Ratchet's transcript as Gemini's Contents and Parts, and Gemini's replies read back as a `ModelReply`.
 
 The transcript stays provider-neutral (Agno's `Message` fields, the OpenAI Chat shape of
-`tool_calls`), so a run begun on another provider continues on Gemini and back. On the way out:
-system messages become the `system_instruction`; user text a "user" Content; an assistant message
-a "model" Content with its text and one `function_call` Part per call; the tool results after it
-one "user" Content of `function_response` Parts, put back in the order of the calls they answer
+`tool_calls`), so a run begun on another provider continues on Gemini and back. On the way out, as
+the Gemini API's JSON (`Gemini.request` says why not the SDK's types): system messages become the
+`systemInstruction`; user text a "user" Content; an assistant message
+a "model" Content with its text and one `functionCall` Part per call; the tool results after it
+one "user" Content of `functionResponse` Parts, put back in the order of the calls they answer
 (tools commit as they finish, in any order) and named by the call they answer. Gemini gives its
 calls no id (or one of its own, kept), and is sent none: it matches results by name and order.
 
@@ -24,6 +25,7 @@ finish reason (a stream cut short) is malformed and retryable, as the OpenAI ada
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,11 +38,12 @@ from orchestrator.usage import reported_usage
 if TYPE_CHECKING:
     from google.genai import types
 
-#: The thought signature the function calls sent back carry. Gemini 3 models refuse a turn's function
-#: calls without the signature they were issued with, and a provider-neutral transcript keeps none (a
-#: call may also have come from another provider); this is the value Gemini takes for a call it did not
-#: sign. Only the first call of a turn carries one, as Gemini sends them.
-UNSIGNED = b"skip_thought_signature_validator"
+#: The thought signature the function calls sent back carry (base64, as the JSON carries bytes).
+#: Gemini 3 models refuse a turn's function calls without the signature they were issued with, and a
+#: provider-neutral transcript keeps none (a call may also have come from another provider); this is
+#: the value Gemini takes for a call it did not sign. Only the first call of a turn carries one, as
+#: Gemini sends them.
+UNSIGNED = base64.b64encode(b"skip_thought_signature_validator").decode()
 #: Finish reasons of a reply withheld for what it says (or would have said).
 BLOCKED = frozenset(
     {
@@ -60,21 +63,20 @@ BLOCKED = frozenset(
 BAD_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MALFORMED_RESPONSE"})
 
 
-def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[types.Content]]:
-    """The system instruction (None without one) and the Contents of a transcript."""
-    from google.genai import types
-
+def gemini_contents(messages: Sequence[Message]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The `systemInstruction` (None without one) and the `contents` of a transcript, as the Gemini
+    API's JSON carries them (`orchestrator.models.gemini` says why not as the SDK's types)."""
     system: list[str] = []
-    contents: list[types.Content] = []
+    contents: list[dict[str, Any]] = []
     # The last assistant turn's calls: id -> (its place in the turn, its name).
     calls: dict[str, tuple[int, str]] = {}
-    results: list[tuple[int, int, types.Part]] = []
+    results: list[tuple[int, int, dict[str, Any]]] = []
 
-    def add(role: str, parts: list[types.Part]) -> None:
-        if contents and contents[-1].role == role and contents[-1].parts is not None:
-            contents[-1].parts.extend(parts)
+    def add(role: str, parts: list[dict[str, Any]]) -> None:
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
         elif parts:
-            contents.append(types.Content(role=role, parts=parts))
+            contents.append({"role": role, "parts": parts})
 
     def flush() -> None:
         add("user", [part for *_, part in sorted(results, key=lambda r: (r[0], r[1]))])
@@ -90,34 +92,28 @@ def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[types
             if message.content:
                 system.append(message.content)
         elif message.role == "user":
-            add("user", [types.Part(text=message.content or "")])
+            add("user", [{"text": message.content or ""}])
         else:
             turn = message.calls
             calls = {call.id: (i, call.name) for i, call in enumerate(turn)}
             add("model", _model_parts(message.content, turn))
     flush()
-    return ("\n\n".join(system) or None), contents
+    return ({"parts": [{"text": "\n\n".join(system)}]} if system else None), contents
 
 
-def _model_parts(content: str | None, calls: list[ToolCall]) -> list[types.Part]:
-    from google.genai import types
-
-    parts = [types.Part(text=content)] if content else []
+def _model_parts(content: str | None, calls: list[ToolCall]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"text": content}] if content else []
     for i, call in enumerate(calls):
-        function_call = types.FunctionCall(name=call.name, args=call.arguments_dict())
-        parts.append(
-            types.Part(function_call=function_call, thought_signature=UNSIGNED)
-            if i == 0
-            else types.Part(function_call=function_call)
-        )
+        part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments_dict()}}
+        if i == 0:
+            part["thoughtSignature"] = UNSIGNED
+        parts.append(part)
     return parts
 
 
-def _function_response(message: Message, name: str) -> types.Part:
-    from google.genai import types
-
+def _function_response(message: Message, name: str) -> dict[str, Any]:
     key = "error" if message.tool_call_error else "result"
-    return types.Part(function_response=types.FunctionResponse(name=name, response={key: message.content or ""}))
+    return {"functionResponse": {"name": name, "response": {key: message.content or ""}}}
 
 
 def gemini_usage(usage: Any) -> dict[str, int]:

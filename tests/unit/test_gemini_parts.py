@@ -3,6 +3,7 @@ cannot be an answer (blocked, cut by max_output_tokens, a call Gemini could not 
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -56,23 +57,21 @@ def test_a_transcript_becomes_a_system_instruction_and_alternating_contents() ->
         Message(role="user", content="thanks"),
     ]
     system, contents = gemini_contents(messages)
-    assert system == "Be brief."
-    assert [c.role for c in contents] == ["user", "model", "user"]
-    model_parts = contents[1].parts or []
-    assert model_parts[0].text == "Looking."
-    assert [(p.function_call.name, p.function_call.args) for p in model_parts[1:] if p.function_call] == [
-        ("search", {"q": "x"}),
-        ("fetch", {}),
+    assert system == {"parts": [{"text": "Be brief."}]}
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    assert contents[1]["parts"] == [
+        {"text": "Looking."},
+        # The first call of the turn carries the signature Gemini takes for calls it did not sign
+        {"functionCall": {"name": "search", "args": {"q": "x"}}, "thoughtSignature": UNSIGNED},
+        {"functionCall": {"name": "fetch", "args": {}}},
     ]
-    # The first call of the turn carries the signature Gemini takes for calls it did not sign
-    assert [p.thought_signature for p in model_parts[1:]] == [UNSIGNED, None]
+    assert base64.b64decode(UNSIGNED) == b"skip_thought_signature_validator"
     # The results go back in call order, named by the call they answer, the user's text after them
-    answers = contents[2].parts or []
-    assert [(p.function_response.name, p.function_response.response) for p in answers[:2] if p.function_response] == [
-        ("search", {"result": "found"}),
-        ("fetch", {"error": "boom"}),
+    assert contents[2]["parts"] == [
+        {"functionResponse": {"name": "search", "response": {"result": "found"}}},
+        {"functionResponse": {"name": "fetch", "response": {"error": "boom"}}},
+        {"text": "thanks"},
     ]
-    assert answers[2].text == "thanks"
 
 
 def test_text_and_calls_are_read_thoughts_left_out() -> None:
