@@ -200,6 +200,7 @@ def test_resource_exhausted_is_retryable_after_the_delay_of_its_retry_info(serve
     error = failure(model)
     assert (error.retryable, error.kind, error.status_code, error.retry_after) == (True, "RateLimitError", 429, 7.0)
     assert "RESOURCE_EXHAUSTED" in str(error)
+    assert len(server.requests) == 1, "the SDK does not retry: Ratchet's retry policy does"
     assert ask(model).tool_calls, "the fault fires once per conversation, so the retry succeeds"
 
 
@@ -256,3 +257,36 @@ def test_without_the_sdk_a_gemini_is_a_configuration_error_naming_the_extra(monk
     monkeypatch.setitem(sys.modules, "google.genai", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'ratchet-agents\[gemini\]'"):
         Gemini(id="gemini-x")
+
+
+def test_the_key_may_be_a_file_named_by_google_api_key_file(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY")
+    (tmp_path / "key").write_text(OTHER_KEY + "\n")
+    monkeypatch.setenv("GOOGLE_API_KEY_FILE", str(tmp_path / "key"))
+    ask(gemini(server), tools=[])
+    assert [r["key_last4"] for r in server.requests] == [OTHER_KEY[-4:]]
+
+
+def test_googles_400_for_an_invalid_key_is_an_authentication_error(server: ScriptedServer) -> None:
+    # Gemini refuses a bad key with 400 INVALID_ARGUMENT and the reason API_KEY_INVALID
+    body = {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+                      "status": "INVALID_ARGUMENT", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                                                 "reason": "API_KEY_INVALID"}]}}  # fmt: skip
+    server.configure(ScriptConfig(faults=[Fault(status=400, body=json.dumps(body))]))
+    error = failure(gemini(server))
+    assert (error.retryable, error.kind, error.status_code) == (False, "AuthenticationError", 400)
+    assert "API key not valid" in str(error) and "GOOGLE_API_KEY" in str(error)
+
+
+def test_the_provider_and_the_span_say_gemini_and_its_server_never_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_GEMINI_BASE_URL", raising=False)
+    model = Gemini(id="gemini-2.5-flash", api_key=GOOD_KEY, temperature=0.3)
+    assert model.provider == "gcp.gemini" and model.describe() == "Gemini(id='gemini-2.5-flash')"
+    assert model.span_attributes() == {
+        "server.address": "generativelanguage.googleapis.com",
+        "server.port": 443,
+        "gen_ai.request.temperature": 0.3,
+    }
+    assert GOOD_KEY not in repr(vars(model).get("base_url")) and GOOD_KEY not in model.describe()
