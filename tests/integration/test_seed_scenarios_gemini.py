@@ -13,6 +13,7 @@ from orchestrator.models import Gemini
 from orchestrator.settings import Settings
 from orchestrator.testing.gemini_wire import gemini_base_url
 from orchestrator.testing.server import ScriptedServer
+from tests.integration.test_model_faults_on_a_worker import redis_texts, store_texts
 from tests.integration.test_seed_scenarios import broken_tool, define
 
 GOOD_KEY = "AIzaSeed-good-key-for-the-scripted-model"
@@ -89,3 +90,6 @@ def test_a_rejected_key_leaves_an_error_row_and_continue_with_the_key_fixed_resu
     assert [m.role for m in resumed.messages] == ["system", "user", "assistant"]
     session = Client(settings).get_session(session_id)
     assert session is not None and [r.run_id for r in session.runs] == [failed.run_id]
+    # Neither key reached the store nor the broker (the API key tests do every form; this is Gemini's)
+    texts = [*store_texts(settings.database_url), *redis_texts(settings.broker_url)]
+    assert not [t for t in texts if BAD_KEY in t or GOOD_KEY in t or BAD_KEY[-10:] in t]
