@@ -168,10 +168,18 @@ class Gemini(Model):
             api_key=api_key,
             timeout=timeout,
         )
-        while (chunk := guarded(lambda: next(chunks, None), model=self, api_key=api_key, timeout=timeout)) is not None:
-            text = read_guarded(self, api_key, reader.feed, chunk)
-            if text:
-                on_delta(text)
+        try:
+            while (
+                chunk := guarded(lambda: next(chunks, None), model=self, api_key=api_key, timeout=timeout)
+            ) is not None:
+                text = read_guarded(self, api_key, reader.feed, chunk)
+                if text:
+                    on_delta(text)  # what it raises is the caller's, and propagates as it is
+        finally:
+            # A stream left mid-way (a failure, or `on_delta` raising) ends the SDK's generator now.
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
         return read_guarded(self, api_key, reader.reply)
 
     def request(

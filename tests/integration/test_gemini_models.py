@@ -290,3 +290,16 @@ def test_the_provider_and_the_span_say_gemini_and_its_server_never_the_key(monke
         "gen_ai.request.temperature": 0.3,
     }
     assert GOOD_KEY not in repr(vars(model).get("base_url")) and GOOD_KEY not in model.describe()
+
+
+def test_what_on_delta_raises_is_the_callers_and_the_next_calls_are_served(server: ScriptedServer) -> None:
+    server.configure(ScriptConfig(final_text="a b c d"))
+    model = gemini(server)
+
+    def refuse(text: str) -> None:
+        raise LookupError("the reader went away")
+
+    for _ in range(3):
+        with pytest.raises(LookupError, match="went away"):
+            ask(model, tools=[], on_delta=refuse)
+    assert ask(model, tools=[], on_delta=lambda text: None).content == "a b c d"
