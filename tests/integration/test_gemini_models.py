@@ -220,9 +220,11 @@ def test_a_connection_failure_is_retryable(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_reply_that_trickles_in_fails_at_the_whole_call_deadline(server: ScriptedServer) -> None:
+    model = gemini(server, timeout=0.5)
+    ask(model, tools=[])  # the SDK imported and the client made: they are no part of the call's time
     server.configure(ScriptConfig(trickle_s=0.01))  # a body of some 600 bytes: 6 s at this pace
     started = time.monotonic()
-    error = failure(gemini(server, timeout=0.5))
+    error = failure(model)
     assert (error.retryable, error.kind) == (True, "APITimeoutError")
     assert time.monotonic() - started < 3 and "0.5s" in str(error)
 
@@ -303,3 +305,14 @@ def test_what_on_delta_raises_is_the_callers_and_the_next_calls_are_served(serve
         with pytest.raises(LookupError, match="went away"):
             ask(model, tools=[], on_delta=refuse)
     assert ask(model, tools=[], on_delta=lambda text: None).content == "a b c d"
+
+
+def test_a_stream_that_trickles_past_the_deadline_fails_as_a_retryable_timeout(server: ScriptedServer) -> None:
+    server.configure(ScriptConfig(final_text="one two three four five six seven eight", chunk_delay_s=0.2))
+    model = gemini(server, timeout=0.5)
+    ask(model, tools=[])  # the SDK imported and the client made: they are no part of the call's time
+    deltas: list[str] = []
+    started = time.monotonic()
+    error = failure(model, tools=[], on_delta=deltas.append)
+    assert (error.retryable, error.kind) == (True, "APITimeoutError")
+    assert time.monotonic() - started < 1.2 and 0 < len(deltas) < 8
