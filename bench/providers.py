@@ -10,6 +10,11 @@ provider can make dearer, measured alone: a whole step's ratio can only be neare
 times `calls` calls of every adapter in turn (OpenAIChat first), its figure the median call; the
 ratio is the median of the per-round ratios to OpenAIChat's, target ≤ 1.10.
 
+Then whole steps: a run of `Agent(model=...)` per adapter, inline on a SQLite store
+(`orchestrator.testing.in_memory`: the step engine a worker runs, without the broker), `BATCHES`
+model steps that call two tools, their tool steps and the final answer; its figure the time per
+step, its ratio the same median of per-round ratios (target ≤ 1.10 too).
+
 `PROVIDERS` lists the adapters measured; `python -m bench --only providers` runs it alone.
 """
 
@@ -26,9 +31,15 @@ from bench.stats import Row, Section, interleave, median, paired_ratios
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import Gemini, OpenAIChat
 from orchestrator.models.base import CallContext, Model, ToolSpec
+from orchestrator.producer import Agent
+from orchestrator.status import RunStatus
 from orchestrator.testing.gemini_wire import gemini_base_url
+from orchestrator.testing.inmemory import in_memory
+from orchestrator.testing.script import ScriptConfig
 
 KEY = "bench-key-for-the-scripted-model"
+#: The tool batches of a run measured step by step.
+BATCHES = 5
 #: Tool batches already in the transcript.
 HISTORY = 10
 TARGET = 1.10
@@ -54,7 +65,8 @@ class Served:
 @contextmanager
 def server_process() -> Iterator[Served]:
     """The scripted server in a process of its own, with its default script."""
-    argv = [sys.executable, "-m", "orchestrator.testing.server", "--port", "0"]
+    script = ScriptConfig(tool_batches=BATCHES, calls_per_batch=2, chat=True).model_dump_json()
+    argv = [sys.executable, "-m", "orchestrator.testing.server", "--port", "0", "--config", script]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -88,7 +100,45 @@ def transcript() -> list[Message]:
 
 def measure(*, rounds: int, calls: int) -> Section:
     with server_process() as server:
-        return _measure(server, rounds=rounds, calls=calls)
+        section = _measure(server, rounds=rounds, calls=calls)
+        _measure_steps(server, section, rounds=rounds)
+    return section
+
+
+def lookup(query: str) -> str:
+    """Look a thing up (the benchmark's tool: its result at once)."""
+    return f"found {query}"
+
+
+def _measure_steps(server: Served, section: Section, *, rounds: int) -> None:
+    builds = [("openai", lambda s: OpenAIChat(id="bench-openai", api_key=KEY, base_url=s.url)), *PROVIDERS]
+    agents = [
+        (name, Agent(name=f"bench-providers-{name}", model=build(server), tools=[lookup])) for name, build in builds
+    ]
+    with in_memory():
+
+        def per_step(agent: Agent) -> Callable[[], float]:
+            def one() -> float:
+                started = time.perf_counter()
+                out = agent.run("go")
+                assert out.status == RunStatus.COMPLETED, out.error
+                steps = 2 * BATCHES + 1
+                return (time.perf_counter() - started) * 1000 / steps
+
+            return one
+
+        for _, agent in agents:
+            per_step(agent)()
+        samples = interleave(rounds, *(per_step(agent) for _, agent in agents))
+    setup = f"inline on SQLite, runs of {BATCHES} two-call batches ({2 * BATCHES + 1} steps)"
+    section.rows.append(Row("Step, OpenAIChat", setup, samples[0], "ms", digits=3))
+    for (name, agent), mine in zip(agents[1:], samples[1:], strict=True):
+        ratio = median(paired_ratios(mine, samples[0]))
+        section.rows.append(
+            Row(f"Step, {type(agent.model).__name__}", setup, mine, "ms", ratio=ratio, ratio_note="vs OpenAIChat",
+                target=f"≤ {TARGET:.2f}x", met=ratio <= TARGET, digits=3)
+        )  # fmt: skip
+        section.numbers[f"provider_step_ratio_{name}"] = ratio
 
 
 def _measure(server: Served, *, rounds: int, calls: int) -> Section:
