@@ -23,7 +23,8 @@ narrow every phase, but costs some 10 µs more per phase).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx2
 import openai
@@ -35,7 +36,13 @@ _FLOOR = 0.001
 
 def deadline_client(timeout: float) -> httpx2.Client:
     """The SDK's default httpx client with a whole-call deadline on every request."""
-    return _Client(timeout=timeout, event_hooks={"request": [_start], "response": [_watch_body]})
+    return _Client(timeout=timeout, event_hooks=deadline_hooks())
+
+
+def deadline_hooks() -> dict[str, list[Callable[..., Any]]]:
+    """The event hooks that give an httpx2 client's every request its whole-call deadline (for
+    another SDK's client: the Gemini adapter's)."""
+    return {"request": [_start], "response": [_watch_body]}
 
 
 class _Client(openai.DefaultHttpxClient):

@@ -6,7 +6,8 @@
 It serves Chat Completions (`POST /v1/chat/completions`), the Responses API (`POST /v1/responses`)
 and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says, with bodies built
 from the openai package's types (`orchestrator.testing.replies`); a request with `stream: true`
-gets server-sent events in its API's format (`orchestrator.testing.streams`). Test hooks:
+gets server-sent events in its API's format (`orchestrator.testing.streams`). It speaks the Gemini
+API too (`orchestrator.testing.gemini_wire`). Test hooks:
 `GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
 lists the requests served, `POST /_reset` clears that log and the fault budgets; in Python,
 `holding` keeps calls in flight until the test releases them (`orchestrator.testing.holding`).
@@ -31,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import ValidationError
 
 from orchestrator.testing.conversation import last_user_text, output_format_name, request_conversation
+from orchestrator.testing.gemini_wire import GeminiExchange, gemini_route
 from orchestrator.testing.holding import Holding
 from orchestrator.testing.replies import chat_completion, error_reply, model_list, response_object
 from orchestrator.testing.script import (
@@ -206,6 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         """Serve the two model APIs and `/_reset`."""
+        if (gemini := gemini_route(self.path)) is not None:
+            GeminiExchange(self, gemini).serve()  # the Gemini API (`orchestrator.testing.gemini_wire`)
+            return
         path = self._path()
         if path == "/_reset":
             self._read_body()

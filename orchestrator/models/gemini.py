@@ -1,0 +1,286 @@
+"""`Gemini`: Google's Gemini models through the official `google-genai` SDK (the Gemini API).
+
+    Gemini(id="gemini-2.5-flash")            # key from GOOGLE_API_KEY (or GEMINI_API_KEY) at each call
+    Gemini(id="gemini-2.5-pro", thinking_budget=1024, prices=Prices(input=1.25, output=10))
+
+Agno's name and constructor (`id`, the sampling and thinking arguments, `api_key`, `timeout`,
+`request_params`). Install it with `pip install 'ratchet-agents[gemini]'`; without the SDK, building
+a `Gemini` is a `ConfigurationError` that says so, and importing Ratchet never imports the SDK.
+
+Each call goes through `client.models.generate_content` (`generate_content_stream` when the run
+streams). The key is read when a call is made, never at construction and never stored: the
+argument, else GOOGLE_API_KEY, else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the
+SDK; each may be given as a file, `..._FILE`). Clients are cached per process and per (base URL,
+API version, key, timeout), keyed by a hash of the key, and each bounds a whole call, not each read:
+its httpx2 client carries the deadline hooks of `orchestrator.models._deadline`. The SDK never
+retries (Ratchet's retry policy does, and records each attempt). The transcript is converted to
+Gemini's Contents and back in `orchestrator.models.gemini_parts`; failures are classified in
+`orchestrator.models.gemini_failures`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from orchestrator.errors import ConfigurationError, ModelCallError
+from orchestrator.messages import Message
+from orchestrator.models._keys import key_problem
+from orchestrator.models._spans import request_attributes
+from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
+from orchestrator.models.failures import read_guarded
+from orchestrator.models.gemini_failures import KEY_VARS, guarded
+from orchestrator.models.gemini_parts import GeminiReader, gemini_contents
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.usage import Prices
+
+if TYPE_CHECKING:
+    from google import genai
+    from google.genai import types
+
+#: The SDK's own variable for the Gemini API's base URL, read when no `base_url` is given.
+BASE_URL_VAR = "GOOGLE_GEMINI_BASE_URL"
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
+EXTRA = "ratchet-agents[gemini]"
+
+_MAX_CLIENTS = 16
+_clients: dict[tuple[Any, ...], genai.Client] = {}
+_clients_lock = threading.Lock()
+
+
+class Gemini(Model):
+    """A Gemini model. Sampling and thinking arguments left at None are not sent; `prices` (per
+    million tokens) give each call's cost; `rate_limit`, the provider's limits on this model id;
+    `request_params`, more fields of the SDK's `GenerateContentConfig` (`safety_settings`, ...)."""
+
+    provider = "gcp.gemini"
+
+    def __init__(
+        self,
+        id: str = "gemini-2.0-flash-001",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        api_version: str | None = None,
+        timeout: float | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        max_output_tokens: int | None = None,
+        stop_sequences: list[str] | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        seed: int | None = None,
+        thinking_budget: int | None = None,
+        include_thoughts: bool | None = None,
+        thinking_level: str | None = None,
+        safety_settings: list[Any] | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        request_params: Mapping[str, Any] | None = None,
+        prices: Prices | None = None,
+        rate_limit: RateLimit | None = None,
+    ) -> None:
+        if not _sdk_installed():
+            raise ConfigurationError(
+                f"Gemini(id={id!r}) needs Google's google-genai SDK: install it with pip install '{EXTRA}'"
+            )
+        self.id = id
+        self.prices = prices
+        self.rate_limit = rate_limit
+        # Kept private and out of describe(); only an explicitly passed key is ever held here.
+        self._api_key = api_key
+        self.base_url = base_url
+        #: The API version in the URL (None: the SDK's own, "v1" unless GOOGLE_GENAI_API_VERSION says).
+        self.api_version = api_version
+        self._timeout = timeout
+        self.default_headers = dict(default_headers or {})
+        self.request_params = dict(request_params or {})
+        self.safety_settings = safety_settings
+        values = dict(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_output_tokens=max_output_tokens,
+            stop_sequences=stop_sequences,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            seed=seed,
+        )
+        #: The sampling arguments that were set.
+        self.sampling: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+        thinking = dict(
+            thinking_budget=thinking_budget, include_thoughts=include_thoughts, thinking_level=thinking_level
+        )
+        #: The thinking arguments that were set (the SDK's `ThinkingConfig`).
+        self.thinking: dict[str, Any] = {k: v for k, v in thinking.items() if v is not None}
+
+    @property
+    def timeout(self) -> float:
+        """The HTTP timeout of one call when the caller gives none: the argument, else
+        RATCHET_MODEL_TIMEOUT's default (a worker gives its own in `CallContext.timeout`)."""
+        return self._timeout if self._timeout is not None else DEFAULT_MODEL_TIMEOUT
+
+    def resolved_base_url(self) -> str:
+        """The base URL calls go to: the argument, else GOOGLE_GEMINI_BASE_URL, else Google's."""
+        return self.base_url or env_value(BASE_URL_VAR) or DEFAULT_BASE_URL
+
+    def describe(self) -> str:
+        """Class, model id and (if set) a credential-free base URL; never the key."""
+        if not self.base_url:
+            return super().describe()
+        parts = urlsplit(self.base_url)
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        safe = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        return f"{type(self).__name__}(id={self.id!r}, base_url={safe!r})"
+
+    def span_attributes(self) -> dict[str, Any]:
+        """The server and the sampling settings, as the OpenAI adapters' spans say them."""
+        attributes = request_attributes(self.resolved_base_url(), "generate_content", self.sampling)
+        attributes.pop("openai.api.type", None)
+        return attributes
+
+    def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
+        """Make one call through the SDK; failures raise a classified `ModelCallError`. With
+        `context.on_delta` the reply is streamed, each piece of its text handed over as it arrives."""
+        api_key = self._key()
+        timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
+        client = self._client(api_key, timeout)
+        contents, config = self.request(messages, tools, context)
+        reader = GeminiReader(self.describe(), context.seq)
+        if context.on_delta is None:
+            response = guarded(
+                lambda: client.models.generate_content(model=self.id, contents=contents, config=config),
+                model=self,
+                api_key=api_key,
+                timeout=timeout,
+            )
+            read_guarded(self, api_key, reader.feed, response)
+            return read_guarded(self, api_key, reader.reply)
+        on_delta = context.on_delta
+        chunks = guarded(
+            lambda: iter(client.models.generate_content_stream(model=self.id, contents=contents, config=config)),
+            model=self,
+            api_key=api_key,
+            timeout=timeout,
+        )
+        try:
+            while (
+                chunk := guarded(lambda: next(chunks, None), model=self, api_key=api_key, timeout=timeout)
+            ) is not None:
+                text = read_guarded(self, api_key, reader.feed, chunk)
+                if text:
+                    on_delta(text)  # what it raises is the caller's, and propagates as it is
+        finally:
+            # A stream left mid-way (a failure, or `on_delta` raising) ends the SDK's generator now.
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        return read_guarded(self, api_key, reader.reply)
+
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext
+    ) -> tuple[list[types.Content], types.GenerateContentConfig]:
+        """The Contents and the `GenerateContentConfig` of one call.
+
+        The transcript and the tools go in the body as the Gemini API's JSON (`gemini_parts`), through
+        the config's `http_options.extra_body`, which the SDK documents for fields in the API's own
+        shape and merges into the body it built, over its `contents` (one empty Content here). As the
+        SDK's types, the SDK walks every Part field by field to build that same JSON: 80 ms of the
+        worker's CPU per call, GIL held, for a transcript of 32 messages; as JSON the whole call
+        costs 4.4 ms of CPU, to OpenAIChat's 2.5 (bench/providers.py: the rest is the SDK's walk of
+        the config and its reply types). The config's own fields (sampling, thinking, the output
+        schema) stay the SDK's types; its client, errors, timeouts, streaming and reply types are the
+        same either way."""
+        from google.genai import types
+
+        system, wire = gemini_contents(messages)
+        body: dict[str, Any] = {"contents": wire}
+        if system is not None:
+            body["systemInstruction"] = system
+        if tools:
+            declarations = [
+                {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters} for t in tools
+            ]
+            body["tools"] = [{"functionDeclarations": declarations}]
+        fields: dict[str, Any] = {**self.request_params, **self.sampling}
+        if self.safety_settings is not None:
+            fields["safety_settings"] = self.safety_settings
+        if self.thinking:
+            fields["thinking_config"] = types.ThinkingConfig(**self.thinking)
+        if context.output is not None:
+            fields["response_mime_type"] = "application/json"
+            fields["response_json_schema"] = context.output.schema
+        headers = {**self.default_headers, **context.headers()}
+        config = types.GenerateContentConfig(
+            **fields,
+            http_options=types.HttpOptions(headers=headers, extra_body=body),
+            # The tools are declarations for the engine to run, never Python functions for the SDK.
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        # The `contents` the SDK is given, which the body's own replace (no Part: the SDK walks each).
+        return [types.Content(role="user", parts=[])], config
+
+    def _key(self) -> str:
+        try:
+            api_key = self._api_key or next((k for k in map(env_secret, KEY_VARS) if k), None)
+        except ConfigurationError as exc:  # a ..._FILE unreadable, or both a variable and its file set
+            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
+        if not api_key:
+            raise ModelCallError(
+                f"{self.describe()}: no API key: set {KEY_VARS[0]} (or {KEY_VARS[1]}; or {KEY_VARS[0]}_FILE, a file "
+                "holding it) in the environment of the workers (it is read at each call, so no restart is needed)",
+                retryable=False,
+                kind="AuthenticationError",
+            )
+        if (problem := key_problem(api_key)) is not None:
+            where = "the API key passed as api_key=" if self._api_key else f"the API key in {' or '.join(KEY_VARS)}"
+            raise ModelCallError(
+                f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: set it again, "
+                "exactly as issued",
+                retryable=False,
+                kind="AuthenticationError",
+            )
+        return api_key
+
+    def _client(self, api_key: str, timeout: float) -> genai.Client:
+        return client_for(self.resolved_base_url(), self.api_version, api_key, timeout)
+
+
+def _sdk_installed() -> bool:
+    try:
+        return importlib.util.find_spec("google.genai") is not None
+    except (ImportError, ValueError):  # `google` is not a package here, or the module was blocked
+        return False
+
+
+def client_for(base_url: str, api_version: str | None, api_key: str, timeout: float) -> genai.Client:
+    """A cached `genai.Client` for these settings in this process; `timeout` bounds a whole call."""
+    import httpx2
+    from google import genai
+    from google.genai import types
+
+    from orchestrator.models._deadline import deadline_hooks
+
+    # The pid keeps a forked worker from reusing its parent's pool; the key is hashed so the
+    # cache's keys are not one more copy of it.
+    key = (os.getpid(), base_url, api_version, hashlib.sha256(api_key.encode()).hexdigest(), timeout)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            options = types.HttpOptions(
+                base_url=base_url,
+                api_version=api_version,
+                timeout=max(1, round(timeout * 1000)),  # milliseconds
+                httpx_client=httpx2.Client(timeout=timeout, event_hooks=deadline_hooks()),
+            )
+            client = genai.Client(api_key=api_key, vertexai=False, http_options=options)
+            if len(_clients) >= _MAX_CLIENTS:
+                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
+                _clients.pop(next(iter(_clients)))
+            _clients[key] = client
+        return client
