@@ -25,7 +25,7 @@ REQUIRED = (
     "recovery_default_s", "ttft_ratio_pg", "ttft_ratio_sqlite", "stream_step_ratio_pg", "listing_ms_pg",
     "history_step_ratio_pg", "history_step_ratio_sqlite", "page_load_1000_ms",
     "scale_x2", "scale_x4", "floor_scale_x4", "concurrency_ratio_1000",
-    "decision_ratio_pg", "decision_ratio_sqlite", "paused_tasks_pg", "paused_leases_pg",
+    "decision_ratio_pg", "decision_ratio_sqlite", "paused_tasks_pg", "paused_leases_pg", "mcp_call_ratio",
 )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -183,6 +184,13 @@ class MCPTool(Tool):
     def user_input_schema(self) -> list[dict[str, Any]]:
         return []
 
+    @functools.cached_property
+    def _validator(self) -> Any:
+        """The checker of the server's schema, in the draft the schema names (2020-12 if none)."""
+        from jsonschema import validators
+
+        return validators.validator_for(self._schema)(self._schema)
+
     def parse_arguments(self, raw: str) -> dict[str, Any]:
         """Decode the model's argument text and check it against the server's schema (so a call the
         server would refuse is not sent); ToolArgumentsError says what does not fit."""
@@ -192,11 +200,10 @@ class MCPTool(Tool):
             raise ToolArgumentsError(f"arguments are not valid JSON ({type(exc).__name__}): {raw[:200]!r}") from None
         if not isinstance(data, dict):
             raise ToolArgumentsError(f"arguments must be a JSON object, got {type(data).__name__}")
-        from jsonschema import exceptions, validators
+        from jsonschema import exceptions
 
         try:
-            validator = validators.validator_for(self._schema)(self._schema)
-            problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+            problems = sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
         except (exceptions.SchemaError, exceptions.UnknownType, RecursionError):
             problems = []  # a schema that cannot check is the server's to fix; the server checks the arguments too
         if problems:
