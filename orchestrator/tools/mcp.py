@@ -49,7 +49,8 @@ class MCPTools(Toolkit):
     """The tools of one MCP server. `command=` runs the server over stdio (its `env` merged over
     the SDK's safe defaults: PATH, HOME, ...; nothing else of the worker's environment reaches
     it); `url=` reaches it over streamable HTTP (`headers` sent with each request).
-    `timeout_seconds` bounds opening a session, the listing and each call. `tool_name_prefix`
+    `timeout_seconds` bounds each call (opening a session and the listing get at least 30 s: a
+    server its command starts may take seconds to import). `tool_name_prefix`
     offers each tool as `<prefix>_<name>`. The lists (`include_tools`, `exclude_tools`,
     `at_most_once_tools`, `requires_confirmation_tools`, `external_execution_required_tools`)
     name the server's tools by the server's names; naming one it does not list is a

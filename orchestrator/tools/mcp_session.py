@@ -49,6 +49,8 @@ Transport = Literal["stdio", "streamable-http"]
 #: (`ToolContext.idempotency_key`, `run_id:tool_call_id`: the same on every retry of the call).
 IDEMPOTENCY_META_KEY = "ratchet/idempotency_key"
 EXTRA = "ratchet-agents[mcp]"
+#: The least time opening a session and listing the tools are given.
+OPEN_SECONDS = 30.0
 
 
 class MCPToolError(Exception):
@@ -104,8 +106,11 @@ class MCPConnection:
         self.headers = dict(headers or {})
         if not (isinstance(timeout_seconds, (int, float)) and timeout_seconds > 0):
             raise ConfigurationError(f"MCPTools: timeout_seconds={timeout_seconds!r} must be a positive number")
-        #: How long opening a session, a listing and each call may take.
+        #: How long each call may take for its answer.
         self.timeout_seconds = float(timeout_seconds)
+        #: How long opening a session (with the listing) may take: a server its command starts
+        #: may take seconds to import before it answers.
+        self.open_seconds = max(OPEN_SECONDS, self.timeout_seconds)
         self._lock = threading.Lock()
         self._held: _Held | None = None
         _connections.add(self)
@@ -136,7 +141,7 @@ class MCPConnection:
             client = await stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=timeout))
             streams = await stack.enter_async_context(streamable_http_client(self.url, http_client=client))
         read, write = streams
-        session = await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=self.timeout_seconds))
+        session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         return session
 
@@ -158,7 +163,7 @@ class MCPConnection:
         from mcp.types import PaginatedRequestParams
 
         tools: list[ServerTool] = []
-        with anyio.fail_after(self.timeout_seconds):
+        with anyio.fail_after(self.open_seconds):
             async with AsyncExitStack() as stack:
                 session = await self._enter(stack)
                 cursor: str | None = None
@@ -183,7 +188,9 @@ class MCPConnection:
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         try:
-            return await held.session.call_tool(name, arguments, meta=cast("RequestParamsMeta", meta))
+            return await held.session.call_tool(
+                name, arguments, read_timeout_seconds=self.timeout_seconds, meta=cast("RequestParamsMeta", meta)
+            )
         except MCPError as exc:
             if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
                 held.close()
@@ -226,7 +233,7 @@ class MCPConnection:
         try:
             # One scope around the whole session (its task groups nest inside it): its deadline
             # bounds the opening, then is lifted for the session's life.
-            with anyio.CancelScope(deadline=anyio.current_time() + self.timeout_seconds) as scope:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.open_seconds) as scope:
                 async with AsyncExitStack() as stack:
                     session = await self._enter(stack)
                     scope.deadline = math.inf
@@ -234,7 +241,7 @@ class MCPConnection:
                     ready.set_result(held)
                     await held.done.wait()
             if scope.cancelled_caught and not ready.done():
-                raise TimeoutError(f"no session within timeout_seconds={self.timeout_seconds}")
+                raise TimeoutError(f"no session within {self.open_seconds:g} s")
         except Exception as exc:
             if not ready.done():
                 ready.set_exception(exc)
