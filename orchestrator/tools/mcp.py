@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from mcp.types import CallToolResult
     from mcp.types import Tool as ServerTool
 
-__all__ = ["IDEMPOTENCY_META_KEY", "MCPTool", "MCPToolError", "MCPTools"]
+__all__ = ["IDEMPOTENCY_META_KEY", "MCPTool", "MCPToolError", "MCPTools", "render"]
 
 
 class MCPTools(Toolkit):

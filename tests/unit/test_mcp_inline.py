@@ -6,22 +6,34 @@ worker, and the server killed mid-batch over both transports: tests/integration/
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
 
 from orchestrator import Agent, RunStatus
 from orchestrator import agent as agent_module
 from orchestrator.catalog import CatalogKeeper, entries
 from orchestrator.errors import ConfigurationError
 from orchestrator.testing import InMemoryDispatcher
-from orchestrator.testing.mcp_server import HTTPServer, free_port, read_log, server_env, stdio_command
+from orchestrator.testing.mcp_server import PIXEL, HTTPServer, free_port, read_log, server_env, stdio_command
 from orchestrator.testing.script import ScriptConfig
-from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTools
+from orchestrator.tools import ToolContext
+from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTools, render
 from tests.support import Clock, CountingModel
 
 S = RunStatus
@@ -195,3 +207,44 @@ def test_a_server_that_cannot_be_listed_or_a_missing_sdk_is_a_configuration_erro
     monkeypatch.setitem(sys.modules, "mcp", None)  # the SDK not installed
     with pytest.raises(ConfigurationError, match=r"pip install 'ratchet-agents\[mcp\]'"):
         MCPTools(url=url)
+
+
+def test_a_forked_process_opens_its_own_session_and_its_calls_reach_the_server(server: HTTPServer) -> None:
+    tools = MCPTools(url=server.url, include_tools=["echo"])
+    echo = tools.functions["echo"]
+    assert echo.call({"text": "parent"}, ToolContext(run_id="fork", tool_call_id="p")) == "parent (key fork:p)"
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of forking a process with threads: that is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
+    if child == 0:  # a pool process: the parent's session is not its own
+        try:
+            os.write(write, str(echo.call({"text": "child"}, ToolContext(run_id="fork", tool_call_id="c"))).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        assert answer.read() == "child (key fork:c)"
+    os.waitpid(child, 0)
+    assert echo.call({"text": "again"}, ToolContext(run_id="fork", tool_call_id="q")) == "again (key fork:q)"
+
+
+def test_content_blocks_are_text_as_they_are_and_others_in_one_line() -> None:
+    blob = BlobResourceContents(uri="file:///a.bin", mime_type="application/octet-stream", blob=PIXEL)
+    result = CallToolResult(
+        content=[
+            TextContent(text="first"),
+            EmbeddedResource(resource=TextResourceContents(uri="file:///a.txt", text="inside")),
+            EmbeddedResource(resource=blob),
+            AudioContent(data=PIXEL, mime_type="audio/wav"),
+            ResourceLink(uri="file:///b", name="b"),
+        ]
+    )
+    assert render(result).splitlines() == [
+        "first",
+        "inside",
+        "[resource: file:///a.bin, application/octet-stream, 68 bytes]",
+        "[audio: audio/wav, 68 bytes]",
+        "[resource link: file:///b (b)]",
+    ]
+    assert render(CallToolResult(content=[], structured_content={"total": 5})) == '{"total": 5}'
