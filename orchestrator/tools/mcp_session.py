@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import threading
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
@@ -117,10 +119,16 @@ class MCPConnection:
 
     @property
     def server(self) -> str:
-        """The server as messages name it (its command or URL; never its env or headers)."""
+        """The server as messages name it: its command (the value of an argument named like a
+        secret masked) or its URL (no user, password or query); never its env or headers. These
+        messages become tool results, which the store keeps."""
         if self.transport == "stdio":
-            return f"stdio server `{clip(shlex.join([self.command, *self.args]), 200)}`"
-        return f"streamable-http server {clip(self.url, 200)}"
+            return f"stdio server `{clip(' '.join(_masked([self.command, *self.args])), 200)}`"
+        parts = urlsplit(self.url)
+        shown = urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+        if parts.port is not None:
+            shown = urlunsplit((parts.scheme, f"{parts.hostname}:{parts.port}", parts.path, "", ""))
+        return f"streamable-http server {clip(shown, 200)}"
 
     # ------------------------------------------------------------ the session's context
 
@@ -290,6 +298,26 @@ def _split(command: str) -> tuple[str, list[str]]:
     if not parts:
         raise ConfigurationError("MCPTools: command= is empty; give the command that runs the server")
     return parts[0], parts[1:]
+
+
+#: An argument that names a secret (`--api-key`, `--token=...`, `PASSWORD=...`).
+_SECRET = re.compile(r"(key|token|secret|password|passwd|auth|credential)", re.IGNORECASE)
+
+
+def _masked(words: list[str]) -> list[str]:
+    """The words of a command with the values of secret-named arguments replaced by `***`."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if hide_next and not word.startswith("-"):
+            out.append("***")
+        elif eq and _SECRET.search(name):
+            out.append(f"{name}=***")
+        else:
+            out.append(word)
+        hide_next = word.startswith("-") and not eq and _SECRET.search(word) is not None
+    return out
 
 
 def _errlog() -> TextIO:

@@ -34,6 +34,7 @@ from orchestrator.testing.mcp_server import PIXEL, HTTPServer, free_port, read_l
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.tools import ToolContext
 from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTools, render
+from orchestrator.tools.mcp_session import MCPConnection
 from tests.support import Clock, CountingModel
 
 S = RunStatus
@@ -248,3 +249,10 @@ def test_content_blocks_are_text_as_they_are_and_others_in_one_line() -> None:
         "[resource link: file:///b (b)]",
     ]
     assert render(CallToolResult(content=[], structured_content={"total": 5})) == '{"total": 5}'
+
+
+def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url() -> None:
+    command = MCPConnection(command="srv --api-key sk-1 --token=sk-2 TOKEN=sk-3 --port 8")
+    assert command.server == "stdio server `srv --api-key *** --token=*** TOKEN=*** --port 8`"
+    url = MCPConnection(url="https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4")
+    assert url.server == "streamable-http server https://mcp.example.com:8443/mcp"
