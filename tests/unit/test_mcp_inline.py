@@ -33,7 +33,7 @@ from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.mcp_server import PIXEL, HTTPServer, free_port, read_log, server_env, stdio_command
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.tools import ToolContext
-from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTools, render
+from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTool, MCPToolError, MCPTools, render
 from orchestrator.tools.mcp_session import MCPConnection
 from tests.support import Clock, CountingModel
 
@@ -71,6 +71,15 @@ def test_the_servers_tools_are_offered_with_its_input_schemas(server: HTTPServer
     add = specs["add"].parameters
     assert add["type"] == "object" and add["required"] == ["a", "b"]
     assert add["properties"]["a"]["type"] == "integer"
+
+    # A tool the server no longer has (it changed since the listing): the server's error is the
+    # call's, and the session is kept for the next call.
+    listed = tools.functions["add"]
+    assert isinstance(listed, MCPTool)
+    gone = MCPTool(tools.connection, listed.server_tool.model_copy(update={"name": "gone"}))
+    with pytest.raises(MCPToolError, match="Unknown tool: gone"):
+        gone.call({}, ToolContext(run_id="r", tool_call_id="c1"))
+    assert listed.call({"a": 1, "b": 1}, ToolContext(run_id="r", tool_call_id="c2")) == "2"
 
 
 def test_each_call_is_a_tool_call_of_the_batch_with_its_key_in_meta_and_errors_are_the_models_to_read(
