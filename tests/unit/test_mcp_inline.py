@@ -265,3 +265,14 @@ def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url
     assert command.server == "stdio server `srv --api-key *** --token=*** TOKEN=*** --port 8`"
     url = MCPConnection(url="https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4")
     assert url.server == "streamable-http server https://mcp.example.com:8443/mcp"
+
+
+def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_and_the_next_call_works(
+    server: HTTPServer,
+) -> None:
+    tools = MCPTools(url=server.url, include_tools=["add", "hang"], timeout_seconds=1)
+    hang, add = tools.functions["hang"], tools.functions["add"]
+
+    with pytest.raises(MCPToolError, match="did not answer the call of 'hang'.*timed out.*next call opens a new one"):
+        hang.call({}, ToolContext(run_id="t", tool_call_id="h"))
+    assert add.call({"a": 1, "b": 2}, ToolContext(run_id="t", tool_call_id="a")) == "3"  # through a new session
