@@ -130,6 +130,17 @@ class MCPConnection:
             shown = urlunsplit((parts.scheme, f"{parts.hostname}:{parts.port}", parts.path, "", ""))
         return f"streamable-http server {clip(shown, 200)}"
 
+    def reason(self, exc: BaseException) -> str:
+        """What failed, in one line, without the secrets of the URL or command (an HTTP error's
+        text names the URL it was for, query and all)."""
+        text = _reason(exc)
+        parts = urlsplit(self.url)
+        secrets = [parts.query, parts.password or "", parts.username or ""]
+        secrets += [w.partition("=")[2] or w for w, m in zip(self.args, _masked(self.args), strict=True) if w != m]
+        for secret in sorted((x for x in secrets if x), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
     # ------------------------------------------------------------ the session's context
 
     async def _enter(self, stack: AsyncExitStack) -> ClientSession:
@@ -162,7 +173,7 @@ class MCPConnection:
             tools: list[ServerTool] = process_loop().run(self._list())
         except Exception as exc:
             raise ConfigurationError(
-                f"MCPTools: could not list the tools of the {self.server}: {_reason(exc)}. Start the server (or "
+                f"MCPTools: could not list the tools of the {self.server}: {self.reason(exc)}. Start the server (or "
                 "fix its command or URL) before the agent's module is imported: its tools are listed then"
             ) from None
         return tools
@@ -203,14 +214,14 @@ class MCPConnection:
             if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
                 held.close()
                 raise MCPToolError(
-                    f"the {self.server} did not answer the call of {name!r}: {_reason(exc)}; its session was closed "
-                    "and the next call opens a new one. The call may or may not have taken effect"
+                    f"the {self.server} did not answer the call of {name!r}: {self.reason(exc)}; its session was "
+                    "closed and the next call opens a new one. The call may or may not have taken effect"
                 ) from None
-            raise MCPToolError(f"the {self.server} refused the call of {name!r}: {_reason(exc)}") from None
+            raise MCPToolError(f"the {self.server} refused the call of {name!r}: {self.reason(exc)}") from None
         except Exception as exc:
             held.close()
             raise MCPToolError(
-                f"the call of {name!r} to the {self.server} failed: {_reason(exc)}; its session was closed and the "
+                f"the call of {name!r} to the {self.server} failed: {self.reason(exc)}; its session was closed and the "
                 "next call opens a new one. The call may or may not have taken effect"
             ) from None
 
@@ -229,7 +240,7 @@ class MCPConnection:
                 task.cancel()  # the caller gave up (its time limit) or the opening failed: no session is left open
                 if isinstance(exc, Exception):
                     raise MCPToolError(
-                        f"the {self.server} is unavailable ({_reason(exc)}); the call was not made"
+                        f"the {self.server} is unavailable ({self.reason(exc)}); the call was not made"
                     ) from None
                 raise
             self._held = held
@@ -254,7 +265,7 @@ class MCPConnection:
             if not ready.done():
                 ready.set_exception(exc)
             else:
-                log.info("the session to the %s ended: %s", self.server, _reason(exc))
+                log.info("the session to the %s ended: %s", self.server, self.reason(exc))
         except BaseException:
             if not ready.done():
                 ready.set_exception(MCPToolError(f"opening a session to the {self.server} was cancelled"))

@@ -265,6 +265,9 @@ def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url
     assert command.server == "stdio server `srv --api-key *** --token=*** TOKEN=*** --port 8`"
     url = MCPConnection(url="https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4")
     assert url.server == "streamable-http server https://mcp.example.com:8443/mcp"
+    said = url.reason(RuntimeError("401 for url 'https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4'"))
+    assert "sk-4" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
+    assert "sk-1" not in command.reason(OSError("srv --api-key sk-1 --token=sk-2: not found"))
 
 
 def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_and_the_next_call_works(
