@@ -1,5 +1,6 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Both set everything up first,
-# each only what it needs: the demo installs Ratchet alone (`pip install -e .`), the tests every
+# each only what it needs: the demo installs Ratchet with the MCP extra its MCP agent needs
+# (`pip install -e '.[mcp]'`), the tests every
 # extra and the test tools (`.[dev]`). Each has its own stamp, so either may run first.
 PYTHON ?= python3
 VENV   := .venv
@@ -28,11 +29,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	@$(FORGET_OLD_NAME)
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[mcp]'
 	@touch $(DEMO_STAMP)
 
 ## Run the seed scenarios, a team delegating to two members, a streamed run, a chat with session
-## history and an extraction job with an output schema, on the embedded default: SQLite,
+## history, an extraction job with an output schema, an approval and an agent using a local MCP server's
+## tools, on the embedded default: SQLite,
 ## a broker that needs no server, an in-process worker, and the scripted model unless OPENAI_API_KEY is set.
 demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo
@@ -41,6 +43,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo chat
 	$(BIN)/ratchet demo extraction
 	$(BIN)/ratchet demo approval
+	$(BIN)/ratchet demo mcp_agent
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running), in two
 ## phases of parallel pytest processes (pytest-xdist): most tests wait on servers and worker

@@ -20,6 +20,7 @@ from bench import (
     history,
     latency,
     listing,
+    mcp_call,
     memory,
     overhead,
     page,
@@ -39,7 +40,7 @@ from orchestrator.testing.server import ScriptedServer
 HERE = Path(__file__).resolve().parent
 ITEMS = tuple(
     "overhead latency flat stream history decision updates io scale ceiling recovery memory listing page "
-    "providers".split()
+    "providers mcp".split()
 )
 #: The items measured on the rig of each database (its workers started once for all of them).
 RIG_ITEMS = {"overhead", "latency", "flat", "stream", "history", "decision"}
@@ -80,6 +81,8 @@ class Sizes:
     page_batches: int
     providers_rounds: int
     providers_calls: int
+    mcp_rounds: int
+    mcp_calls: int
 
 
 #: `python -m bench`: the figures RESULTS.md stores.
@@ -91,6 +94,7 @@ FULL = Sizes(
     ceiling_runs=1000, ceiling_rounds=ceiling.ROUNDS, ceiling_configs=ceiling.CONFIGS,
     recovery_rounds=3, recovery_default_rounds=2, memory_runs=10_000, listing_runs=1_000_000, listing_rounds=60,
     page_rounds=15, page_batches=333, providers_rounds=15, providers_calls=50,
+    mcp_rounds=15, mcp_calls=200,
 )  # fmt: skip
 #: `--quick`: a figure of each in a few minutes (no run with the default recovery settings:
 #: tests/chaos/test_default_recovery.py shows it).
@@ -102,6 +106,7 @@ QUICK = Sizes(
     ceiling_runs=100, ceiling_rounds=1, ceiling_configs=(("threads", 50),),
     recovery_rounds=1, recovery_default_rounds=0, memory_runs=200, listing_runs=20_000, listing_rounds=20,
     page_rounds=2, page_batches=20, providers_rounds=2, providers_calls=20,
+    mcp_rounds=3, mcp_calls=50,
 )  # fmt: skip
 #: `--smoke`: one sample of each figure from the shortest runs that write it, every worker process
 #: and page of a full run started (tests/integration/test_bench_smoke.py: the benchmarks run and
@@ -112,7 +117,7 @@ SMOKE = replace(
     history_rounds=2, decision_rounds=1, updates_runs=3, updates_batches=2, io_threads=4, io_runs=8,
     scale_threads=1, scale_runs_per_slot=1, ceiling_runs=10, ceiling_configs=(("threads", 5),),
     memory_runs=memory.BATCH, listing_runs=3000, listing_rounds=3, page_rounds=1, page_batches=3,
-    providers_rounds=1, providers_calls=3,
+    providers_rounds=1, providers_calls=3, mcp_rounds=1, mcp_calls=5,
 )  # fmt: skip
 
 
@@ -221,6 +226,8 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
         run("run page in Chromium", lambda: page.measure(env, rounds=z.page_rounds, batches=z.page_batches))
     if "providers" in only:
         run("provider adapters", lambda: providers.measure(rounds=z.providers_rounds, calls=z.providers_calls))
+    if "mcp" in only:
+        run("an MCP tool call", lambda: mcp_call.measure(rounds=z.mcp_rounds, calls=z.mcp_calls))
 
 
 #: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
@@ -228,7 +235,7 @@ PREFIXES = {
     "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
     "history": ("history",), "decision": ("decision", "paused"), "updates": ("updates",), "io": ("concurrency",),
     "scale": ("scale", "floor_scale"), "ceiling": ("concurrency_ratio_1000",),
-    "recovery": ("recovery",), "listing": ("listing",), "page": ("page",), "providers": ("provider",),
+    "recovery": ("recovery",), "listing": ("listing",), "page": ("page",), "providers": ("provider",), "mcp": ("mcp",),
 }  # fmt: skip
 
 

@@ -106,3 +106,15 @@ def test_the_approval_demo_pauses_a_payment_until_another_process_approves_it_th
     events = re.findall(r"\] (Run\w+)", rest)
     assert events == ["RunPaused", "RunRequirementDecided", "RunContinued", "RunCompleted"]
     assert "RunRequirementDecided by finance@example.com: confirm" in rest
+
+
+def test_the_mcp_demo_lists_a_local_mcp_servers_tools_into_the_catalog_and_calls_them_with_their_keys(
+    tmp_path: Path,
+) -> None:
+    out = run_demo(tmp_path, "mcp_agent")
+
+    assert "  add: Add two integers. ['a', 'b']\n  echo: Echo the text" in out  # from the server, via the catalog
+    run_id = re.search(r"run (\S+): COMPLETED", out)
+    assert run_id is not None
+    assert "  add -> 42\n" in out
+    assert re.search(rf"  echo -> hello \(key {run_id[1]}:\S+\)", out)  # the key reached the server in _meta

@@ -1,0 +1,360 @@
+"""A connection to one MCP server through the official `mcp` SDK: its tools listed, and the one
+client session per process its calls share.
+
+Listing opens a session of its own and closes it (`list_tools`): a toolkit lists its server when
+it is built, at the import of the agent's module, which in a prefork worker is the parent
+process, and a session kept there would be inherited by every pool process and used by none.
+Calls share one session per process (`call`), opened on the first call and kept on the
+process's tool loop (`orchestrator.tools.loop`): a session is an async context (a task group,
+the stdio subprocess or the HTTP client) that must be entered and left by one task, so a task
+of its own holds it open (`_hold`) while the calls, each in its own task, send requests through
+it. A forked process forgets its parent's session and opens its own.
+
+A session is dropped, and the next call opens a new one, when the server is gone: the connection
+closed under a call, a request timed out, or the transport failed. An error the server answered
+(an unknown tool, arguments it refused) leaves the session as it is. Whatever fails is raised as
+`MCPToolError` with a message saying which server and what to do; the tool step makes it the
+call's tool error (the model reads it), so a server that is down never wedges a step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shlex
+import sys
+import threading
+import weakref
+from collections.abc import Mapping
+from concurrent.futures import Future
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.tools.loop import process_loop
+from orchestrator.untrusted import clip, safe_str
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.types import CallToolResult, RequestParamsMeta
+    from mcp.types import Tool as ServerTool
+
+log = logging.getLogger("ratchet.mcp")
+
+Transport = Literal["stdio", "streamable-http"]
+#: The `_meta` key of a tools/call request that carries the call's idempotency key
+#: (`ToolContext.idempotency_key`, `run_id:tool_call_id`: the same on every retry of the call).
+IDEMPOTENCY_META_KEY = "ratchet/idempotency_key"
+EXTRA = "ratchet-agents[mcp]"
+#: The least time opening a session and listing the tools are given.
+OPEN_SECONDS = 30.0
+
+
+class MCPToolError(Exception):
+    """An MCP tool call that did not give a result: the server is down, the call failed, or the
+    tool reported an error (`isError`). The model reads the message as the call's result."""
+
+
+def require_sdk() -> None:
+    """Import the `mcp` SDK, or ConfigurationError naming the extra that installs it."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"MCP tools need the official `mcp` SDK, which is not installed ({exc}): pip install '{EXTRA}'"
+        ) from None
+
+
+class _Held:
+    """One open session and the event that, set on the tool loop, closes it."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+        self.done = anyio.Event()
+        self.alive = True
+
+    def close(self) -> None:
+        """Close the session (on the tool loop's thread): the next call opens another."""
+        self.alive = False
+        self.done.set()
+
+
+_connections: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
+
+
+class MCPConnection:
+    """How to reach one MCP server (a command run over stdio, or a streamable HTTP URL), and
+    this process's session to it."""
+
+    def __init__(
+        self,
+        *,
+        command: str | None = None,
+        url: str | None = None,
+        transport: Transport | None = None,
+        env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        self.transport: Transport = _transport_of(command, url, transport)
+        self.command, self.args = _split(command) if command is not None else ("", [])
+        self.url = url or ""
+        self.env = dict(env or {})
+        self.headers = dict(headers or {})
+        if not (isinstance(timeout_seconds, (int, float)) and timeout_seconds > 0):
+            raise ConfigurationError(f"MCPTools: timeout_seconds={timeout_seconds!r} must be a positive number")
+        #: How long each call may take for its answer.
+        self.timeout_seconds = float(timeout_seconds)
+        #: How long opening a session (with the listing) may take: a server its command starts
+        #: may take seconds to import before it answers.
+        self.open_seconds = max(OPEN_SECONDS, self.timeout_seconds)
+        self._lock = threading.Lock()
+        self._held: _Held | None = None
+        _connections.add(self)
+
+    @property
+    def server(self) -> str:
+        """The server as messages name it: its command (the value of an argument named like a
+        secret masked) or its URL (no user, password or query); never its env or headers. These
+        messages become tool results, which the store keeps."""
+        if self.transport == "stdio":
+            return f"stdio server `{clip(' '.join(_masked([self.command, *self.args])), 200)}`"
+        parts = urlsplit(self.url)
+        shown = urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+        if parts.port is not None:
+            shown = urlunsplit((parts.scheme, f"{parts.hostname}:{parts.port}", parts.path, "", ""))
+        return f"streamable-http server {clip(shown, 200)}"
+
+    def reason(self, exc: BaseException) -> str:
+        """What failed, in one line, without the secrets of the URL or command (an HTTP error's
+        text names the URL it was for, query and all)."""
+        text = _reason(exc)
+        parts = urlsplit(self.url)
+        secrets = [parts.query, parts.password or "", parts.username or ""]
+        secrets += [w.partition("=")[2] or w for w, m in zip(self.args, _masked(self.args), strict=True) if w != m]
+        for secret in sorted((x for x in secrets if x), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    # ------------------------------------------------------------ the session's context
+
+    async def _enter(self, stack: AsyncExitStack) -> ClientSession:
+        """Open the transport and an initialized session inside `stack`."""
+        from mcp import ClientSession
+
+        if self.transport == "stdio":
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            params = StdioServerParameters(command=self.command, args=self.args, env=self.env or None)
+            streams = await stack.enter_async_context(stdio_client(params, errlog=_errlog()))
+        else:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            timeout = httpx2.Timeout(30.0, read=max(300.0, self.timeout_seconds))
+            client = await stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=timeout))
+            streams = await stack.enter_async_context(streamable_http_client(self.url, http_client=client))
+        read, write = streams
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        return session
+
+    # ------------------------------------------------------------ listing
+
+    def list_tools(self) -> list[ServerTool]:
+        """Every tool the server lists (all pages), through a session opened for it and closed;
+        ConfigurationError when the server cannot be listed (it is down, or not an MCP server)."""
+        try:
+            tools: list[ServerTool] = process_loop().run(self._list())
+        except Exception as exc:
+            raise ConfigurationError(
+                f"MCPTools: could not list the tools of the {self.server}: {self.reason(exc)}. Start the server (or "
+                "fix its command or URL) before the agent's module is imported: its tools are listed then"
+            ) from None
+        return tools
+
+    async def _list(self) -> list[ServerTool]:
+        from mcp.types import PaginatedRequestParams
+
+        tools: list[ServerTool] = []
+        with anyio.fail_after(self.open_seconds):
+            async with AsyncExitStack() as stack:
+                session = await self._enter(stack)
+                cursor: str | None = None
+                while True:
+                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+
+    # ------------------------------------------------------------ calls
+
+    def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
+        """Call the server's tool `name` through this process's session (opened if there is none
+        or the last one was dropped); MCPToolError when no result came back."""
+        held = self._session()
+        result: CallToolResult = process_loop().run(self._call(held, name, arguments, meta))
+        return result
+
+    async def _call(self, held: _Held, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        try:
+            return await held.session.call_tool(
+                name, arguments, read_timeout_seconds=self.timeout_seconds, meta=cast("RequestParamsMeta", meta)
+            )
+        except MCPError as exc:
+            if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                held.close()
+                raise MCPToolError(
+                    f"the {self.server} did not answer the call of {name!r}: {self.reason(exc)}; its session was "
+                    "closed and the next call opens a new one. The call may or may not have taken effect"
+                ) from None
+            raise MCPToolError(f"the {self.server} refused the call of {name!r}: {self.reason(exc)}") from None
+        except Exception as exc:
+            held.close()
+            raise MCPToolError(
+                f"the call of {name!r} to the {self.server} failed: {self.reason(exc)}; its session was closed and the "
+                "next call opens a new one. The call may or may not have taken effect"
+            ) from None
+
+    def _session(self) -> _Held:
+        """This process's open session, opened now if there is none (one opening at a time)."""
+        with self._lock:
+            held = self._held
+            if held is not None and held.alive:
+                return held
+            self._held = None
+            ready: Future[_Held] = Future()
+            task = process_loop().portal.start_task_soon(self._hold, ready)
+            try:
+                held = ready.result()
+            except BaseException as exc:
+                task.cancel()  # the caller gave up (its time limit) or the opening failed: no session is left open
+                if isinstance(exc, Exception):
+                    raise MCPToolError(
+                        f"the {self.server} is unavailable ({self.reason(exc)}); the call was not made"
+                    ) from None
+                raise
+            self._held = held
+            return held
+
+    async def _hold(self, ready: Future[_Held]) -> None:
+        """Open a session, hand it to `ready`, and keep it open until it is closed or fails."""
+        held: _Held | None = None
+        try:
+            # One scope around the whole session (its task groups nest inside it): its deadline
+            # bounds the opening, then is lifted for the session's life.
+            with anyio.CancelScope(deadline=anyio.current_time() + self.open_seconds) as scope:
+                async with AsyncExitStack() as stack:
+                    session = await self._enter(stack)
+                    scope.deadline = math.inf
+                    held = _Held(session)
+                    ready.set_result(held)
+                    await held.done.wait()
+            if scope.cancelled_caught and not ready.done():
+                raise TimeoutError(f"no session within {self.open_seconds:g} s")
+        except Exception as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                log.info("the session to the %s ended: %s", self.server, self.reason(exc))
+        except BaseException:
+            if not ready.done():
+                ready.set_exception(MCPToolError(f"opening a session to the {self.server} was cancelled"))
+            raise
+        finally:
+            if held is not None:
+                held.alive = False
+
+    def forget(self) -> None:
+        """Drop the session without closing it: it belongs to the process this one forked from."""
+        self._lock = threading.Lock()
+        self._held = None
+
+
+def _transport_of(command: str | None, url: str | None, transport: str | None) -> Transport:
+    if (command is None) == (url is None):
+        raise ConfigurationError(
+            "MCPTools needs one of command= (a server run over stdio) or url= (a server over streamable HTTP)"
+        )
+    chosen = transport or ("stdio" if command is not None else "streamable-http")
+    if chosen == "sse":
+        raise ConfigurationError(
+            "MCPTools: the sse transport is not supported (it is deprecated in MCP); serve the server over "
+            "streamable HTTP and pass transport='streamable-http'"
+        )
+    if chosen not in ("stdio", "streamable-http"):
+        raise ConfigurationError(f"MCPTools: transport={chosen!r} is not one of 'stdio', 'streamable-http'")
+    if (chosen == "stdio") != (command is not None):
+        given = "command=" if command is not None else "url="
+        raise ConfigurationError(f"MCPTools: transport={chosen!r} does not go with {given}; stdio takes a command")
+    return "stdio" if chosen == "stdio" else "streamable-http"
+
+
+def _split(command: str) -> tuple[str, list[str]]:
+    try:
+        parts = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"MCPTools: command={clip(command, 200)!r} cannot be split into words: {exc}"
+        ) from None
+    if not parts:
+        raise ConfigurationError("MCPTools: command= is empty; give the command that runs the server")
+    return parts[0], parts[1:]
+
+
+#: An argument that names a secret (`--api-key`, `--token=...`, `PASSWORD=...`).
+_SECRET = re.compile(r"(key|token|secret|password|passwd|auth|credential)", re.IGNORECASE)
+
+
+def _masked(words: list[str]) -> list[str]:
+    """The words of a command with the values of secret-named arguments replaced by `***`."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if hide_next and not word.startswith("-"):
+            out.append("***")
+        elif eq and _SECRET.search(name):
+            out.append(f"{name}=***")
+        else:
+            out.append(word)
+        hide_next = word.startswith("-") and not eq and _SECRET.search(word) is not None
+    return out
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: the process's own stderr (a worker may have replaced
+    `sys.stderr` by a logging proxy with no file descriptor), or nowhere."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (OSError, ValueError, AttributeError):
+            continue
+    return open(os.devnull, "w")  # kept for the process's life, as a stderr is
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, in one line: an exception group's first leaf, named by its type."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = safe_str(exc) or "no message"
+    return clip(f"{type(exc).__name__}: {text}", 500)
+
+
+def _forget_after_fork() -> None:
+    for connection in list(_connections):
+        connection.forget()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
