@@ -8,9 +8,9 @@ own OpenTelemetry spans are off: Ratchet makes the model call's span (`orchestra
 
 Failures become `ModelCallError`s by the same rules as OpenAI's (`orchestrator.models.failures`):
 429 (Retry-After read), 408, 409, 5xx and Anthropic's 529 `overloaded_error` are retryable, a
-connection error or a timeout too; 400, 401, 403, 404 and every other 4xx are final. An error
-event mid-stream (the SDK raises it as a status error of the stream's 200) is the provider failing
-mid-reply, retryable. An exception the caller's runtime raised during the call (Celery's soft
+connection error or a timeout too, before the reply or mid-stream; 400, 401, 403, 404 and every
+other 4xx are final. An error event mid-stream (the SDK raises it as a status error of the
+stream's 200) is the provider failing mid-reply, retryable. An exception the caller's runtime raised during the call (Celery's soft
 time limit), which the SDK wraps as a connection error, propagates as it is.
 
 `anthropic` is imported on first use only: importing an agent definition costs no SDK import.
@@ -82,6 +82,21 @@ def claude_failure(exc: Exception, *, model: Model, api_key: str | None, timeout
         if isinstance(exc, anthropic.APIConnectionError) and (cause := injected(exc.__cause__)) is not None:
             return cause
         return _translate(exc, model=model, api_key=api_key, timeout=timeout)
+    import httpx2
+
+    if isinstance(exc, httpx2.TransportError):
+        # A stream cut mid-way, or past its deadline: anthropic's `Stream` lets httpx's error out
+        # as it is (before the first event the SDK wraps it as a connection or timeout error).
+        kind = "APITimeoutError" if isinstance(exc, httpx2.TimeoutException) else "APIConnectionError"
+        limit = (
+            f" (no whole reply within {timeout:g}s, the limit of one call)"
+            if kind == "APITimeoutError" and timeout
+            else ""
+        )
+        detail = redact(str(exc), api_key)[:300]
+        return ModelCallError(
+            f"{model.describe()}: {kind}: the stream broke off: {detail}{limit}", retryable=True, kind=kind
+        )
     if not is_call_error(exc):
         return None
     return translate_call_error(exc, model=model, api_key=api_key)

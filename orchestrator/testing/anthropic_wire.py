@@ -15,6 +15,9 @@ mid-stream its `error` event.
 Usage: the script's input tokens less the cached half are `input_tokens` and that half
 `cache_read_input_tokens` (Anthropic counts them apart); `cache_creation_input_tokens` is 0 unless
 `ScriptConfig.usage_fields` says otherwise (its fields, in the API's names, go over the counts).
+
+The anthropic package (the `anthropic` extra) is imported when a request comes, so a server that
+never gets one runs without it.
 """
 
 from __future__ import annotations
@@ -22,29 +25,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anthropic.types import (
-    InputJSONDelta,
-    Message,
-    MessageDeltaUsage,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-    TextBlock,
-    TextDelta,
-    ToolUseBlock,
-    Usage,
-)
-from anthropic.types.raw_message_delta_event import Delta
-from anthropic.types.shared import ErrorResponse
 from pydantic import BaseModel
 
 from orchestrator.testing.script import ScriptedError, ScriptedReply
 from orchestrator.testing.streams import words
+
+if TYPE_CHECKING:
+    from anthropic.types import InputJSONDelta, Message, TextBlock, TextDelta, ToolUseBlock
 
 #: Characters per `input_json_delta` fragment of a call's input.
 INPUT_FRAGMENT = 8
@@ -145,6 +134,21 @@ def messages_conversation(system: Any, messages: Sequence[Mapping[str, Any]]) ->
 
 def message_events(model: str, reply: ScriptedReply, usage_fields: Mapping[str, Any]) -> list[bytes]:
     """A reply as the Messages API streams it, `message_start` to `message_stop`."""
+    from anthropic.types import (
+        InputJSONDelta,
+        MessageDeltaUsage,
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+        TextBlock,
+        TextDelta,
+        ToolUseBlock,
+    )
+    from anthropic.types.raw_message_delta_event import Delta
+
     final = _message(model, reply, usage_fields)
     started = final.model_copy(update={"content": [], "stop_reason": None})
     events: list[BaseModel] = [RawMessageStartEvent(type="message_start", message=started)]
@@ -174,11 +178,15 @@ def message_events(model: str, reply: ScriptedReply, usage_fields: Mapping[str, 
 
 def error_response(kind: str, message: str) -> dict[str, Any]:
     """Anthropic's error body, checked as an `ErrorResponse`."""
+    from anthropic.types.shared import ErrorResponse
+
     checked = ErrorResponse.model_validate({"type": "error", "error": {"type": kind, "message": message}})
     return _json(checked)
 
 
 def _message(model: str, reply: ScriptedReply, usage_fields: Mapping[str, Any]) -> Message:
+    from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
+
     content: list[TextBlock | ToolUseBlock] = []
     if reply.content is not None:
         content.append(TextBlock(type="text", text=reply.content))
