@@ -10,8 +10,9 @@ Failures become `ModelCallError`s by the same rules as OpenAI's (`orchestrator.m
 429 (Retry-After read), 408, 409, 5xx and Anthropic's 529 `overloaded_error` are retryable, a
 connection error or a timeout too, before the reply or mid-stream; 400, 401, 403, 404 and every
 other 4xx are final. An error event mid-stream (the SDK raises it as a status error of the
-stream's 200) is the provider failing mid-reply, retryable. An exception the caller's runtime raised during the call (Celery's soft
-time limit), which the SDK wraps as a connection error, propagates as it is.
+stream's 200) is the provider failing mid-reply, retryable. An exception the caller's runtime
+raised during the call (Celery's soft time limit), which the SDK wraps as a connection error,
+propagates as it is.
 
 `anthropic` is imported on first use only: importing an agent definition costs no SDK import.
 """
