@@ -23,6 +23,7 @@ from bench import (
     memory,
     overhead,
     page,
+    providers,
     recovery,
     scaling,
     streaming,
@@ -37,7 +38,8 @@ from orchestrator.testing.server import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
 ITEMS = tuple(
-    "overhead latency flat stream history decision updates io scale ceiling recovery memory listing page".split()
+    "overhead latency flat stream history decision updates io scale ceiling recovery memory listing page"
+    " providers".split()
 )
 #: The items measured on the rig of each database (its workers started once for all of them).
 RIG_ITEMS = {"overhead", "latency", "flat", "stream", "history", "decision"}
@@ -76,6 +78,8 @@ class Sizes:
     listing_rounds: int
     page_rounds: int
     page_batches: int
+    providers_rounds: int
+    providers_calls: int
 
 
 #: `python -m bench`: the figures RESULTS.md stores.
@@ -86,7 +90,7 @@ FULL = Sizes(
     scale_threads=scaling.PER_PROCESS, scale_runs_per_slot=10, scale_passes=2,
     ceiling_runs=1000, ceiling_rounds=ceiling.ROUNDS, ceiling_configs=ceiling.CONFIGS,
     recovery_rounds=3, recovery_default_rounds=2, memory_runs=10_000, listing_runs=1_000_000, listing_rounds=60,
-    page_rounds=15, page_batches=333,
+    page_rounds=15, page_batches=333, providers_rounds=15, providers_calls=100,
 )  # fmt: skip
 #: `--quick`: a figure of each in a few minutes (no run with the default recovery settings:
 #: tests/chaos/test_default_recovery.py shows it).
@@ -97,7 +101,7 @@ QUICK = Sizes(
     scale_threads=2, scale_runs_per_slot=4, scale_passes=1,
     ceiling_runs=100, ceiling_rounds=1, ceiling_configs=(("threads", 50),),
     recovery_rounds=1, recovery_default_rounds=0, memory_runs=200, listing_runs=20_000, listing_rounds=20,
-    page_rounds=2, page_batches=20,
+    page_rounds=2, page_batches=20, providers_rounds=3, providers_calls=20,
 )  # fmt: skip
 #: `--smoke`: one sample of each figure from the shortest runs that write it, every worker process
 #: and page of a full run started (tests/integration/test_bench_smoke.py: the benchmarks run and
@@ -108,6 +112,7 @@ SMOKE = replace(
     history_rounds=2, decision_rounds=1, updates_runs=3, updates_batches=2, io_threads=4, io_runs=8,
     scale_threads=1, scale_runs_per_slot=1, ceiling_runs=10, ceiling_configs=(("threads", 5),),
     memory_runs=memory.BATCH, listing_runs=3000, listing_rounds=3, page_rounds=1, page_batches=3,
+    providers_rounds=1, providers_calls=2,
 )  # fmt: skip
 
 
@@ -214,6 +219,9 @@ def _measure(env: BenchEnv, server: ScriptedServer, only: set[str], z: Sizes, ru
         run("listing runs", lambda: listing.measure(env, runs=z.listing_runs, rounds=z.listing_rounds))
     if "page" in only:
         run("run page in Chromium", lambda: page.measure(env, rounds=z.page_rounds, batches=z.page_batches))
+    if "providers" in only:
+        sized = {"rounds": z.providers_rounds, "calls": z.providers_calls}
+        run("a model step on each provider adapter", lambda: providers.measure(server, **sized))
 
 
 #: The item that writes each headline figure: the one whose longest prefix the figure's name starts with.
@@ -221,7 +229,7 @@ PREFIXES = {
     "overhead": ("per",), "latency": ("e2e",), "flat": ("flat",), "stream": ("ttft", "stream"),
     "history": ("history",), "decision": ("decision", "paused"), "updates": ("updates",), "io": ("concurrency",),
     "scale": ("scale", "floor_scale"), "ceiling": ("concurrency_ratio_1000",),
-    "recovery": ("recovery",), "listing": ("listing",), "page": ("page",),
+    "recovery": ("recovery",), "listing": ("listing",), "page": ("page",), "providers": ("providers",),
 }  # fmt: skip
 
 
