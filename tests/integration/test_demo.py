@@ -106,3 +106,17 @@ def test_the_approval_demo_pauses_a_payment_until_another_process_approves_it_th
     events = re.findall(r"\] (Run\w+)", rest)
     assert events == ["RunPaused", "RunRequirementDecided", "RunContinued", "RunCompleted"]
     assert "RunRequirementDecided by finance@example.com: confirm" in rest
+
+
+def test_the_claude_demo_runs_a_parallel_batch_on_the_scripted_messages_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    out = run_demo(tmp_path, "claude_agent")
+
+    assert "scripted Messages API at http://127.0.0.1:" in out and "status=COMPLETED" in out
+    assert "[2] assistant: None calls=['exchange_rate', 'exchange_rate']" in out
+    assert "[3] tool: 1 EUR = 1.08 USD" in out and "[4] tool: 1 EUR = 0.85 GBP" in out
+    assert "[5] assistant: Today 1 EUR = 1.08 USD; 1 EUR = 0.85 GBP." in out
+    assert re.search(r"tokens in=\d+ \(cached \d+\) out=\d+", out) and "cost=0.0" in out
