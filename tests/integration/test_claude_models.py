@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +266,13 @@ def test_a_stream_past_the_calls_deadline_is_a_retryable_timeout(server: Scripte
     script(server, final_text=" ".join(["word"] * 20), chunk_delay_s=0.05)
     error = failure(Claude(id="claude-x", timeout=0.3), on_delta=lambda _: None)
     assert (error.retryable, error.kind) == (True, "APITimeoutError") and "within 0.3s" in str(error)
+
+
+def test_the_key_may_come_from_the_file_anthropic_api_key_file_names(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    (tmp_path / "key").write_text(GOOD_KEY + "\n")
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FILE", str(tmp_path / "key"))
+    assert Claude(id="claude-x").invoke(PROMPT, [], context=ctx()).content
+    assert server.requests[-1]["key_last4"] == GOOD_KEY[-4:]
