@@ -276,3 +276,9 @@ def test_the_key_may_come_from_the_file_anthropic_api_key_file_names(
     monkeypatch.setenv("ANTHROPIC_API_KEY_FILE", str(tmp_path / "key"))
     assert Claude(id="claude-x").invoke(PROMPT, [], context=ctx()).content
     assert server.requests[-1]["key_last4"] == GOOD_KEY[-4:]
+
+
+def test_request_params_are_body_parameters_and_extra_body_is_merged_into_the_body(server: ScriptedServer) -> None:
+    params = {"metadata": {"user_id": "u-1"}, "extra_body": {"service_tier": "auto"}, "extra_headers": {"X-A": "1"}}
+    Claude(id="claude-x", temperature=0.2, request_params=params).invoke(PROMPT, [], context=ctx())
+    assert server.requests[-1]["params"] == ["max_tokens", "metadata", "model", "service_tier", "system", "temperature"]
