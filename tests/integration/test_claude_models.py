@@ -1,6 +1,7 @@
 """Claude through the real anthropic client, against the scripted server's Messages API on
 127.0.0.1: replies, parallel calls, streaming, structured output, usage, and failures sorted
-into Ratchet's classes. No worker: the seed's scenarios on a worker are in test_seed_scenarios.py."""
+into Ratchet's classes, and a run begun on OpenAIChat continued on Claude (steps inline, no worker:
+the seed's scenarios on a worker are in test_seed_scenarios.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import pytest
 from anthropic.types import Message as WireMessage
 from anthropic.types import TextBlock, ToolUseBlock, Usage
 
+from orchestrator import Agent, RunStatus
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models import Claude, OpenAIChat
-from orchestrator.models.base import CallContext, OutputFormat, ToolSpec
+from orchestrator.models.base import CallContext, Model, OutputFormat, ToolSpec
+from orchestrator.testing import in_memory
 from orchestrator.testing.anthropic_wire import anthropic_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
@@ -233,35 +236,6 @@ def test_a_reply_that_is_not_a_message_is_a_malformed_reply(server: ScriptedServ
     assert error.kind == "MalformedReply" and "content" in str(error)
 
 
-def test_a_transcript_written_on_openai_chat_is_continued_on_claude(
-    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a tool batch answered on OpenAIChat, stored as the engine stores messages (rows)
-    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
-    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-    script(server, calls_per_batch=2)
-    first = OpenAIChat(id="gpt-x").invoke(PROMPT, [SEARCH], context=ctx())
-    results = [
-        Message(role="tool", tool_call_id=c.id, tool_name=c.name, content=f"r{i}")
-        for i, c in enumerate(first.tool_calls)
-    ]
-    stored = [Message.from_row(_Row(m.to_row())) for m in [*PROMPT, first.to_message(), *results]]
-    assert stored[2].tool_calls == [c.to_openai() for c in first.tool_calls]  # Agno's fields, as they were
-
-    # When Claude takes the next call, Then it reads the calls and their results as its own
-    final = Claude(id="claude-x").invoke(stored, [SEARCH], context=ctx())
-    assert final.content == "Summary: r0; r1"
-    assert [r["api"] for r in server.requests] == ["chat", "messages"]
-    assert server.requests[-1]["turn"] == 2
-
-
-class _Row:
-    """A stored row as `Message.from_row` reads one (its columns as attributes)."""
-
-    def __init__(self, columns: dict[str, Any]) -> None:
-        self.__dict__.update(columns, created_at=None)
-
-
 def test_a_stream_past_the_calls_deadline_is_a_retryable_timeout(server: ScriptedServer) -> None:
     script(server, final_text=" ".join(["word"] * 20), chunk_delay_s=0.05)
     error = failure(Claude(id="claude-x", timeout=0.3), on_delta=lambda _: None)
@@ -282,3 +256,38 @@ def test_request_params_are_body_parameters_and_extra_body_is_merged_into_the_bo
     params = {"metadata": {"user_id": "u-1"}, "extra_body": {"service_tier": "auto"}, "extra_headers": {"X-A": "1"}}
     Claude(id="claude-x", temperature=0.2, request_params=params).invoke(PROMPT, [], context=ctx())
     assert server.requests[-1]["params"] == ["max_tokens", "metadata", "model", "service_tier", "system", "temperature"]
+
+
+def lookup(query: str) -> str:
+    """Look a query up."""
+    return f"found {query}"
+
+
+def rates_agent(model: Model) -> Agent:
+    # One line defines it: built again with another model, it replaces itself, as a deploy would.
+    return Agent(name="claude-continues-openai", model=model, tools=[lookup], instructions="Look it up.")
+
+
+def test_a_run_begun_on_openai_chat_is_continued_on_claude_after_a_deploy_switched_the_model(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run whose tool batch ran on OpenAIChat and whose next call failed (a final 401)
+    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    script(server, faults=[Fault(turn=2, status=401, times=None)])
+    with in_memory() as dispatcher:
+        agent = rates_agent(OpenAIChat(id="gpt-x"))
+        failed = dispatcher.client.start(agent.name, input="cats").wait(timeout=0)
+        assert failed.status == RunStatus.ERROR
+        assert [m.role for m in failed.messages] == ["system", "user", "assistant", "tool"]
+
+        # When the agent now runs on Claude and the run is continued
+        rates_agent(Claude(id="claude-x"))
+        script(server)
+        resumed = dispatcher.client.continue_run(failed.run_id).wait(timeout=0)
+
+    # Then Claude read OpenAI's call and its result, and the stored messages are as they were
+    assert resumed.status == RunStatus.COMPLETED, resumed.error
+    assert resumed.messages[:4] == failed.messages
+    assert resumed.messages[4].content == "Summary: found cats"
+    assert [r["api"] for r in server.requests] == ["chat", "chat", "messages"]
