@@ -1,6 +1,6 @@
 """#26 point 6: a step's model call on each provider adapter, against the OpenAI adapter's.
 
-In one process, against the same scripted server (its Chat Completions and its Gemini API), run as a
+In one process, against the same scripted server (its Chat Completions, its Messages API and its Gemini API), run as a
 process of its own (in this one, its work would take the GIL from the adapters'): the same
 transcript (a system message, the user's, and `HISTORY` tool batches with their results: what a
 model step of a run some way in sends), answered the same way by the same script, through each
@@ -29,10 +29,11 @@ from dataclasses import dataclass
 
 from bench.stats import Row, Section, interleave, median, paired_ratios
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models import Gemini, OpenAIChat
+from orchestrator.models import Claude, Gemini, OpenAIChat
 from orchestrator.models.base import CallContext, Model, ToolSpec
 from orchestrator.producer import Agent
 from orchestrator.status import RunStatus
+from orchestrator.testing.anthropic_wire import anthropic_base_url
 from orchestrator.testing.gemini_wire import gemini_base_url
 from orchestrator.testing.inmemory import in_memory
 from orchestrator.testing.script import ScriptConfig
@@ -80,6 +81,7 @@ def server_process() -> Iterator[Served]:
 
 #: The adapters measured against OpenAIChat, each built for the scripted server.
 PROVIDERS: list[tuple[str, Callable[[Served], Model]]] = [
+    ("claude", lambda server: Claude(id="bench-claude", api_key=KEY, base_url=anthropic_base_url(server.url))),
     ("gemini", lambda server: Gemini(id="bench-gemini", api_key=KEY, base_url=gemini_base_url(server))),
 ]
 

@@ -26,7 +26,7 @@ REQUIRED = (
     "history_step_ratio_pg", "history_step_ratio_sqlite", "page_load_1000_ms",
     "scale_x2", "scale_x4", "floor_scale_x4", "concurrency_ratio_1000",
     "decision_ratio_pg", "decision_ratio_sqlite", "paused_tasks_pg", "paused_leases_pg",
-    "provider_ratio_gemini", "mcp_call_ratio",
+    "provider_ratio_claude", "provider_ratio_gemini", "mcp_call_ratio",
 )  # fmt: skip
 
 

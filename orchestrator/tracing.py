@@ -52,6 +52,7 @@ _USAGE = {
     "input_tokens": "gen_ai.usage.input_tokens",
     "output_tokens": "gen_ai.usage.output_tokens",
     "cached_tokens": "gen_ai.usage.cache_read.input_tokens",
+    "cache_write_tokens": "gen_ai.usage.cache_creation.input_tokens",
     "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
 }
 

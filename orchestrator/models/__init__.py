@@ -1,12 +1,16 @@
-"""Model adapters: the OpenAI APIs through the official client, and Gemini through Google's SDK.
+"""Model adapters: the OpenAI APIs, Anthropic's Messages API and Gemini, each through its
+vendor's official SDK.
 
-`Gemini` is loaded on first use (`from orchestrator.models import Gemini`), so importing Ratchet
-never imports `google.genai`. The scripted model for tests is a test double and lives in
-`orchestrator.testing.scripted_model`, so importing Ratchet never loads it.
+`Claude` and `Gemini` are looked up on first use (`from orchestrator.models import Claude`), so
+importing Ratchet never imports their modules; their SDKs (the `ratchet-agents[anthropic]` and
+`ratchet-agents[gemini]` extras) are imported only when a call is made. The scripted model for
+tests is a test double and lives in `orchestrator.testing.scripted_model`, so importing Ratchet
+never loads it.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
@@ -15,10 +19,15 @@ from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 
 if TYPE_CHECKING:
+    from orchestrator.models.anthropic import Claude
     from orchestrator.models.gemini import Gemini
+
+#: The adapters of optional SDKs, looked up on first use, and their modules.
+_LAZY = {"Claude": "orchestrator.models.anthropic", "Gemini": "orchestrator.models.gemini"}
 
 __all__ = [
     "CallContext",
+    "Claude",
     "FallbackConfig",
     "Gemini",
     "Model",
@@ -31,9 +40,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The adapters of optional SDKs, imported when first named."""
-    if name == "Gemini":
-        from orchestrator.models.gemini import Gemini
-
-        return Gemini
+    """An adapter of an optional SDK, imported when first named."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

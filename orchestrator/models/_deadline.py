@@ -4,7 +4,8 @@ httpx's timeout bounds each phase and each read on its own, so a reply that tric
 a time, each byte sooner than the timeout, never times out: on the threads pool nothing else stops
 it, and the step holds its worker and its lease until the sweeper calls it a poison step.
 
-`deadline_client(timeout)` is the httpx client the OpenAI adapters give the SDK. Its hooks give
+`deadline_client(timeout)` is the httpx client the adapters give their SDK (openai's default
+client, or the one `base` names: anthropic's for `Claude`). Its hooks give
 each request a deadline, now + its timeout (the largest of its phase timeouts, which are all the
 one number Ratchet passes). Once the headers are in, the body's reads may wait only for what is
 left, and after each chunk of the body the call ends in `httpx.ReadTimeout` if the deadline has
@@ -27,32 +28,45 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
-import openai
 
 DEADLINE = "ratchet.deadline"
 # A timeout of 0 makes a socket non-blocking (an OSError, not a timeout): never narrow below this.
 _FLOOR = 0.001
+_closing_classes: dict[type[httpx2.Client], type[httpx2.Client]] = {}
 
 
-def deadline_client(timeout: float) -> httpx2.Client:
-    """The SDK's default httpx client with a whole-call deadline on every request."""
-    return _Client(timeout=timeout, event_hooks=deadline_hooks())
+def deadline_client(timeout: float, base: type[httpx2.Client] | None = None) -> httpx2.Client:
+    """The SDK's default httpx client (`base`, else openai's `DefaultHttpxClient`) with a
+    whole-call deadline on every request."""
+    if base is None:
+        import openai
+
+        base = openai.DefaultHttpxClient
+    return _closing(base)(timeout=timeout, event_hooks=deadline_hooks())
 
 
 def deadline_hooks() -> dict[str, list[Callable[..., Any]]]:
     """The event hooks that give an httpx2 client's every request its whole-call deadline (for
-    another SDK's client: the Gemini adapter's)."""
+    an SDK that builds its own client: the Gemini adapter's)."""
     return {"request": [_start], "response": [_watch_body]}
 
 
-class _Client(openai.DefaultHttpxClient):
-    def __del__(self) -> None:
-        # As the SDK's own client does: a client dropped from the cache closes its pool.
+def _closing(base: type[httpx2.Client]) -> type[httpx2.Client]:
+    """`base` closing its pool when dropped, as the SDKs' own clients do (a client dropped from
+    the cache must not leave its connections open): one subclass per base."""
+    made = _closing_classes.get(base)
+    if made is not None:
+        return made
+
+    def __del__(self: httpx2.Client) -> None:
         try:
             if not self.is_closed:
                 self.close()
         except Exception:
             pass
+
+    made = _closing_classes[base] = type(f"Deadline{base.__name__}", (base,), {"__del__": __del__})
+    return made
 
 
 def _start(request: httpx2.Request) -> None:

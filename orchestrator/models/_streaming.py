@@ -18,14 +18,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from orchestrator.messages import ToolCall
 from orchestrator.models.base import Model, ModelReply
-from orchestrator.models.failures import call_failure, guarded_call, read_guarded, stream_error
-
-if TYPE_CHECKING:
-    import openai
+from orchestrator.models.failures import Classify, call_failure, guarded_call, read_guarded, stream_error
 
 
 class StreamReader(ABC):
@@ -54,29 +51,42 @@ class PartialCall:
         return ToolCall.model_validate({"id": self.id, "name": self.name, "arguments": "".join(self.arguments) or "{}"})
 
 
+class EventStream(Protocol):
+    """A stream of events as the SDKs return it (`openai.Stream`, `anthropic.Stream`)."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 def stream_reply(
     model: Model,
-    open_stream: Callable[[], openai.Stream[Any]],
+    open_stream: Callable[[], EventStream],
     reader: StreamReader,
     on_delta: Callable[[str], None],
     *,
     api_key: str | None,
     timeout: float | None,
+    classify: Classify | None = None,
 ) -> ModelReply:
     """Make one streamed call (`open_stream()` sends it): `on_delta(text)` per piece of text as it
-    arrives, then the reply `reader` built from the events."""
-    stream = guarded_call(open_stream, model=model, api_key=api_key, timeout=timeout)
+    arrives, then the reply `reader` built from the events. `classify` makes a failure of the
+    call or mid-stream a `ModelCallError` (openai's `stream_failure` unless another SDK's is given)."""
+    classify = classify or stream_failure
+    stream = guarded_call(open_stream, model=model, api_key=api_key, timeout=timeout, classify=classify)
     with stream:
-        for event in _events(stream, model=model, api_key=api_key, timeout=timeout):
+        for event in _events(stream, classify, model=model, api_key=api_key, timeout=timeout):
             text = read_guarded(model, api_key, reader.feed, event)
             if text:
                 on_delta(text)
     return read_guarded(model, api_key, reader.reply)
 
 
-def _events(stream: openai.Stream[Any], *, model: Model, api_key: str | None, timeout: float | None) -> Iterator[Any]:
-    import openai
-
+def _events(
+    stream: EventStream, classify: Classify, *, model: Model, api_key: str | None, timeout: float | None
+) -> Iterator[Any]:
     events = iter(stream)
     while True:
         failure: BaseException | None = None
@@ -84,19 +94,23 @@ def _events(stream: openai.Stream[Any], *, model: Model, api_key: str | None, ti
             event = next(events)
         except StopIteration:
             return
-        except openai.APIError as exc:
-            if type(exc) is openai.APIError:
-                # The SDK's own error for an `{"error": ...}` event: no status, no transport failure.
-                failure = stream_error(model, exc.code, exc.message, api_key)
-            else:
-                failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
         except Exception as exc:
-            failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+            failure = classify(exc, model=model, api_key=api_key, timeout=timeout)
             if failure is None:
                 raise
         if failure is not None:
             raise failure
         if isinstance(event, dict) and event.get("type") == "error":
-            # The Responses API's error event (Chat's is the SDK's `APIError` above).
+            # The Responses API's error event (Chat's is the SDK's `APIError`: `stream_failure`).
             raise stream_error(model, event.get("code"), str(event.get("message")), api_key)
         yield event
+
+
+def stream_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
+    """`call_failure` for openai's streams: the SDK's bare `APIError` is an `{"error": ...}`
+    event mid-stream (no status, no transport failure), the provider failing mid-reply."""
+    import openai
+
+    if type(exc) is openai.APIError:
+        return stream_error(model, exc.code, exc.message, api_key)
+    return call_failure(exc, model=model, api_key=api_key, timeout=timeout)

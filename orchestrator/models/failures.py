@@ -49,7 +49,7 @@ _CALL_ERRORS = (
     TypeError,
     ValueError,
 )
-_STACK_PACKAGES = _TRANSPORT_PACKAGES | {"openai", "pydantic", "pydantic_core", "jiter"}
+_STACK_PACKAGES = _TRANSPORT_PACKAGES | {"openai", "anthropic", "pydantic", "pydantic_core", "jiter"}
 _CONTEXT_LENGTH_HINTS = ("context_length_exceeded", "context length", "maximum context", "context window")
 
 T = TypeVar("T")
@@ -102,8 +102,13 @@ def injected_cause(exc: BaseException) -> BaseException | None:
     network failure (Celery's SoftTimeLimitExceeded raised during the call), else None."""
     import openai
 
-    cause = exc.__cause__
-    if not isinstance(exc, openai.APIConnectionError) or cause is None or isinstance(cause, OSError):
+    return injected(exc.__cause__) if isinstance(exc, openai.APIConnectionError) else None
+
+
+def injected(cause: BaseException | None) -> BaseException | None:
+    """`cause`, the cause of an SDK's connection error, if it is no network failure (an
+    exception the caller's runtime raised during the call, which the SDK wrapped), else None."""
+    if cause is None or isinstance(cause, OSError):
         return None
     return None if _package(cause) in _TRANSPORT_PACKAGES else cause
 
@@ -167,14 +172,25 @@ def translate_error(
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
 
 
-def guarded_call(call: Callable[[], T], *, model: Model, api_key: str | None, timeout: float | None) -> T:
-    """`call()`, whose failure is raised as `call_failure` makes it: outside the except block, so
-    the SDK's exception (whose text or arguments may hold the key, as a UnicodeEncodeError's do) is
-    not chained into tracebacks and logs."""
+#: What a call that raised an exception raises instead (`call_failure` for openai's SDK).
+Classify = Callable[..., BaseException | None]
+
+
+def guarded_call(
+    call: Callable[[], T],
+    *,
+    model: Model,
+    api_key: str | None,
+    timeout: float | None,
+    classify: Classify | None = None,
+) -> T:
+    """`call()`, whose failure is raised as `classify` (openai's `call_failure` unless another
+    SDK's is given) makes it: outside the except block, so the SDK's exception (whose text or
+    arguments may hold the key, as a UnicodeEncodeError's do) is not chained into tracebacks and logs."""
     try:
         return call()
     except Exception as exc:
-        failure = call_failure(exc, model=model, api_key=api_key, timeout=timeout)
+        failure = (classify or call_failure)(exc, model=model, api_key=api_key, timeout=timeout)
         if failure is None:
             raise
     raise failure

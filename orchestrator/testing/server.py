@@ -5,9 +5,10 @@
 
 It serves Chat Completions (`POST /v1/chat/completions`), the Responses API (`POST /v1/responses`)
 and `GET /v1/models`, answering as `orchestrator.testing.script.decide` says, with bodies built
-from the openai package's types (`orchestrator.testing.replies`); a request with `stream: true`
-gets server-sent events in its API's format (`orchestrator.testing.streams`). It speaks the Gemini
-API too (`orchestrator.testing.gemini_wire`). Test hooks:
+from the openai package's types (`orchestrator.testing.replies`), and the APIs of `WIRES` (Anthropic's
+`POST /v1/messages`: `orchestrator.testing.anthropic_wire`) and the Gemini API
+(`orchestrator.testing.gemini_wire`); a request with `stream: true` gets server-sent events in
+its API's format (`orchestrator.testing.streams`). Test hooks:
 `GET|PUT /_script` reads or replaces the config (and resets fault budgets), `GET /_requests`
 lists the requests served, `POST /_reset` clears that log and the fault budgets; in Python,
 `holding` keeps calls in flight until the test releases them (`orchestrator.testing.holding`).
@@ -31,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
+from orchestrator.testing.anthropic_wire import MessagesWire
 from orchestrator.testing.conversation import last_user_text, output_format_name, request_conversation
 from orchestrator.testing.gemini_wire import GeminiExchange, gemini_route
 from orchestrator.testing.holding import Holding
@@ -46,6 +48,9 @@ from orchestrator.testing.script import (
 )
 from orchestrator.testing.streams import chat_chunks, error_event, response_events
 
+#: The APIs besides OpenAI's, by name: each reads its requests and writes its answers.
+WIRES = {wire.api: wire for wire in (MessagesWire(),)}
+_ROUTES = {"/chat/completions": "chat", "/responses": "responses", **{w.path: w.api for w in WIRES.values()}}
 RUN_ID_HEADER = "X-Ratchet-Run-Id"
 STEP_HEADER = "X-Ratchet-Step"
 
@@ -217,14 +222,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.owner.reset()
             self._send_json(200, {"ok": True})
             return
-        if path not in ("/chat/completions", "/responses"):
+        if path not in _ROUTES:
             self._read_body()
             self._send_error(404, f"no route POST {self.path}")
             return
         body = self._read_json()
         if body is None:
             return
-        api = "chat" if path == "/chat/completions" else "responses"
+        api = _ROUTES[path]
         try:
             self._answer(api, body)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -234,11 +239,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, api: str, body: dict[str, Any]) -> None:
         owner = self.server.owner
         model = str(body.get("model") or "scripted")
-        conversation, tools = request_conversation(api, body)
+        wire = WIRES.get(api)
+        conversation, tools = wire.conversation(body) if wire else request_conversation(api, body)
         run_id = self.headers.get(RUN_ID_HEADER)
         key = conversation_key(run_id, conversation)
         stream = body.get("stream") is True
-        api_key = _bearer(self.headers.get("Authorization"))
+        api_key = wire.api_key(self.headers) if wire else _bearer(self.headers.get("Authorization"))
         decision = decide(
             owner.config,
             owner.state,
@@ -267,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "params": sorted(k for k in body if k not in ("messages", "input")),
                 "query": sorted(parse_qs(urlsplit(self.path).query)),
                 # The name of the JSON schema the reply was asked to follow, and the last user text.
-                "output_format": output_format_name(body),
+                "output_format": wire.output_format_name(body) if wire else output_format_name(body),
                 "last_user": last_user_text(conversation),
                 # Every user text in order (a run's session history comes before its own input).
                 "users": [str(m.get("content") or "") for m in conversation if m.get("role") == "user"],
@@ -287,30 +293,38 @@ class _Handler(BaseHTTPRequestHandler):
         """Send what the script decided: its error, its reply streamed, or its reply whole."""
         owner = self.server.owner
         trickle = owner.config.for_model(model).trickle_s
+        wire = WIRES.get(api)
         if isinstance(decision, ScriptedError):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
             if decision.raw is not None:
                 # Deliberately off-spec (a Fault's `body`): sent as it is, not built from openai's types.
                 self._send(decision.status, decision.raw.encode(), decision.content_type, headers, trickle_s=trickle)
             else:
-                self._send_json(decision.status, error_reply(decision.body), headers, trickle_s=trickle)
+                error = wire.error(decision) if wire else error_reply(decision.body)
+                self._send_json(decision.status, error, headers, trickle_s=trickle)
             return
         if stream:
             self._send_stream(api, model, decision, body)
             return
+        fields = owner.config.for_model(model).usage_fields
+        if wire is not None:
+            self._send_json(200, wire.reply(model, decision, fields), trickle_s=trickle)
+            return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
-        if fields := owner.config.for_model(model).usage_fields:
+        if fields:
             payload["usage"] = {**payload["usage"], **fields}
         self._send_json(200, payload, trickle_s=trickle)
 
     def _send_stream(self, api: str, model: str, reply: ScriptedReply, body: dict[str, Any]) -> None:
         fields = self.server.owner.config.for_model(model).usage_fields
-        if api == "chat":
+        if (wire := WIRES.get(api)) is not None:
+            events = wire.events(model, reply, fields)
+        elif api == "chat":
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = chat_chunks(model, reply, include_usage=include_usage, usage_fields=fields)
         else:
             events = response_events(model, reply, body, usage_fields=fields)
-        if reply.break_after is not None and reply.break_error is not None:
+        if reply.break_after is not None and reply.break_error is not None and wire is None:
             events = [*events[: reply.break_after], error_event(api, reply.break_error, reply.break_after)]
         delay_s = self.server.owner.config.for_model(model).chunk_delay_s
         self._send_events(events, delay_s=delay_s, cut=reply.break_after if reply.break_error is None else None)

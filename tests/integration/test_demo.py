@@ -118,3 +118,17 @@ def test_the_mcp_demo_lists_a_local_mcp_servers_tools_into_the_catalog_and_calls
     assert run_id is not None
     assert "  add -> 42\n" in out
     assert re.search(rf"  echo -> hello \(key {run_id[1]}:\S+\)", out)  # the key reached the server in _meta
+
+
+def test_the_claude_demo_runs_a_parallel_batch_on_the_scripted_messages_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    out = run_demo(tmp_path, "claude_agent")
+
+    assert "scripted Messages API at http://127.0.0.1:" in out and "status=COMPLETED" in out
+    assert "[2] assistant: None calls=['exchange_rate', 'exchange_rate']" in out
+    assert "[3] tool: 1 EUR = 1.08 USD" in out and "[4] tool: 1 EUR = 0.85 GBP" in out
+    assert "[5] assistant: Today 1 EUR = 1.08 USD; 1 EUR = 0.85 GBP." in out
+    assert re.search(r"tokens in=\d+ \(cached \d+\) out=\d+", out) and "cost=0.0" in out

@@ -146,3 +146,39 @@ def test_continue_on_a_cancelled_run_is_refused_with_a_clear_error(
     # And the run cannot be continued
     with pytest.raises(RunNotContinuableError, match="cancelled; a cancelled run is final"):
         client.continue_run(handle.run_id)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_the_three_scenarios_on_claude(
+    kind: str, settings: Settings, scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.models import Claude
+    from orchestrator.testing.anthropic_wire import anthropic_base_url
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_base_url(scripted.url))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-a-good-key-for-the-scripted-model")
+    scripted.configure(scripted.config.model_copy(update={"reject_keys": [BAD_KEY]}))
+
+    # A: the tool's error is a tool message and the run completes
+    out = define(kind, settings, tools=[broken_tool], model=Claude(id="claude-x")).run("hello", timeout=30)
+    assert out.status == RunStatus.COMPLETED
+    assert [m.role for m in out.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert out.messages[3].tool_call_error and out.messages[3].content == "this tool always fails on query=hello"
+    assert out.messages[4].content == "Summary: this tool always fails on query=hello"
+
+    # B: a 401 before any tool batch is final, on the ERROR row with the conversation
+    monkeypatch.setenv("ANTHROPIC_API_KEY", BAD_KEY)
+    team = define(kind, settings, model=Claude(id="claude-x"))
+    failed = team.run("say hi", timeout=30)
+    assert failed.status == RunStatus.ERROR and failed.error is not None
+    assert failed.error.type == "AuthenticationError" and "401" in failed.error.message
+    assert BAD_KEY not in failed.error.message
+    assert [m.role for m in failed.messages] == ["system", "user"]
+    assert [r["status"] for r in scripted.requests_for(failed.run_id)] == [401]
+
+    # C: continued with the key fixed, the same run completes in place
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-a-good-key-for-the-scripted-model")
+    resumed = team.continue_run(failed.run_id, timeout=30)
+    assert resumed.run_id == failed.run_id and resumed.status == RunStatus.COMPLETED
+    assert [m.role for m in resumed.messages] == ["system", "user", "assistant"]
+    assert {r["api"] for r in scripted.requests} == {"messages"}

@@ -294,3 +294,27 @@ def test_a_streamed_responses_api_call_is_traced_as_a_whole_chat_completions_one
         )
         assert attributes["gen_ai.response.finish_reasons"] == (reason,)
     assert sum(int(c.attributes["gen_ai.usage.output_tokens"]) for c in chats) == out.metrics.output_tokens  # type: ignore[arg-type,index]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_claude_call_is_a_chat_span_of_the_anthropic_provider_with_its_cache_counts(
+    db_url: str, scripted: ScriptedServer, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.models import Claude
+    from orchestrator.testing.anthropic_wire import anthropic_base_url
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_base_url(scripted.url))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", TEST_KEY)
+    scripted.configure(ScriptConfig(usage_fields={"cache_creation_input_tokens": 30, "cache_read_input_tokens": 5}))
+    agent = Agent(name=f"traced-{uuid.uuid4().hex[:6]}", model=Claude(id="claude-x", top_k=3))
+    with in_memory(db_url) as dispatcher:
+        out = dispatcher.client.start(agent.name, input="hi").wait(timeout=0)
+    assert out.status == S.COMPLETED, out.error
+
+    (chat,) = named(spans, "chat claude-x")
+    attributes = dict(chat.attributes or {})
+    assert attributes["gen_ai.provider.name"] == "anthropic" and attributes["gen_ai.request.top_k"] == 3
+    assert attributes["gen_ai.usage.cache_creation.input_tokens"] == 30
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 5
+    assert attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
+    assert attributes["gen_ai.usage.input_tokens"] == out.metrics.input_tokens

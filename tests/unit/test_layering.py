@@ -444,13 +444,16 @@ def test_importing_the_whole_domain_loads_no_celery() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_importing_ratchet_loads_no_test_double() -> None:
+def test_importing_ratchet_loads_no_test_double_and_no_optional_sdk() -> None:
     # The scripted model is a test double (orchestrator.testing): a producer or a worker that
-    # imports Ratchet and its model adapters must neither load it nor find it among them.
+    # imports Ratchet and its model adapters must neither load it nor find it among them. Nor
+    # does naming Claude import the anthropic SDK (an extra): a call does.
     code = (
         "import sys, orchestrator, orchestrator.models, workers.celery.tasks, workers.cli.commands\n"
+        "from orchestrator.models import Claude\n"
         "doubles = sorted(m for m in sys.modules if m.startswith('orchestrator.testing'))\n"
         "doubles += [n for n, m in list(sys.modules.items()) if hasattr(m, 'ScriptedModel')]\n"
+        "doubles += [m for m in sys.modules if m.split('.')[0] == 'anthropic']\n"
         "print(doubles); sys.exit(1 if doubles else 0)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,0 +1,137 @@
+"""The anthropic clients of a process, and how a call through one fails, classified.
+
+Clients are cached per process and per (base URL, key, timeout, retries), as the openai ones are
+(`orchestrator.models._clients`): the pid keeps a forked worker off its parent's connection pool,
+and the key is hashed so the cache's keys are not one more copy of it. Each client's timeout bounds
+a whole call (`orchestrator.models._deadline`, on anthropic's own default httpx client). The SDK's
+own OpenTelemetry spans are off: Ratchet makes the model call's span (`orchestrator.tracing`).
+
+Failures become `ModelCallError`s by the same rules as OpenAI's (`orchestrator.models.failures`):
+429 (Retry-After read), 408, 409, 5xx and Anthropic's 529 `overloaded_error` are retryable, a
+connection error or a timeout too, before the reply or mid-stream; 400, 401, 403, 404 and every
+other 4xx are final. An error event mid-stream (the SDK raises it as a status error of the
+stream's 200) is the provider failing mid-reply, retryable. An exception the caller's runtime
+raised during the call (Celery's soft time limit), which the SDK wraps as a connection error,
+propagates as it is.
+
+`anthropic` is imported on first use only: importing an agent definition costs no SDK import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ModelCallError
+from orchestrator.models._keys import redact
+from orchestrator.models.base import Model
+from orchestrator.models.failures import (
+    injected,
+    is_call_error,
+    malformed,
+    parse_retry_after,
+    retryable_status,
+    stream_error,
+    translate_call_error,
+)
+
+if TYPE_CHECKING:
+    import anthropic
+
+#: Where `Claude` reads the API key when none is passed, at each call.
+API_KEY_VAR = "ANTHROPIC_API_KEY"
+_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
+_MAX_CLIENTS = 16
+_clients: dict[tuple[Any, ...], anthropic.Anthropic] = {}
+_clients_lock = threading.Lock()
+
+
+def claude_client(base_url: str, api_key: str, timeout: float, max_retries: int) -> anthropic.Anthropic:
+    """A cached `anthropic.Anthropic` for these settings in this process; `timeout` bounds a whole call."""
+    import anthropic
+
+    from orchestrator.models._deadline import deadline_client
+
+    digest = hashlib.sha256(api_key.encode()).hexdigest()
+    key = (os.getpid(), base_url, digest, timeout, max_retries)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = anthropic.Anthropic(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=max_retries,
+                open_telemetry=False,
+                http_client=deadline_client(timeout, anthropic.DefaultHttpxClient),
+            )
+            if len(_clients) >= _MAX_CLIENTS:
+                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
+                _clients.pop(next(iter(_clients)))
+            _clients[key] = client
+        return client
+
+
+def claude_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
+    """What a call that raised `exc` raises instead: a classified `ModelCallError`, or the
+    exception the caller's runtime injected; None when `exc` is not the call's and must propagate."""
+    import anthropic
+
+    if isinstance(exc, anthropic.AnthropicError):
+        if isinstance(exc, anthropic.APIConnectionError) and (cause := injected(exc.__cause__)) is not None:
+            return cause
+        return _translate(exc, model=model, api_key=api_key, timeout=timeout)
+    import httpx2
+
+    if isinstance(exc, httpx2.TransportError):
+        # A stream cut mid-way, or past its deadline: anthropic's `Stream` lets httpx's error out
+        # as it is (before the first event the SDK wraps it as a connection or timeout error).
+        kind = "APITimeoutError" if isinstance(exc, httpx2.TimeoutException) else "APIConnectionError"
+        limit = (
+            f" (no whole reply within {timeout:g}s, the limit of one call)"
+            if kind == "APITimeoutError" and timeout
+            else ""
+        )
+        detail = redact(str(exc), api_key)[:300]
+        return ModelCallError(
+            f"{model.describe()}: {kind}: the stream broke off: {detail}{limit}", retryable=True, kind=kind
+        )
+    if not is_call_error(exc):
+        return None
+    return translate_call_error(exc, model=model, api_key=api_key)
+
+
+def _translate(
+    exc: anthropic.AnthropicError, *, model: Model, api_key: str | None, timeout: float | None
+) -> ModelCallError:
+    import anthropic
+
+    kind = type(exc).__name__
+    where = model.describe()
+    if isinstance(exc, anthropic.APIStatusError):
+        detail = redact(str(exc.api_message or exc.message), api_key)
+    else:
+        detail = redact(str(getattr(exc, "message", None) or exc), api_key)
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        return malformed(model, detail)
+    if isinstance(exc, anthropic.APITimeoutError) and timeout is not None:
+        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
+        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status < 400:
+            # An `error` event in a stream that had started (its response is the stream's 200).
+            return stream_error(model, exc.type, detail, None)
+        hint = f" (check {API_KEY_VAR} in the environment of the workers)" if status in (401, 403) else ""
+        return ModelCallError(
+            f"{where}: {kind} (HTTP {status}){hint}: {detail}",
+            retryable=retryable_status(status),
+            status_code=status,
+            retry_after=parse_retry_after(exc.response.headers),
+            kind=kind,
+        )
+    return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
