@@ -1,6 +1,6 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Both set everything up first,
-# each only what it needs: the demo installs Ratchet with the MCP extra its MCP agent needs
-# (`pip install -e '.[mcp]'`), the tests every
+# each only what it needs: the demo installs Ratchet with the extras its Claude and MCP agents need
+# (`pip install -e '.[anthropic,mcp]'`), the tests every
 # extra and the test tools (`.[dev]`). Each has its own stamp, so either may run first.
 PYTHON ?= python3
 VENV   := .venv
@@ -29,13 +29,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	@$(FORGET_OLD_NAME)
-	$(BIN)/python -m pip install -q -e '.[mcp]'
+	$(BIN)/python -m pip install -q -e '.[anthropic,mcp]'
 	@touch $(DEMO_STAMP)
 
 ## Run the seed scenarios, a team delegating to two members, a streamed run, a chat with session
-## history, an extraction job with an output schema, an approval and an agent using a local MCP server's
-## tools, on the embedded default: SQLite,
-## a broker that needs no server, an in-process worker, and the scripted model unless OPENAI_API_KEY is set.
+## history, an extraction job with an output schema, an approval, a Claude agent and an agent using a
+## local MCP server's tools, on the embedded default: SQLite,
+## a broker that needs no server, an in-process worker, and the scripted model unless a provider key is set.
 demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo
 	$(BIN)/ratchet demo team_research
@@ -43,6 +43,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/ratchet demo chat
 	$(BIN)/ratchet demo extraction
 	$(BIN)/ratchet demo approval
+	$(BIN)/ratchet demo claude_agent
 	$(BIN)/ratchet demo mcp_agent
 
 ## Every test, against real Redis and PostgreSQL (started here if they are not running), in two
