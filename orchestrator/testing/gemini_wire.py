@@ -243,13 +243,13 @@ class GeminiExchange:
     def serve(self) -> None:
         """Answer the request as the script decides (the handler's own send methods write it)."""
         handler, owner = self.handler, self.handler.server.owner
-        body = handler._read_json()
+        body = handler.read_json()
         if body is None:
             return
         try:
             conversation, tools = gemini_conversation(body)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            handler._send_json(400, error_payload(400, f"malformed generateContent request: {exc}"))
+            handler.send_json(400, error_payload(400, f"malformed generateContent request: {exc}"))
             return
         model, stream = self.route.model, self.route.stream
         run_id = handler.headers.get(RUN_ID_HEADER)
@@ -259,7 +259,7 @@ class GeminiExchange:
             owner.config, owner.state, model=model, api_key=api_key, conversation=conversation, tools=tools,
             conversation_key=key, stream=stream,
         )  # fmt: skip
-        owner._record(self._entry(body, decision, conversation, run_id, key, api_key))
+        owner.record(self._entry(body, decision, conversation, run_id, key, api_key))
         owner.holding.wait(model)
         if decision.delay_s > 0:
             time.sleep(decision.delay_s)
@@ -301,15 +301,13 @@ class GeminiExchange:
         cfg = owner.config.for_model(self.route.model)
         if isinstance(decision, ScriptedError):
             if decision.raw is not None:
-                handler._send(decision.status, decision.raw.encode(), decision.content_type, trickle_s=cfg.trickle_s)
+                handler.send(decision.status, decision.raw.encode(), decision.content_type, trickle_s=cfg.trickle_s)
             else:
                 payload = error_payload(decision.status, decision.message, decision.retry_after)
-                handler._send_json(decision.status, payload, trickle_s=cfg.trickle_s)
+                handler.send_json(decision.status, payload, trickle_s=cfg.trickle_s)
             return
         if not self.route.stream:
-            handler._send_json(
-                200, response_body(self.route.model, decision, cfg.usage_fields), trickle_s=cfg.trickle_s
-            )
+            handler.send_json(200, response_body(self.route.model, decision, cfg.usage_fields), trickle_s=cfg.trickle_s)
             return
         events = stream_bodies(self.route.model, decision, cfg.usage_fields)
         cut = decision.break_after
@@ -317,7 +315,7 @@ class GeminiExchange:
             error = decision.break_error["error"]
             status = _BREAK_STATUS.get(str(error.get("type")), 500)
             events, cut = [*events[:cut], error_event(status, str(error.get("message")))], None
-        handler._send_events(events, delay_s=cfg.chunk_delay_s, cut=cut)
+        handler.send_events(events, delay_s=cfg.chunk_delay_s, cut=cut)
 
 
 def _query(path: str) -> dict[str, list[str]]:

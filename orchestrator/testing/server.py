@@ -148,7 +148,8 @@ class ScriptedServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _record(self, entry: dict[str, Any]) -> None:
+    def record(self, entry: dict[str, Any]) -> None:
+        """Add a served request to the log `GET /_requests` reads (each API's wire calls it too)."""
         with self._lock:
             self._log.append(entry)
 
@@ -187,11 +188,11 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         path = self._path()
         if path == "/models":
-            self._send_json(200, model_list(["scripted", *owner.config.by_model]))
+            self.send_json(200, model_list(["scripted", *owner.config.by_model]))
         elif path == "/_script":
-            self._send_json(200, owner.config.model_dump(mode="json"))
+            self.send_json(200, owner.config.model_dump(mode="json"))
         elif path == "/_requests":
-            self._send_json(200, owner.requests)
+            self.send_json(200, owner.requests)
         else:
             self._send_error(404, f"no route GET {self.path}")
 
@@ -200,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._path() != "/_script":
             self._send_error(404, f"no route PUT {self.path}")
             return
-        body = self._read_json()
+        body = self.read_json()
         if body is None:
             return
         try:
@@ -209,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, f"invalid script: {exc}")
             return
         self.server.owner.configure(config)
-        self._send_json(200, config.model_dump(mode="json"))
+        self.send_json(200, config.model_dump(mode="json"))
 
     def do_POST(self) -> None:
         """Serve the two model APIs and `/_reset`."""
@@ -220,13 +221,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_reset":
             self._read_body()
             self.server.owner.reset()
-            self._send_json(200, {"ok": True})
+            self.send_json(200, {"ok": True})
             return
         if path not in _ROUTES:
             self._read_body()
             self._send_error(404, f"no route POST {self.path}")
             return
-        body = self._read_json()
+        body = self.read_json()
         if body is None:
             return
         api = _ROUTES[path]
@@ -257,7 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         # Logged on arrival, before any hold and the scripted delay: a test can then see a call in
         # flight, and a call whose client was killed while it waited still counts.
-        owner._record(
+        owner.record(
             {
                 "api": api,
                 "model": model,
@@ -298,22 +299,22 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"Retry-After": f"{decision.retry_after:g}"} if decision.retry_after is not None else {}
             if decision.raw is not None:
                 # Deliberately off-spec (a Fault's `body`): sent as it is, not built from openai's types.
-                self._send(decision.status, decision.raw.encode(), decision.content_type, headers, trickle_s=trickle)
+                self.send(decision.status, decision.raw.encode(), decision.content_type, headers, trickle_s=trickle)
             else:
                 error = wire.error(decision) if wire else error_reply(decision.body)
-                self._send_json(decision.status, error, headers, trickle_s=trickle)
+                self.send_json(decision.status, error, headers, trickle_s=trickle)
             return
         if stream:
             self._send_stream(api, model, decision, body)
             return
         fields = owner.config.for_model(model).usage_fields
         if wire is not None:
-            self._send_json(200, wire.reply(model, decision, fields), trickle_s=trickle)
+            self.send_json(200, wire.reply(model, decision, fields), trickle_s=trickle)
             return
         payload = chat_completion(model, decision) if api == "chat" else response_object(model, decision, body)
         if fields:
             payload["usage"] = {**payload["usage"], **fields}
-        self._send_json(200, payload, trickle_s=trickle)
+        self.send_json(200, payload, trickle_s=trickle)
 
     def _send_stream(self, api: str, model: str, reply: ScriptedReply, body: dict[str, Any]) -> None:
         fields = self.server.owner.config.for_model(model).usage_fields
@@ -327,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.break_after is not None and reply.break_error is not None and wire is None:
             events = [*events[: reply.break_after], error_event(api, reply.break_error, reply.break_after)]
         delay_s = self.server.owner.config.for_model(model).chunk_delay_s
-        self._send_events(events, delay_s=delay_s, cut=reply.break_after if reply.break_error is None else None)
+        self.send_events(events, delay_s=delay_s, cut=reply.break_after if reply.break_error is None else None)
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -338,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _read_json(self) -> dict[str, Any] | None:
+    def read_json(self) -> dict[str, Any] | None:
         try:
             body = json.loads(self._read_body() or b"{}")
         except ValueError:
@@ -349,16 +350,16 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _send_error(self, status: int, message: str) -> None:
-        self._send_json(status, error_reply(error_body(status, message)))
+        self.send_json(status, error_reply(error_body(status, message)))
 
-    def _send_json(
+    def send_json(
         self, status: int, payload: Any, headers: Mapping[str, str] | None = None, *, trickle_s: float = 0.0
     ) -> None:
         # json.dumps escapes what is not ASCII, so a NUL or a lone surrogate in a reply goes out
         # as \u0000 / \udcff, as a real provider's JSON would carry it.
-        self._send(status, json.dumps(payload).encode(), "application/json", headers, trickle_s=trickle_s)
+        self.send(status, json.dumps(payload).encode(), "application/json", headers, trickle_s=trickle_s)
 
-    def _send(
+    def send(
         self,
         status: int,
         data: bytes,
@@ -381,7 +382,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data[i : i + 1])
             time.sleep(trickle_s)
 
-    def _send_events(self, events: list[bytes], *, delay_s: float, cut: int | None) -> None:
+    def send_events(self, events: list[bytes], *, delay_s: float, cut: int | None) -> None:
         """Server-sent events, one HTTP chunk each (unbuffered: each goes out as it is written),
         `delay_s` apart; with `cut`, the connection closes after that many, the body unfinished."""
         self.send_response(200)
