@@ -13,7 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.untrusted import TOOL_CALL_ID_MAX, TOOL_NAME_MAX, escape, storable_name
-from orchestrator.usage import USAGE_COLUMNS, Metrics
+from orchestrator.usage import TIMING_COLUMNS, USAGE_COLUMNS, Metrics
+
+#: The longest model id stored (`ratchet_messages.model`).
+MODEL_MAX = 256
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -61,9 +64,12 @@ class Message(BaseModel):
     tool_call_error: bool = False
     #: When the message was committed (UNIX seconds); None until it is stored.
     created_at: float | None = None
-    #: An assistant message's usage as the provider reported it (Agno's `Message.metrics`); None
-    #: when it reported none, on other roles, and on rows stored before usage was (migration 0005).
+    #: An assistant message's usage as the provider reported it and its call's timing (Agno's
+    #: `Message.metrics`), a tool result's duration; None when none is known, on other roles, and
+    #: on rows stored before (migrations 0005, 0017).
     metrics: Metrics | None = None
+    #: The model id the agent configured, on a reply a model step made (migration 0017).
+    model: str | None = None
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -86,6 +92,7 @@ class Message(BaseModel):
             "tool_args": _args_json(self.tool_args),
             "tool_call_error": self.tool_call_error,
             **_usage_values(self.metrics),
+            "model": _name(self.model, MODEL_MAX),
         }
 
     @classmethod
@@ -101,17 +108,24 @@ class Message(BaseModel):
             tool_call_error=bool(row.tool_call_error),
             created_at=row.created_at,
             metrics=metrics_of(row),
+            model=getattr(row, "model", None),
         )
 
 
+_METRICS_COLUMNS = (*USAGE_COLUMNS, *TIMING_COLUMNS)
+
+
 def _usage_values(metrics: Metrics | None) -> dict[str, Any]:
-    return {c: getattr(metrics, c) for c in USAGE_COLUMNS} if metrics is not None else dict.fromkeys(USAGE_COLUMNS)
+    if metrics is None:
+        return dict.fromkeys(_METRICS_COLUMNS)
+    return {c: getattr(metrics, c) for c in _METRICS_COLUMNS}
 
 
 def metrics_of(row: Any) -> Metrics | None:
-    """The usage columns of a row (NULL on rows older than migration 0005): None if all are.
-    Typed columns, validated when the reply was stored: not validated again on every claim."""
-    values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}
+    """The usage and timing columns of a row (NULL on rows older than migrations 0005 and 0017):
+    None if all are. Typed columns, validated when the reply was stored: not validated again on
+    every claim."""
+    values = {c: getattr(row, c, None) for c in _METRICS_COLUMNS}
     return Metrics.model_construct(**values) if any(v is not None for v in values.values()) else None
 
 

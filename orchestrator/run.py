@@ -64,6 +64,9 @@ class RunRecord:
     #: The hash of its agent's definition when it started (`orchestrator.catalog`); None when
     #: its producer found none, or for a run written before migration 0013.
     definition_hash: str | None = None
+    #: When the step last claimed was queued (the claim's copy of `updated_at` before it; None
+    #: on a claim of a RUNNING run whose lease expired, or before migration 0017).
+    queued_at: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
@@ -43,7 +44,7 @@ from orchestrator.store import Claim
 from orchestrator.store.paused import Asked
 from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
-from orchestrator.usage import Prices
+from orchestrator.usage import Metrics, Prices
 
 log = logging.getLogger("ratchet.steps")
 S = RunStatus
@@ -78,7 +79,7 @@ class ModelStep:
             return "throttled"
         # 4. call
         try:
-            reply = self._call(agent, prompt, claim)
+            reply, timing = self._call(agent, prompt, claim)
         except ModelCallError as exc:
             self.admission.failed(ask, exc)
             if self._retry(claim, agent, exc):
@@ -88,6 +89,7 @@ class ModelStep:
         self.admission.used(ask, reply)
         # 5. check
         message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, agent.model.prices)
+        message = _timed(message, agent.model.id, *timing)
         if not self._checked(agent, claim, message, flight):
             self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
             return "retry"
@@ -185,29 +187,43 @@ class ModelStep:
 
     # ---------------------------------------------------------------- call
 
-    def _call(self, agent: AgentDefinition, prompt: list[Message], claim: Claim) -> ModelReply:
-        """The model call. A streamed run's gets the callback that publishes each delta, and its
-        deltas are all stored when this returns or raises, before anything of the step commits."""
+    def _call(
+        self, agent: AgentDefinition, prompt: list[Message], claim: Claim
+    ) -> tuple[ModelReply, tuple[float, float | None]]:
+        """The model call, and how long it took and took to its first text (streamed runs only:
+        the metrics' model latency and time to first token). A streamed run's gets the callback
+        that publishes each delta, and its deltas are all stored when this returns or raises,
+        before anything of the step commits."""
         timeout = self.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         record = claim.record
         context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
+        first: list[float] = []
         with tracing.model_call(agent.model, record, stream=record.stream, structured=output is not None) as span:
+            started = time.monotonic()
             if record.stream:
-                reply = self._streamed(agent, prompt, claim, context)
+                reply = self._streamed(agent, prompt, claim, context, first)
             else:  # only streamed runs write live events: no cost to any other step
                 reply = agent.model.invoke(prompt, agent.tool_specs(), context=context)
+            took = time.monotonic() - started
             span.reply(reply)
-            return reply
+            return reply, (took, first[0] - started if first else None)
 
     def _streamed(
-        self, agent: AgentDefinition, prompt: list[Message], claim: Claim, context: CallContext
+        self, agent: AgentDefinition, prompt: list[Message], claim: Claim, context: CallContext, first: list[float]
     ) -> ModelReply:
-        """The call of a streamed run: each delta published, and all stored before it returns or raises."""
+        """The call of a streamed run: each delta published, and all stored before it returns or
+        raises; the time of its first text put in `first`."""
         live = LiveStep(self.sink(), claim, self.store.clock, timeouts=self.steps.timeouts)
         live.begin()
+
+        def delta(text: str) -> None:
+            if text and not first:
+                first.append(time.monotonic())
+            live.delta(text)
+
         try:
-            return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
+            return agent.model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=delta))
         finally:
             live.end()
 
@@ -336,6 +352,13 @@ def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, price
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
     return ModelReply(content=content, tool_calls=calls, usage=reply.usage).to_message(prices)
+
+
+def _timed(message: Message, model: str, duration: float, first_token: float | None) -> Message:
+    """The reply with its model id and its call's timing (metrics: latency per model)."""
+    timing = {"duration": duration, "time_to_first_token": first_token}
+    metrics = message.metrics.model_copy(update=timing) if message.metrics is not None else Metrics(**timing)
+    return message.model_copy(update={"metrics": metrics, "model": model})
 
 
 def _invalid_output(agent: AgentDefinition, message: Message) -> ModelCallError | None:
