@@ -328,7 +328,8 @@ class RunPage:
 class LogEntry:
     """Something that happened to a run besides its messages, as the store logged it with the
     move (`ratchet_events`): a retry, an error, a lease taken back by the sweeper, a fenced
-    write, a delegation or fan-in, a continue, a cancel, a pause, a person's decision, a resume."""
+    write, a delegation or fan-in, a continue, a cancel, a pause, a person's decision, a resume,
+    the final answer committed."""
 
     #: The entry's id: entries of a run are in id order.
     id: int
@@ -338,7 +339,9 @@ class LogEntry:
     #: What: "retry", "throttled", "error", "lease_expired", "fenced", "delegate", "fan_in", "continue",
     #: "cancel", "paused" (detail: the `requirements` it asked, by id; a team's: `to` PAUSED, for its
     #: member's pause), "decision" (`requirement`, `by`, `decision` in a few words), "resume" (the
-    #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING).
+    #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING),
+    #: "completed" (the move to COMPLETED, no detail: since migration 0017). A "fenced" entry
+    #: whose run was cancelled while the step ran says `cause` "cancel".
     kind: str
     #: The step it happened at.
     seq: int | None

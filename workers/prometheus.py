@@ -91,8 +91,8 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Moves of runs to a final status (COMPLETED, ERROR, CANCELLED, PAUSED); a run continued counts again.",
         labels=["agent", "status"],
     )
-    for (agent, status), n in sorted(snapshot.finished.items()):
-        finished.add_metric([agent, status], n)
+    for (agent, final), n in sorted(snapshot.finished.items()):
+        finished.add_metric([agent, final], n)
     yield finished
     for kind, (name, documentation) in EVENT_COUNTERS.items():
         counter = CounterMetricFamily(name, documentation, labels=["agent"])

@@ -357,7 +357,7 @@ def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, price
 def _timed(message: Message, model: str, duration: float, first_token: float | None) -> Message:
     """The reply with its model id and its call's timing (metrics: latency per model)."""
     timing = {"duration": duration, "time_to_first_token": first_token}
-    metrics = message.metrics.model_copy(update=timing) if message.metrics is not None else Metrics(**timing)
+    metrics = (message.metrics or Metrics()).model_copy(update=timing)
     return message.model_copy(update={"metrics": metrics, "model": model})
 
 

@@ -40,16 +40,25 @@ def upgrade() -> None:
     op.add_column("ratchet_messages", sa.Column("duration", sa.Float, nullable=True))
     op.add_column("ratchet_messages", sa.Column("time_to_first_token", sa.Float, nullable=True))
     op.create_index("ix_ratchet_runs_created", "ratchet_runs", ["created_at"])
-    if op.get_bind().dialect.name == "postgresql":  # SQLite holds any length in a VARCHAR
-        op.alter_column("ratchet_metric_totals", "label", type_=sa.String(320), existing_nullable=False)
+    _label(sa.String(64), sa.String(320))
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.alter_column("ratchet_metric_totals", "label", type_=sa.String(64), existing_nullable=False)
+    # The totals of the new metrics (labels that may not fit 64 characters): nothing before reads them.
+    totals = sa.table("ratchet_metric_totals", sa.column("name", sa.String))
+    new = ["started", "queue", "model_call", "first_token", "tool", "run"]
+    op.execute(totals.delete().where(totals.c.name.in_(new)))
+    _label(sa.String(320), sa.String(64))
     op.drop_index("ix_ratchet_runs_created", table_name="ratchet_runs")
     with op.batch_alter_table("ratchet_messages") as batch:
         for column in ("time_to_first_token", "duration", "model", "step_queued_at"):
             batch.drop_column(column)
     with op.batch_alter_table("ratchet_runs") as batch:
         batch.drop_column("queued_at")
+
+
+def _label(was: sa.String, becomes: sa.String) -> None:
+    """Widen (or narrow) the totals' label: in place on PostgreSQL (a wider VARCHAR rewrites
+    nothing); SQLite copies the table, which holds a few hundred rows."""
+    with op.batch_alter_table("ratchet_metric_totals") as batch:
+        batch.alter_column("label", type_=becomes, existing_type=was, existing_nullable=False)
