@@ -6,7 +6,10 @@ run events (retries, sweeper recoveries, fenced writes, errors, poison steps, pa
 messages (tokens and cost), the message a step's own commit carries, stamped with its claim's
 time (how long the step took, by kind: a reply is a model step, a tool result a tool step), and
 each decision's event, with the requirement it decided (time to decision: from the pause that
-asked it to the decision, by what was asked).
+asked it to the decision, by what was asked); the runs' rows by `created_at` (runs started),
+the events of moves to a final status (`completed`, `error`, `cancel`, `paused`: runs finished),
+and the histograms of `store/latencies.py` (queue waits, model calls and their first text, tool
+calls, run durations) from the same rows.
 
 A counter is a sum over rows that are only ever added, read in two parts:
 
