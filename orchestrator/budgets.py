@@ -185,9 +185,7 @@ def _checked(owner: str, parameter: str, value: object) -> int | float | None:
         return value
     if not tokens and isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
         return float(value)
-    what = (
-        "a whole number of tokens, 1 or more" if tokens else "a finite cost above 0 (in the model's prices' currency)"
-    )
+    what = "a whole number of tokens, 1 or more" if tokens else "a finite cost above 0 (US dollars)"
     raise ConfigurationError(f"{owner}: {parameter} is {what}; got {value!r}: give one, or leave it out for no limit")
 
 

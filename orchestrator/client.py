@@ -443,9 +443,11 @@ class Client:
     # ---------------------------------------------------------------- metrics
 
     def metrics(self) -> MetricsSnapshot:
-        """What `ratchet api` serves at /metrics: runs by agent and status now; counters of
-        retries, sweeper recoveries, fenced writes, errors, poison steps, pauses, tokens and cost;
-        step durations by kind and the time to each decision by pause type
+        """What `ratchet api` serves at /metrics: runs by agent and status now; counters of runs
+        started and finished, retries, sweeper recoveries, fenced writes, cancelled steps,
+        errors, poison steps, pauses, tokens and cost (US dollars); histograms of step
+        durations, queue waits, model call latency and time to first token by model, tool
+        durations by tool, run durations and the time to each decision by pause type
         (`orchestrator.store.metrics`); and the steps waiting in the broker's
         queues, where the dispatcher can say (None if it cannot, or the broker did not answer:
         logged). The same from any process on the same store."""

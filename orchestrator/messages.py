@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.untrusted import TOOL_CALL_ID_MAX, TOOL_NAME_MAX, escape, storable_name
-from orchestrator.usage import USAGE_COLUMNS, Metrics
+from orchestrator.usage import TIMING_COLUMNS, USAGE_COLUMNS, Metrics
 
 Role = Literal["system", "user", "assistant", "tool"]
 #: The longest model name the `model` column holds.
@@ -63,12 +63,14 @@ class Message(BaseModel):
     tool_call_error: bool = False
     #: When the message was committed (UNIX seconds); None until it is stored.
     created_at: float | None = None
-    #: An assistant message's usage as the provider reported it (Agno's `Message.metrics`); None
-    #: when it reported none, on other roles, and on rows stored before usage was (migration 0005).
+    #: An assistant message's usage as the provider reported it and its call's timing (Agno's
+    #: `Message.metrics`), a tool result's duration; None when none is known, on other roles, and
+    #: on rows stored before (migrations 0005, 0018).
     metrics: Metrics | None = None
-    #: The model that wrote an assistant message, as its provider named it (else the id it was
-    #: configured with): a reply of a fallback model names that model. None on other roles and
-    #: on rows stored before it was (migration 0017).
+    #: The model that wrote an assistant message, by the id it was configured with (a reply of a
+    #: fallback model names that model; a bounded label for the metrics, where the provider's own
+    #: name of it is on the call's span). None on other roles and on rows stored before it was
+    #: (migration 0017).
     model: str | None = None
 
     @property
@@ -112,14 +114,20 @@ class Message(BaseModel):
         )
 
 
+_METRICS_COLUMNS = (*USAGE_COLUMNS, *TIMING_COLUMNS)
+
+
 def _usage_values(metrics: Metrics | None) -> dict[str, Any]:
-    return {c: getattr(metrics, c) for c in USAGE_COLUMNS} if metrics is not None else dict.fromkeys(USAGE_COLUMNS)
+    if metrics is None:
+        return dict.fromkeys(_METRICS_COLUMNS)
+    return {c: getattr(metrics, c) for c in _METRICS_COLUMNS}
 
 
 def metrics_of(row: Any) -> Metrics | None:
-    """The usage columns of a row (NULL on rows older than migration 0005): None if all are.
-    Typed columns, validated when the reply was stored: not validated again on every claim."""
-    values = {c: getattr(row, c, None) for c in USAGE_COLUMNS}
+    """The usage and timing columns of a row (NULL on rows older than migrations 0005 and 0018):
+    None if all are. Typed columns, validated when the reply was stored: not validated again on
+    every claim."""
+    values = {c: getattr(row, c, None) for c in _METRICS_COLUMNS}
     return Metrics.model_construct(**values) if any(v is not None for v in values.values()) else None
 
 

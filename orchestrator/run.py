@@ -67,6 +67,9 @@ class RunRecord:
     #: The place in its agent's fallback chain of the model its current model step calls
     #: (`orchestrator.models.fallback`); None: 0, the agent's own model.
     model_index: int | None = None
+    #: When the step last claimed was queued (the claim's copy of `updated_at` before it; None
+    #: on a claim of a RUNNING run whose lease expired, or before migration 0018).
+    queued_at: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -328,7 +331,8 @@ class RunPage:
 class LogEntry:
     """Something that happened to a run besides its messages, as the store logged it with the
     move (`ratchet_events`): a retry, an error, a lease taken back by the sweeper, a fenced
-    write, a delegation or fan-in, a continue, a cancel, a pause, a person's decision, a resume."""
+    write, a delegation or fan-in, a continue, a cancel, a pause, a person's decision, a resume,
+    the final answer committed."""
 
     #: The entry's id: entries of a run are in id order.
     id: int
@@ -340,7 +344,9 @@ class LogEntry:
     #: member's pause), "decision" (`requirement`, `by`, `decision` in a few words), "resume" (the
     #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING), "fallback"
     #: (a model step's model failed for good and the step went on with a fallback model: `from`,
-    #: `to`, their `index` in the chain, the `error`).
+    #: `to`, their `index` in the chain, the `error`), "completed" (the move to COMPLETED, no
+    #: detail: since migration 0018). A "fenced" entry whose run was cancelled while the step ran
+    #: says `cause` "cancel".
     kind: str
     #: The step it happened at.
     seq: int | None

@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict
 
 #: The columns of a message row that hold its usage, in `Metrics`' field order.
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "cost")
+#: The columns of a message row that say how long the call that made it took (migration 0018):
+#: `Metrics.duration` and `.time_to_first_token`.
+TIMING_COLUMNS = ("duration", "time_to_first_token")
 
 
 #: The largest token count stored: the token columns are 32-bit integers.
@@ -51,20 +54,23 @@ def count(value: object) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Prices:
-    """What a model's tokens cost, per million: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`."""
+    """What a model's tokens cost, in US dollars per million, as the providers publish their
+    prices: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`. Costs are in US dollars
+    (`ratchet_cost_usd_total`)."""
 
-    #: Per million input tokens (cached ones included).
+    #: US dollars per million input tokens (cached ones included).
     input: float
-    #: Per million output tokens (reasoning ones included).
+    #: US dollars per million output tokens (reasoning ones included).
     output: float
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost of one call's tokens."""
+        """The cost of one call's tokens, in US dollars."""
         return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
 
 
 class Metrics(BaseModel):
-    """Token counts and cost (Agno's `Metrics` names); None where unknown."""
+    """Token counts, cost and timing of a call (Agno's `Metrics` names); None where unknown. A
+    reply's are its model call's; a tool result's only its `duration`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -72,8 +78,12 @@ class Metrics(BaseModel):
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     reasoning_tokens: int | None = None
-    #: In the currency of the model's prices; None without prices or without the token counts.
+    #: In US dollars, at the model's prices; None without prices or without the token counts.
     cost: float | None = None
+    #: Seconds the call took (the model call, or the tool call), as the worker timed it.
+    duration: float | None = None
+    #: Seconds from a streamed model call to its first text; None for a call not streamed.
+    time_to_first_token: float | None = None
 
     @property
     def total_tokens(self) -> int | None:
@@ -103,7 +113,8 @@ class Metrics(BaseModel):
     @classmethod
     def total(cls, parts: Iterable[Metrics | None]) -> Metrics:
         """The sum of `parts` field by field; a field is None if it is None in any part (an
-        unknown part makes the total unknown). No parts: all zero."""
+        unknown part makes the total unknown). No parts: all zero. Timings are per call: not
+        totalled (None)."""
         sums: dict[str, int | float | None] = dict.fromkeys(USAGE_COLUMNS, 0)
         for part in parts:
             for name in USAGE_COLUMNS:

@@ -89,3 +89,14 @@ if [ ! -x /usr/bin/chromium ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 say "chromium ok: $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"
+
+# --- promtool ----------------------------------------------------------------------------
+# tests/integration/test_prometheus_metrics.py checks /metrics with `promtool check metrics`,
+# from Debian's prometheus package (the server is not started: only its tool is used).
+if ! command -v promtool >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] || { say "promtool is missing and this is not root: install prometheus"; exit 1; }
+  if [ -z "$apt_ready" ]; then apt-get update -qq >/dev/null; apt_ready=1; fi
+  say "installing prometheus (for promtool)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+say "promtool ok: $(promtool --version 2>&1 | head -n 1)"

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
@@ -45,6 +46,7 @@ from orchestrator.store import Claim
 from orchestrator.store.paused import Asked
 from orchestrator.store.transient import retry_transient
 from orchestrator.untrusted import storable_name, storable_text
+from orchestrator.usage import Metrics
 
 log = logging.getLogger("ratchet.steps")
 S = RunStatus
@@ -82,7 +84,7 @@ class ModelStep:
             if self.admission.parked(claim, ask):
                 return "throttled"
             try:
-                reply = self._call(agent, model, prompt, claim)
+                reply, timing = self._call(agent, model, prompt, claim)
                 break
             except ModelCallError as exc:
                 self.admission.failed(ask, exc)
@@ -98,6 +100,7 @@ class ModelStep:
         self.admission.used(ask, reply)
         # 5. check
         message = _assistant_message(reply, claim.transcript.call_ids, claim.record.seq, model)
+        message = _timed(message, *timing)
         if not self._checked(agent, claim, message, flight):
             self.steps.end(claim)  # the reply is not kept: the retry shows the model its error instead
             return "retry"
@@ -195,29 +198,49 @@ class ModelStep:
 
     # ---------------------------------------------------------------- call
 
-    def _call(self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim) -> ModelReply:
-        """The call of `model` (the agent's, or a fallback's). A streamed run's gets the callback that
-        publishes each delta; its deltas are all stored when this returns or raises, before any commit."""
+    def _call(
+        self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim
+    ) -> tuple[ModelReply, tuple[float, float | None]]:
+        """The call of `model` (the agent's, or a fallback's), and how long it took and took to its
+        first text (streamed runs only: the metrics' model latency and time to first token). A
+        streamed run's gets the callback that publishes each delta, and its deltas are all stored
+        when this returns or raises, before anything of the step commits."""
         timeout = self.settings.model_timeout
         output = structured.output_format(agent.output_schema) if agent.output_schema is not None else None
         record = claim.record
         context = CallContext(run_id=claim.run_id, seq=record.seq, timeout=timeout, output=output)
+        first: list[float] = []
         with tracing.model_call(model, record, stream=record.stream, structured=output is not None) as span:
+            started = time.monotonic()
             if record.stream:
-                reply = self._streamed(agent, model, prompt, claim, context)
+                reply = self._streamed(agent, model, prompt, claim, context, first)
             else:  # only streamed runs write live events: no cost to any other step
                 reply = model.invoke(prompt, agent.tool_specs(), context=context)
+            took = time.monotonic() - started
             span.reply(reply)
-            return reply
+            return reply, (took, first[0] - started if first else None)
 
     def _streamed(
-        self, agent: AgentDefinition, model: Model, prompt: list[Message], claim: Claim, context: CallContext
+        self,
+        agent: AgentDefinition,
+        model: Model,
+        prompt: list[Message],
+        claim: Claim,
+        context: CallContext,
+        first: list[float],
     ) -> ModelReply:
-        """The call of a streamed run: each delta published, and all stored before it returns or raises."""
+        """The call of a streamed run: each delta published, and all stored before it returns or
+        raises; the time of its first text put in `first`."""
         live = LiveStep(self.sink(), claim, self.store.clock, timeouts=self.steps.timeouts)
         live.begin()
+
+        def delta(text: str) -> None:
+            if text and not first:
+                first.append(time.monotonic())
+            live.delta(text)
+
         try:
-            return model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=live.delta))
+            return model.invoke(prompt, agent.tool_specs(), context=replace(context, on_delta=delta))
         finally:
             live.end()
 
@@ -351,14 +374,21 @@ class ModelStep:
 def _assistant_message(reply: ModelReply, used: Collection[str], seq: int, model: Model) -> Message:
     """The reply of `model` as the message the store will hold: call ids unique and storable,
     text storable (what a model says is untrusted: ARCHITECTURE.md, "What comes from outside"),
-    its usage costed at the model's prices, and the model named as its provider named it (else
-    by its id)."""
+    its usage costed at the model's prices, and the model named by the id it was configured with
+    (a bounded label for the metrics; the provider's own name of it is on the call's span)."""
     calls = _unique_call_ids(reply.tool_calls, used, seq)
     content = storable_text(reply.content) if reply.content is not None else None
-    named = storable_name(reply.response_model or model.id, MODEL_NAME_MAX)
+    named = storable_name(model.id, MODEL_NAME_MAX)
     return ModelReply(content=content, tool_calls=calls, usage=reply.usage, response_model=named).to_message(
         model.prices
     )
+
+
+def _timed(message: Message, duration: float, first_token: float | None) -> Message:
+    """The reply with its call's timing (metrics: latency per model)."""
+    timing = {"duration": duration, "time_to_first_token": first_token}
+    metrics = (message.metrics or Metrics()).model_copy(update=timing)
+    return message.model_copy(update={"metrics": metrics})
 
 
 def _invalid_output(agent: AgentDefinition, message: Message) -> ModelCallError | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import time
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from functools import partial
@@ -36,6 +37,7 @@ from orchestrator.store import Claim, Store
 from orchestrator.store.transient import retry_transient
 from orchestrator.tools import ToolContext
 from orchestrator.untrusted import TOOL_NAME_MAX, clip, error_record, safe_str, shown, storable_name, storable_text
+from orchestrator.usage import Metrics
 
 log = logging.getLogger("ratchet.steps")
 S = RunStatus
@@ -197,7 +199,11 @@ class ToolStep:
         self, claim: Claim, agent: AgentDefinition, call: ToolCall, flight: InFlight, batch: Batch
     ) -> Message:
         with tracing.tool_call(call, claim.run_id) as span:  # nothing, unless a tracer provider is set
-            return self._run_tool(claim, agent, call, flight, batch, span)
+            started = time.monotonic()
+            message = self._run_tool(claim, agent, call, flight, batch, span)
+        if agent.tool(call.name) is None:  # timed only by a name the catalog bounds (metrics' label)
+            return message
+        return message.model_copy(update={"metrics": Metrics(duration=time.monotonic() - started)})
 
     def _run_tool(
         self, claim: Claim, agent: AgentDefinition, call: ToolCall, flight: InFlight, batch: Batch, span: tracing.Traced

@@ -6,7 +6,10 @@ run events (retries, sweeper recoveries, fenced writes, errors, poison steps, pa
 messages (tokens and cost), the message a step's own commit carries, stamped with its claim's
 time (how long the step took, by kind: a reply is a model step, a tool result a tool step), and
 each decision's event, with the requirement it decided (time to decision: from the pause that
-asked it to the decision, by what was asked).
+asked it to the decision, by what was asked); the runs' rows by `created_at` (runs started),
+the events of moves to a final status (`completed`, `error`, `cancel`, `paused`: runs finished),
+and the histograms of `store/latencies.py` (queue waits, model calls and their first text, tool
+calls, run durations) from the same rows.
 
 A counter is a sum over rows that are only ever added, read in two parts:
 
@@ -36,6 +39,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, func, insert, select, true, update
 
+from orchestrator.store import latencies
 from orchestrator.store.tables import events, messages, metric_totals, requirements, runs
 from orchestrator.usage import USAGE_COLUMNS
 
@@ -50,13 +54,17 @@ BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 
 DECISION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0, 259_200.0, 604_800.0)
 #: The run events counted, by the kind `Store.log_event` gives them. "poison" is an "error" event
 #: of a poison step (counted under "error" too); "paused" a run moved to PAUSED (a team above a
-#: member that paused too).
-EVENT_KINDS = ("retry", "lease_expired", "fenced", "error", "paused")
+#: member that paused too); "completed" and "cancel" moves to COMPLETED and CANCELLED;
+#: "cancelled_step" a "fenced" event of a step whose run was cancelled while it ran (not counted
+#: under "fenced": no worker came back too late).
+EVENT_KINDS = ("retry", "lease_expired", "fenced", "error", "paused", "completed", "cancel")
 #: The token counts of a reply, by the label they are counted under.
 TOKEN_KINDS = {"input": "input_tokens", "output": "output_tokens", "cache_read": "cache_read_tokens",
                "reasoning": "reasoning_tokens"}  # fmt: skip
 #: How a poison step's error event reads (`Store.log_event` writes its detail with json.dumps).
 _POISON = "%" + json.dumps({"type": "PoisonStepError"})[1:-1] + "%"
+#: How the "fenced" event of a step its run's cancel fenced reads (`Store.record_fenced`).
+_BY_CANCEL = "%" + json.dumps({"cause": "cancel"})[1:-1] + "%"
 _MARK = and_(metric_totals.c.name == "mark", metric_totals.c.agent == "", metric_totals.c.label == "")
 
 Key = tuple[str, str, str]  # (counter, agent, label)
@@ -86,8 +94,22 @@ class MetricsSnapshot:
     events: Mapping[tuple[str, str], int] = field(default_factory=dict)
     #: (agent, kind) -> tokens the providers reported: "input", "output", "cache_read", "reasoning".
     tokens: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    #: agent -> cost of the replies stored, in the currency of the models' `Prices`.
+    #: agent -> cost of the replies stored, in US dollars (the models' `Prices`).
     cost: Mapping[str, float] = field(default_factory=dict)
+    #: agent -> runs ever started (created: a continue of a COMPLETED run forks a new one).
+    started: Mapping[str, int] = field(default_factory=dict)
+    #: (agent, status) -> moves to each final status: COMPLETED, ERROR, CANCELLED, PAUSED.
+    finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: (agent, "model" | "tools") -> queue wait of the steps that committed: queued to claimed.
+    queue_wait: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
+    #: (agent, model id) -> durations of the model calls whose replies were stored.
+    model_calls: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
+    #: (agent, model id) -> time to first text of the streamed calls whose replies were stored.
+    first_token: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
+    #: (agent, tool) -> durations of the calls of the agents' tools whose results were stored.
+    tools: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
+    #: (agent, final status) -> from each run's creation to each of its moves to a final status.
+    run_duration: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
     #: (agent, "model" | "tools") -> durations of the steps that committed, claim to commit.
     steps: Mapping[tuple[str, str], Durations] = field(default_factory=dict)
     #: (agent, pause_type) -> time to decision: from a pause to each decision of what it asked
@@ -134,10 +156,9 @@ def _snapshot(counted: Mapping[Key, float], stored: dict[tuple[str, str], int]) 
     events_: dict[tuple[str, str], int] = {}
     tokens: dict[tuple[str, str], int] = {}
     cost: dict[str, float] = {}
-    timed: dict[str, dict[tuple[str, str], dict[str, float]]] = {
-        "step": defaultdict(dict),
-        "decision": defaultdict(dict),
-    }
+    started: dict[str, int] = {}
+    bounds = {"step": BUCKETS, "decision": DECISION_BUCKETS, **latencies.HISTOGRAMS}
+    timed: dict[str, dict[tuple[str, str], dict[str, float]]] = {name: defaultdict(dict) for name in bounds}
     for (name, agent, label), value in counted.items():
         if name == "event":
             events_[(agent, label)] = round(value)
@@ -145,16 +166,27 @@ def _snapshot(counted: Mapping[Key, float], stored: dict[tuple[str, str], int]) 
             tokens[(agent, label)] = round(value)
         elif name == "cost":
             cost[agent] = value
+        elif name == "started":
+            started[agent] = round(value)
         elif name in timed:
-            kind, _, part = label.partition(":")
-            timed[name][(agent, kind)][part] = value
+            key, _, part = label.rpartition(":")  # a model id may hold a colon; a part never does
+            timed[name][(agent, key)][part] = value
+    final = latencies.FINAL_EVENTS
+    h = {name: _durations(parts, bounds[name]) for name, parts in timed.items()}
     return MetricsSnapshot(
         runs=stored,
         events=events_,
         tokens=tokens,
         cost=cost,
-        steps=_durations(timed["step"], BUCKETS),
-        decisions=_durations(timed["decision"], DECISION_BUCKETS),
+        started=started,
+        finished={(agent, final[kind]): n for (agent, kind), n in events_.items() if kind in final},
+        steps=h["step"],
+        decisions=h["decision"],
+        queue_wait=h["queue"],
+        model_calls=h["model_call"],
+        first_token=h["first_token"],
+        tools=h["tool"],
+        run_duration=h["run"],
     )
 
 
@@ -175,10 +207,15 @@ def _sums(conn: Connection, *, after: float, upto: float | None, run_ids: Collec
     """What the rows written in (after, upto] (of `run_ids` only, if given) add to each counter."""
     sums: dict[Key, float] = {}
     for row in conn.execute(_events_query(after, upto, run_ids)):
-        agent, kind, count, poison = row
-        sums[("event", agent, kind)] = count
+        agent, kind, count, poison, by_cancel = row
+        sums[("event", agent, kind)] = count - (by_cancel or 0)
         if poison:
             sums[("event", agent, "poison")] = poison
+        if by_cancel:
+            sums[("event", agent, "cancelled_step")] = by_cancel
+    for agent, count in conn.execute(_started_query(after, upto, run_ids)):
+        sums[("started", agent, "")] = count
+    sums.update(latencies.sums(conn, after, upto, run_ids))
     for row in conn.execute(_messages_query(after, upto, run_ids)):
         values = row._mapping
         agent = values["agent"]
@@ -237,11 +274,28 @@ _AGENT = func.coalesce(runs.c.agent_name, "").label("agent")
 def _events_query(after: float, upto: float | None, run_ids: Collection[str]) -> Any:
     e = events
     poison = case((and_(e.c.kind == "error", e.c.detail.like(_POISON)), 1), else_=0)
+    by_cancel = case((and_(e.c.kind == "fenced", e.c.detail.like(_BY_CANCEL)), 1), else_=0)
     where = [e.c.kind.in_(EVENT_KINDS), _window(e.c.at, after, upto)]
     if run_ids:
         where.append(e.c.run_id.in_(list(run_ids)))
-    rows = select(_AGENT, e.c.kind, poison.label("poison")).select_from(_with_agent(e)).where(*where).subquery()
-    return select(rows.c.agent, rows.c.kind, func.count(), func.sum(rows.c.poison)).group_by(rows.c.agent, rows.c.kind)
+    rows = (
+        select(_AGENT, e.c.kind, poison.label("poison"), by_cancel.label("by_cancel"))
+        .select_from(_with_agent(e))
+        .where(*where)
+        .subquery()
+    )
+    return select(
+        rows.c.agent, rows.c.kind, func.count(), func.sum(rows.c.poison), func.sum(rows.c.by_cancel)
+    ).group_by(rows.c.agent, rows.c.kind)
+
+
+def _started_query(after: float, upto: float | None, run_ids: Collection[str]) -> Any:
+    """Runs created in the window, by agent (their rows' `created_at`, which nothing changes)."""
+    r = runs.c
+    where = [_window(r.created_at, after, upto)]
+    if run_ids:
+        where.append(r.run_id.in_(list(run_ids)))
+    return select(r.agent_name, func.count()).where(*where).group_by(r.agent_name)
 
 
 def _messages_query(after: float, upto: float | None, run_ids: Collection[str]) -> Any:

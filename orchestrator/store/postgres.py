@@ -22,6 +22,7 @@ from orchestrator.errors import RunNotFoundError
 from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
+from orchestrator.status import RunStatus
 from orchestrator.store import claims, direct, reads, sessions, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
@@ -152,7 +153,10 @@ class PostgresBackend(Backend):
     def commit(
         self, conn: Connection, params: dict[str, Any], new_messages: Sequence[Message], *, seq: int, final: bool
     ) -> RunRecord | None:
-        statement = statements.COMMIT_PG_FINAL if final else statements.COMMIT_PG
+        if params["b_status"] == RunStatus.COMPLETED.value:  # with its "completed" event (metrics)
+            statement = statements.COMMIT_PG_COMPLETED
+        else:
+            statement = statements.COMMIT_PG_FINAL if final else statements.COMMIT_PG
         row = direct.first(conn, statement, {**params, "b_step": seq, **statements.message_arrays(new_messages)})
         return RunRecord.from_row(row) if row is not None else None
 

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
+from orchestrator.status import RunStatus
 from orchestrator.store import claims, direct, sessions, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
@@ -81,6 +82,9 @@ class SqliteBackend(Backend):
         record = RunRecord.from_row(row)
         if final:
             note_final(conn, record.run_id)
+        if params["b_status"] == RunStatus.COMPLETED.value:  # what the metrics count as completed
+            logged = {"b_run_id": record.run_id, "b_now": params["b_now"], "b_step": seq}
+            direct.many(conn, statements.LOG_COMPLETED, [logged])
         start = record.n_messages - len(new_messages)
         writes.insert_messages(
             conn,
@@ -91,6 +95,7 @@ class SqliteBackend(Backend):
             seq=seq,
             epoch=record.epoch,
             step_started_at=params["b_started"],
+            step_queued_at=params["b_queued"],
         )
         return record
 

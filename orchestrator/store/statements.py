@@ -30,8 +30,10 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     func,
     insert,
+    literal_column,
     null,
     or_,
     select,
@@ -45,7 +47,7 @@ from orchestrator.messages import Message
 from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
 from orchestrator.store.tables import events, messages, runs, sessions
-from orchestrator.usage import USAGE_COLUMNS
+from orchestrator.usage import TIMING_COLUMNS, USAGE_COLUMNS
 
 S = RunStatus
 
@@ -69,6 +71,9 @@ CLAIM = (
         lease_owner=bindparam("b_owner", type_=String),
         lease_expires_at=bindparam("b_expires", type_=Float),
         attempts=runs.c.attempts + 1,
+        # The time of the move to QUEUED, before the claim overwrites it (SET reads the row as
+        # it was): the step's queue wait starts there (metrics). Not known for a re-claim.
+        queued_at=case((runs.c.status == S.QUEUED.value, runs.c.updated_at), else_=null()),
     )
     .returning(*runs.c)
 )
@@ -140,14 +145,19 @@ _MESSAGE_FIELDS = (
     "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_args", "tool_call_error", "model",
 )  # fmt: skip
 #: The message columns a write appends, in the order `message_arrays` gives them.
-_APPENDED = (*_MESSAGE_FIELDS, *USAGE_COLUMNS)
-_ARRAY_TYPES = (String, Text, Text, String, String, Text, Boolean, String, Integer, Integer, Integer, Integer, Float)
+_APPENDED = (*_MESSAGE_FIELDS, *USAGE_COLUMNS, *TIMING_COLUMNS)
+_ARRAY_TYPES = (
+    String, Text, Text, String, String, Text, Boolean, String, Integer, Integer, Integer, Integer, Float, Float, Float
+)  # fmt: skip
 
 
-def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, started: Any = None) -> CTE:
+def _append_messages(
+    source: CTE, first_idx: Any, *, seq: Any, epoch: Any, started: Any = None, queued: Any = None
+) -> CTE:
     """PostgreSQL: INSERT the bound `message_arrays` as messages of the run `source` returns, at
-    `first_idx` onwards, written by step `seq` at `epoch` (`started`: the claim time of the step
-    whose commit this is); nothing when `source` returns no row (a guard that did not match)."""
+    `first_idx` onwards, written by step `seq` at `epoch` (`started` and `queued`: the claim time
+    of the step whose commit this is, and when it was queued); nothing when `source` returns no
+    row (a guard that did not match)."""
     rows = (
         func.unnest(*(bindparam(f"b_m_{c}", type_=ARRAY(t)) for c, t in zip(_APPENDED, _ARRAY_TYPES, strict=True)))
         .table_valued(*_APPENDED, with_ordinality="ord")
@@ -156,7 +166,7 @@ def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, start
     return (
         insert(messages)
         .from_select(
-            ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at"],
+            ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at", "step_queued_at"],
             select(
                 source.c.run_id,
                 first_idx + rows.c.ord - 1,
@@ -165,6 +175,7 @@ def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, start
                 seq,
                 epoch,
                 started if started is not None else null(),
+                queued if queued is not None else null(),
             )
             .select_from(source)
             .join(rows, true()),
@@ -173,11 +184,14 @@ def _append_messages(source: CTE, first_idx: Any, *, seq: Any, epoch: Any, start
     )
 
 
-def _commit_pg(notify: bool) -> Select[Any]:
+def _commit_pg(notify: bool, completed: bool = False) -> Select[Any]:
     moved = COMMIT.cte("moved")
     columns: list[Any] = [moved]
     if notify:
         columns.append(func.pg_notify(CHANNEL, moved.c.run_id).label("notified"))
+    ctes: list[CTE] = []
+    if completed:  # the run's "completed" event, in the same statement (metrics count it)
+        ctes.append(insert(events).from_select(["run_id", "at", "kind", "seq"], _completed(moved)).cte("logged"))
     first = moved.c.n_messages - bindparam("b_count", type_=Integer)
     # Written by the claimed step: its seq (the move advances the run's) at the claim's epoch.
     appended = _append_messages(
@@ -186,16 +200,36 @@ def _commit_pg(notify: bool) -> Select[Any]:
         seq=bindparam("b_step", type_=Integer),
         epoch=bindparam("b_epoch", type_=Integer),
         started=bindparam("b_started", type_=Float),
+        queued=bindparam("b_queued", type_=Float),
     )
-    return select(*columns).add_cte(appended)
+    return select(*columns).add_cte(appended, *ctes)
+
+
+def _completed(source: Any) -> Select[Any]:
+    """The "completed" event of the run `source` returns, at `b_now`, for step `b_step`."""
+    return select(
+        source.c.run_id,
+        bindparam("b_now", type_=Float),
+        literal_column("'completed'", String),
+        bindparam("b_step", type_=Integer),
+    ).select_from(source)
 
 
 #: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
-#: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time) and
-#: `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
+#: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time), `b_queued` (when
+#: the step was queued) and `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
 #: The same for a move to a final status, which also wakes the run's waiters when it commits.
 COMMIT_PG_FINAL = _commit_pg(notify=True)
+#: The same for a move to COMPLETED, which also logs the run's "completed" event (one statement still).
+COMMIT_PG_COMPLETED = _commit_pg(notify=True, completed=True)
+#: SQLite: the "completed" event, in the commit's transaction; bind `b_run_id`, `b_now`, `b_step`.
+LOG_COMPLETED = insert(events).values(
+    run_id=bindparam("b_run_id", type_=String),
+    at=bindparam("b_now", type_=Float),
+    kind="completed",
+    seq=bindparam("b_step", type_=Integer),
+)
 
 
 def _create_pg() -> Select[Any]:
@@ -230,7 +264,7 @@ CREATE_PG = _create_pg()
 
 
 #: The message columns `with_messages` returns for each message, in this order.
-MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "created_at", *USAGE_COLUMNS)
+MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "created_at", *USAGE_COLUMNS, *TIMING_COLUMNS)
 _MessageRow = namedtuple("_MessageRow", MESSAGE_COLUMNS)  # type: ignore[misc]
 #: The message columns `RUN_EVENTS_PG` returns for each message, in this order.
 EVENT_MESSAGE_COLUMNS = ("idx", "seq", "epoch", *MESSAGE_COLUMNS)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, insert
+from sqlalchemy import Connection, Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.errors import FencedError
@@ -187,7 +187,11 @@ class Store(reads.Reader):
         owns the run now, so nothing else of the step is written (a worker that came back late)."""
         held = claim.record
         with self.engine.begin() as conn:
-            self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner)
+            # A run cancelled while the step ran fenced it too: said apart (`cause`), so that the
+            # metrics count that as a cancelled step, not as a worker that came back too late.
+            now = conn.execute(select(runs.c.status).where(runs.c.run_id == held.run_id)).scalar_one_or_none()
+            cause = {"cause": "cancel"} if now == S.CANCELLED.value else {}
+            self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner, **cause)
 
     # ---------------------------------------------------------------- the agent catalog
 
@@ -338,6 +342,7 @@ class Store(reads.Reader):
             b_content=content,
             b_system=system_message,
             b_started=claim.record.updated_at,
+            b_queued=claim.record.queued_at,
         )
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:

@@ -98,6 +98,10 @@ runs = Table(
     # (`orchestrator.models.fallback`, migration 0017); NULL: 0, the agent's own model. Written
     # by a fallback before it calls the next model; a commit and a continue clear it.
     Column("model_index", SmallInteger, nullable=True),
+    # When the step last claimed was queued (migration 0018): the claim sets it from `updated_at`
+    # as it was (the move to QUEUED) before the claim overwrites it; NULL on a claim of a RUNNING
+    # run whose lease expired. Its commit stamps it on its messages (`step_queued_at`).
+    Column("queued_at", Float, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -109,6 +113,8 @@ _HAS_USER, _HAS_PARENT = text("user_id IS NOT NULL"), text("parent_run_id IS NOT
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at, postgresql_where=_HAS_USER, sqlite_where=_HAS_USER)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id, postgresql_where=_HAS_PARENT, sqlite_where=_HAS_PARENT)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
+# Metrics read the runs started since they last looked (`store/metrics.py`; migration 0018).
+Index("ix_ratchet_runs_created", runs.c.created_at)
 # Listing runs newest first by status, and by agent and status (migration 0007, `listing.py`):
 # without QUEUED and RUNNING runs, so that a step, which moves its run between those two, writes
 # no entry in them.
@@ -154,9 +160,16 @@ messages = Table(
     # a step's own commit carries (a model step's reply, a tool step's last result), NULL on
     # every other row. Its commit's `created_at` minus this is how long the step took.
     Column("step_started_at", Float, nullable=True),
-    # The model that wrote an assistant message, as its provider named it, else its configured
-    # id (migration 0017; NULL on other roles and older rows): a fallback's reply names it.
+    # The model that wrote an assistant message, by its configured id (migration 0017; NULL on
+    # other roles and older rows): a fallback's reply names it; the metrics' model label.
     Column("model", String(256), nullable=True),
+    # When that step was queued (migration 0018; the run's `queued_at` at its claim), on the same
+    # rows: its claim's time minus this is how long it waited in the queue.
+    Column("step_queued_at", Float, nullable=True),
+    # Seconds the call took: on a reply the model call, on a tool result the tool call (of a tool
+    # the agent has); and on a streamed reply, seconds to its first text (migration 0018).
+    Column("duration", Float, nullable=True),
+    Column("time_to_first_token", Float, nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # Metrics read the rows written since they last looked (`store/metrics.py`; migration 0010).
@@ -216,7 +229,7 @@ metric_totals = Table(
     metadata,
     Column("name", String(64), nullable=False),
     Column("agent", String(256), nullable=False),
-    Column("label", String(64), nullable=False),
+    Column("label", String(320), nullable=False),  # 64 until migration 0018: a model id or tool name now
     Column("value", Float, nullable=False),
     PrimaryKeyConstraint("name", "agent", "label", name="pk_ratchet_metric_totals"),
 )

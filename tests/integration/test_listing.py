@@ -134,7 +134,7 @@ def test_a_teams_log_holds_its_delegation_and_fan_in(db_url: str) -> None:
         log = inline.client.get_log(run.run_id)
 
     assert run.status == S.COMPLETED
-    assert [e.kind for e in log] == ["delegate", "fan_in"]
+    assert [e.kind for e in log] == ["delegate", "fan_in", "completed"]
     assert log[0].detail is not None and list(log[0].detail["members"]) == [run.member_runs[0].run_id]
 
 

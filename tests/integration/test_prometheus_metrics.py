@@ -5,6 +5,8 @@ queue lengths read from a real Redis broker."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -131,8 +133,8 @@ def test_a_scrape_after_known_runs_counts_them_by_agent_and_status_with_their_re
         assert got("ratchet_tokens_total", agent=tooluser.name, kind=kind) == 4 * each
         assert got("ratchet_tokens_total", agent=flaky.name, kind=kind) == each
     assert got.named("ratchet_tokens_total", broken.name) == {}
-    assert got("ratchet_cost_total", agent=tooluser.name) == pytest.approx(4 * REPLY_COST)
-    assert got("ratchet_cost_total", agent=flaky.name) == pytest.approx(REPLY_COST)
+    assert got("ratchet_cost_usd_total", agent=tooluser.name) == pytest.approx(4 * REPLY_COST)
+    assert got("ratchet_cost_usd_total", agent=flaky.name) == pytest.approx(REPLY_COST)
     # Step durations: every model step and tool step that committed, the tool steps >= 0.3 s.
     steps = "ratchet_step_duration_seconds"
     assert got(f"{steps}_count", agent=tooluser.name, kind="model") == 4
@@ -144,6 +146,89 @@ def test_a_scrape_after_known_runs_counts_them_by_agent_and_status_with_their_re
     assert got(f"{steps}_count", agent=broken.name, kind="model") is None  # a failed step never committed
     # The in-memory dispatcher has no broker: no queue lengths.
     assert "ratchet_queue_length" not in got.text
+
+
+def promtool_check(text: str) -> None:
+    """`promtool check metrics` on a scrape: it parses and lints the exposition (names, units,
+    suffixes, help). Debian's prometheus package has it; tests/services.sh installs it."""
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool is missing: install Debian's prometheus package (tests/services.sh does)"
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, ""), checked.stdout + checked.stderr
+
+
+def test_rates_and_latencies_pass_promtool_and_no_counter_goes_down_when_the_runs_are_pruned(
+    inline: InMemoryDispatcher,
+) -> None:
+    # Given: a run that calls a tool (model calls of at least 0.06 s), a streamed run, a run
+    # cancelled by its own tool while that runs, and a run that fails.
+    call = {"tool": "slow_lookup", "arguments": {"q": "otters"}}
+    tooluser = agent("lat", batches=[[call]], final_text="done", delay_s=0.06)
+    streamer = agent("stream", final_text="three short words", delay_s=0.06, chunk_delay_s=0.05)
+    client = inline.client
+
+    def cancel_me(context: ToolContext) -> str:
+        """Cancel the run this call belongs to."""
+        client.cancel(context.run_id)
+        return "cancelled myself"
+
+    script = ScriptConfig(batches=[[{"tool": "cancel_me"}]])
+    canceller = Agent(name=name("cancel"), model=ScriptedModel(script=script), tools=[cancel_me])
+    broken = agent("broken", faults=[Fault(status=400, times=None)])
+    assert tooluser.run("one").status == S.COMPLETED
+    streamed = client.start(streamer.name, input="two", stream=True)
+    cancelled = client.start(canceller.name, input="three")
+    inline.run_until_idle()
+    assert client.get_run(streamed.run_id).status == S.COMPLETED
+    assert client.get_run(cancelled.run_id).status == S.CANCELLED
+    assert broken.run("four").status == S.ERROR
+    api = TestClient(create_app(inline.settings, client=client), base_url="http://localhost")
+
+    # When: Prometheus scrapes the API.
+    response = api.get("/metrics")
+    got = Scrape(response.text)
+
+    # Then: promtool finds nothing wrong, and every figure is there.
+    promtool_check(response.text)
+    for each in (tooluser, streamer, canceller, broken):
+        assert got("ratchet_runs_started_total", agent=each.name) == 1
+    assert got("ratchet_runs_finished_total", agent=tooluser.name, status="COMPLETED") == 1
+    assert got("ratchet_runs_finished_total", agent=canceller.name, status="CANCELLED") == 1
+    assert got("ratchet_runs_finished_total", agent=broken.name, status="ERROR") == 1
+    assert got("ratchet_cancelled_steps_total", agent=canceller.name) == 1
+    assert not [k for k in got.samples if k[0] == "ratchet_fenced_writes_total"]  # a cancel is no fenced write
+    assert got("ratchet_cost_usd_total", agent=tooluser.name) == pytest.approx(2 * REPLY_COST)
+    wait = "ratchet_queue_wait_seconds"
+    assert got(f"{wait}_count", agent=tooluser.name, kind="model") == 2
+    assert got(f"{wait}_count", agent=tooluser.name, kind="tools") == 1
+    calls, model = "ratchet_model_call_duration_seconds", "scripted"
+    assert got(f"{calls}_count", agent=tooluser.name, model=model) == 2
+    assert got(f"{calls}_bucket", agent=tooluser.name, model=model, le="0.05") == 0
+    assert got(f"{calls}_count", agent=broken.name, model=model) is None  # a failed call stored no reply
+    first = "ratchet_model_time_to_first_token_seconds"
+    assert got(f"{first}_count", agent=streamer.name, model=model) == 1
+    assert got(f"{first}_count", agent=tooluser.name, model=model) is None  # not streamed: no first token seen
+    # The first word comes after the call's delay; the other two 0.05 s apart after it.
+    ttft, whole = (
+        got(f"{first}_sum", agent=streamer.name, model=model),
+        got(f"{calls}_sum", agent=streamer.name, model=model),
+    )
+    assert ttft is not None and whole is not None and 0.06 <= ttft <= whole - 0.1
+    tools = "ratchet_tool_duration_seconds"
+    assert got(f"{tools}_count", agent=tooluser.name, tool="slow_lookup") == 1
+    assert got(f"{tools}_bucket", agent=tooluser.name, tool="slow_lookup", le="0.25") == 0
+    runs_ = "ratchet_run_duration_seconds"
+    assert got(f"{runs_}_count", agent=tooluser.name, status="COMPLETED") == 1
+    assert (got(f"{runs_}_sum", agent=tooluser.name, status="COMPLETED") or 0) >= TOOL_SECONDS + 2 * 0.06
+    assert got(f"{runs_}_count", agent=canceller.name, status="CANCELLED") == 1
+
+    # And: once every run is pruned, the runs gauge drops and nothing else moves.
+    assert client.prune(older_than=0).runs == 4
+    after = Scrape(api.get("/metrics").text)
+    assert {k: v for k, v in after.samples.items() if k[0] != "ratchet_runs"} == {
+        k: v for k, v in got.samples.items() if k[0] != "ratchet_runs"
+    }
+    assert not [k for k in after.samples if k[0] == "ratchet_runs"]
 
 
 def test_metrics_need_the_apis_token_when_it_has_tokens_and_come_as_openmetrics_when_asked(
@@ -196,17 +281,26 @@ def test_a_step_fenced_by_a_cancel_a_sweeper_recovery_and_a_poison_step_are_coun
         recovered = client.start(plain.name, input="one")
         poisoned = client.start(plain.name, input="two")
         store = inline.store
+        late = []
         for run_id, claims in ((recovered.run_id, 1), (poisoned.run_id, 2)):
             for _ in range(claims):
-                assert store.claim(run_id, 0, "model", owner="dead", lease_seconds=-1, max_attempts=2) is not None
+                claimed = store.claim(run_id, 0, "model", owner="dead", lease_seconds=-1, max_attempts=2)
+                assert claimed is not None
+                late.append(claimed)
         report = inline.sweep()
         assert (report.requeued, report.poisoned) == ([recovered.run_id], [poisoned.run_id])
         inline.run_until_idle()
         assert client.get_run(recovered.run_id).status == S.COMPLETED
+        # The dead worker comes back after its step was taken over: what its step runner logs then.
+        store.record_fenced(late[0])
 
         got = scrape(TestClient(create_app(settings, client=client), base_url="http://localhost"))
 
-    assert got("ratchet_fenced_writes_total", agent=canceller.name) == 1
+    # A cancel fences the step it stops, but no worker came back too late: not a fenced write.
+    assert got("ratchet_fenced_writes_total", agent=canceller.name) is None
+    assert got("ratchet_cancelled_steps_total", agent=canceller.name) == 1
+    assert got("ratchet_runs_finished_total", agent=canceller.name, status="CANCELLED") == 1
+    assert got("ratchet_fenced_writes_total", agent=plain.name) == 1
     assert got("ratchet_runs", agent=canceller.name, status="CANCELLED") == 1
     assert got("ratchet_sweeper_recoveries_total", agent=plain.name) == 1
     assert got("ratchet_poison_steps_total", agent=plain.name) == 1
@@ -217,9 +311,15 @@ def test_a_step_fenced_by_a_cancel_a_sweeper_recovery_and_a_poison_step_are_coun
 
 def counters(snapshot: store_metrics.MetricsSnapshot) -> tuple[object, ...]:
     """Everything a snapshot counts (the durations' sums rounded: floats added in another order)."""
-    steps = {k: (d.buckets, d.count, round(d.sum, 6)) for k, d in snapshot.steps.items()}
-    decisions = {k: (d.buckets, d.count, round(d.sum, 6)) for k, d in snapshot.decisions.items()}
-    return snapshot.events, snapshot.tokens, {k: round(v, 12) for k, v in snapshot.cost.items()}, steps, decisions
+    timed = [
+        {k: (d.buckets, d.count, round(d.sum, 6)) for k, d in durations.items()}
+        for durations in (
+            snapshot.steps, snapshot.decisions, snapshot.queue_wait, snapshot.model_calls, snapshot.first_token,
+            snapshot.tools, snapshot.run_duration,
+        )
+    ]  # fmt: skip
+    cost = {k: round(v, 12) for k, v in snapshot.cost.items()}
+    return snapshot.events, snapshot.tokens, cost, snapshot.started, snapshot.finished, *timed
 
 
 @tool(requires_confirmation=True)
@@ -286,7 +386,7 @@ def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_anothe
     folded = inline.store.metrics()  # now every row is behind the mark, in the stored totals
     assert totals(inline.store) > 0
     assert counters(folded) == counters(live)
-    assert folded.events == {(flaky.name, "retry"): 1}
+    assert folded.events == {(flaky.name, "retry"): 1, (flaky.name, "completed"): 1, (tooluser.name, "completed"): 1}
     assert inline.store.metrics() == folded  # folding again adds nothing
 
     # Another process on the same database reads the same counters.
@@ -300,6 +400,7 @@ def test_counters_stay_put_when_their_rows_are_folded_into_totals_read_by_anothe
     doomed = flaky.run("three", session_id="forget-me")
     grown = inline.store.metrics()
     assert grown.events[(flaky.name, "retry")] == 2
+    assert grown.started == {flaky.name: 2, tooluser.name: 1}
     deleted = inline.client.delete_session("forget-me")
     assert deleted is not None and deleted.runs == 1
     after = inline.store.metrics()

@@ -68,9 +68,18 @@ def test_a_run_stores_the_same_usage_streamed_or_not_and_its_metrics_are_the_rep
         assert out.metrics == reported(scripted, [out.run_id])
         assert None not in (out.metrics.cache_read_tokens, out.metrics.reasoning_tokens, out.metrics.cost)
         assert out.metrics.input_tokens and out.metrics.cache_read_tokens and out.metrics.reasoning_tokens
-    # and streamed and unstreamed calls stored the same usage, message by message
-    per_call = [[m.metrics for m in out.messages if m.role == "assistant"] for out in (whole, streamed)]
+    # and streamed and unstreamed calls stored the same usage, message by message, each reply
+    # with its model id and its call's duration, and a streamed one its time to first token
+    replies = [[m for m in out.messages if m.role == "assistant"] for out in (whole, streamed)]
+    timing = {"duration": None, "time_to_first_token": None}
+    per_call = [[m.metrics.model_copy(update=timing) for m in each if m.metrics] for each in replies]
     assert len(per_call[0]) == 2 and per_call[0] == per_call[1]
+    for each in replies:
+        assert [m.model for m in each] == ["gpt-test", "gpt-test"]
+        assert all(m.metrics and m.metrics.duration and m.metrics.duration > 0 for m in each)
+    assert all(m.metrics and m.metrics.time_to_first_token is None for m in replies[0])  # not streamed
+    answer = replies[1][-1].metrics  # streamed text (the tool-calling reply before it wrote none)
+    assert answer and answer.time_to_first_token is not None and 0 < answer.time_to_first_token <= answer.duration
 
 
 @pytest.mark.usefixtures("worker")

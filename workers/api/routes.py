@@ -400,9 +400,11 @@ async def run_events(
     responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}}, **json_refusals(401, 422)},
 )
 def metrics(client: ClientDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
-    """Prometheus metrics in its text format: runs by agent and status, retries, sweeper
-    recoveries, fenced writes, errors, poison steps, tokens, cost, step durations and queue
-    lengths, read from the store and the broker now, so every API process answers the same.
+    """Prometheus metrics in its text format: runs by agent and status, runs started and
+    finished, retries, sweeper recoveries, fenced writes, cancelled steps, errors, poison steps,
+    tokens, cost in US dollars, step durations, queue waits, model call latency and time to first
+    token by model, tool durations, run durations and queue lengths, read from the store and the
+    broker now, so every API process answers the same.
     Needs a token like every route but /health: give Prometheus one (`authorization:` in its
     scrape config)."""
     body, content_type = exposition(client, accept)

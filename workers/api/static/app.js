@@ -597,7 +597,9 @@ function logNode(entry) {
   const d = entry.detail || {};
   const words = {
     lease_expired: "the sweeper took the step back from a worker that stopped",
-    fenced: `a stale write was refused${d.owner ? ` (from ${d.owner})` : ""}`,
+    fenced: d.cause === "cancel" ? "the run was cancelled while this step ran: its write was refused"
+      : `a stale write was refused${d.owner ? ` (from ${d.owner})` : ""}`,
+    completed: "the final answer was committed",
     continue: "continued", cancel: "cancelled", delegate: "delegated to member runs",
     fan_in: "the members ended: their answers were fanned in",
     error: `${d.type || "Error"}: ${d.message || ""}`,

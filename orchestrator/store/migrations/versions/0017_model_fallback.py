@@ -4,8 +4,8 @@
   model step calls (`orchestrator.models.fallback`; NULL: 0, the agent's own model). A fallback
   writes it before it calls the next model, so a step taken back after a crash calls the model
   it was trying; a commit and a continue set it back to NULL.
-- `ratchet_messages.model`: the model that wrote an assistant message, as its provider named it
-  (else its configured id); NULL on other roles and on rows written before this migration.
+- `ratchet_messages.model`: the model that wrote an assistant message, by its configured id;
+  NULL on other roles and on rows written before this migration.
 
 Both nullable without a default: neither database rewrites a table to add them.
 
