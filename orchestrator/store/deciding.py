@@ -37,7 +37,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Float, Integer, String, Text, bindparam, exists, func, insert, select, true, update
+from sqlalchemy import (
+    Connection,
+    Float,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+    update,
+)
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Row
 
@@ -139,16 +153,17 @@ def params(
     }
 
 
-def _open(where_run: Any) -> list[Any]:
-    """The guards of the requirement decided (besides its run's)."""
+def _open(table: Any, where_run: Any) -> list[Any]:
+    """The guards of the requirement decided (`table`: `ratchet_requirements` or an alias),
+    besides its run's."""
     now = bindparam("b_now", type_=Float)
     return [
-        R.c.id == bindparam("b_id", type_=String),
+        table.c.id == bindparam("b_id", type_=String),
         where_run,
-        R.c.root_run_id == bindparam("b_run_id", type_=String),
-        R.c.status == "pending",
-        R.c.deadline_at.is_(None) | (R.c.deadline_at > now),
-        R.c.pause_type.in_([bindparam(f"b_t{i}", type_=String) for i in range(_TYPES)]),
+        table.c.root_run_id == bindparam("b_run_id", type_=String),
+        table.c.status == "pending",
+        table.c.deadline_at.is_(None) | (table.c.deadline_at > now),
+        table.c.pause_type.in_([bindparam(f"b_t{i}", type_=String) for i in range(_TYPES)]),
     ]
 
 
@@ -158,12 +173,18 @@ _DECIDED = dict(
     decided_by=bindparam("b_by", type_=String),
     decided_at=bindparam("b_now", type_=Float),
 )
-_RESUMED = dict(
-    status=transition((S.PAUSED,), S.QUEUED),
-    epoch=runs.c.epoch + 1,
-    updated_at=bindparam("b_now", type_=Float),
-    publish_after=bindparam("b_publish_after", type_=Float),
-)
+#: The columns of a decided requirement that `requirement_rows.from_row` reads.
+_READ = [c.name for c in R.c if c.name not in ("root_run_id", "agent_name", "seq")]
+
+
+def _resumed(table: Any) -> dict[str, Any]:
+    """What the move PAUSED -> QUEUED writes (`Store.move`'s, with `bump_epoch`)."""
+    return dict(
+        status=transition((S.PAUSED,), S.QUEUED),
+        epoch=table.c.epoch + 1,
+        updated_at=bindparam("b_now", type_=Float),
+        publish_after=bindparam("b_publish_after", type_=Float),
+    )
 
 
 def _detail(head: Any, n_messages: Any, epoch: Any) -> Any:
@@ -172,65 +193,71 @@ def _detail(head: Any, n_messages: Any, epoch: Any) -> Any:
 
 
 def _decide_pg() -> Any:
+    # Short aliases: a statement past 4 kB is parsed again by psycopg on every call.
+    t, q = runs.alias("t"), R.alias("q")
+    # Aliased targets of UPDATE (`UPDATE ratchet_runs AS u`), which SQLAlchemy's types do not know.
+    u: Any = runs.alias("u")
     run = (
-        select(runs)
+        select(t.c.run_id, t.c.epoch, t.c.seq, t.c.n_messages)
         .where(
-            runs.c.run_id == bindparam("b_run_id", type_=String),
-            runs.c.status == S.PAUSED.value,
-            runs.c.parent_run_id.is_(None),
+            t.c.run_id == bindparam("b_run_id", type_=String), t.c.status == S.PAUSED.value, t.c.parent_run_id.is_(None)
         )
         .with_for_update()
         .cte("run")
     )
     asked = (
-        select(R.c.id)
-        .select_from(R.join(run, R.c.run_id == run.c.run_id))
-        .where(R.c.status == "pending")
-        .order_by(R.c.id)
-        .with_for_update(of=R)
+        select(q.c.id)
+        .select_from(q.join(run, q.c.run_id == run.c.run_id))
+        .where(q.c.status == "pending")
+        .order_by(q.c.id)
+        .with_for_update(of=q)
         .cte("asked")
     )
-    decided = update(R).where(*_open(R.c.id.in_(select(asked.c.id)))).values(**_DECIDED).returning(*R.c).cte("decided")
+    r: Any = R.alias("r")
+    decided = (
+        update(r)
+        .where(*_open(r, r.c.id.in_(select(asked.c.id))))
+        .values(**_DECIDED)
+        .returning(*(r.c[c] for c in _READ))
+        .cte("decided")
+    )
     others = select(func.count()).select_from(asked).where(asked.c.id != bindparam("b_id", type_=String))
     moved = (
-        update(runs)
+        update(u)
         .where(
-            runs.c.run_id == select(decided.c.run_id).scalar_subquery(),
-            runs.c.status == S.PAUSED.value,
-            runs.c.epoch == select(run.c.epoch).scalar_subquery(),
+            u.c.run_id == select(decided.c.run_id).scalar_subquery(),
+            u.c.status == S.PAUSED.value,
+            u.c.epoch == select(run.c.epoch).scalar_subquery(),
             others.scalar_subquery() == 0,
         )
-        .values(**_RESUMED)
-        .returning(*runs.c)
+        .values(**_resumed(u))
+        .returning(*u.c)
         .cte("moved")
     )
     now = bindparam("b_now", type_=Float)
     logged_decision = select(
         decided.c.run_id.label("run_id"),
         now.label("at"),
-        sql_cast("decision", String).label("kind"),
+        literal("decision", String).label("kind"),
         run.c.seq.label("seq"),
         _detail(bindparam("b_head", type_=String), run.c.n_messages, run.c.epoch).label("detail"),
-        sql_cast(1, Integer).label("ord"),
+        literal(1, Integer).label("ord"),
     ).select_from(decided.join(run, true()))
     logged_resume = select(
         moved.c.run_id,
         now,
-        sql_cast("resume", String),
+        literal("resume", String),
         moved.c.seq,
-        _detail(sql_cast(_RESUME_HEAD, String), moved.c.n_messages, moved.c.epoch),
-        sql_cast(2, Integer),
+        _detail(literal(_RESUME_HEAD, String), moved.c.n_messages, moved.c.epoch),
+        literal(2, Integer),
     )
-    both = logged_decision.union_all(logged_resume).subquery("logged_rows")
+    both = logged_decision.union_all(logged_resume).subquery("e")
     columns = ["run_id", "at", "kind", "seq", "detail"]
     logged = (
-        insert(events)
-        .from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord))
-        .returning(events.c.id)
-        .cte("logged")
+        insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("logged")
     )
     return (
-        select(*(decided.c[c.name].label(f"q_{c.name}") for c in R.c), *(moved.c[c.name] for c in runs.c))
+        select(*(decided.c[c].label(f"q_{c}") for c in _READ), *moved.c)
         .select_from(decided.outerjoin(moved, true()))
         .add_cte(logged)
     )
@@ -249,7 +276,7 @@ _run_paused = exists().where(
 #: SQLite: the requirement decided if the guards hold (its run's among them); its row, or none.
 DECIDE_SQLITE = (
     update(R)
-    .where(*_open(R.c.run_id == bindparam("b_run_id", type_=String)), _run_paused)
+    .where(*_open(R, R.c.run_id == bindparam("b_run_id", type_=String)), _run_paused)
     .values(**_DECIDED)
     .returning(*R.c)
 )
@@ -270,13 +297,13 @@ RESUME_SQLITE = (
         runs.c.status == S.PAUSED.value,
         runs.c.epoch == bindparam("b_epoch", type_=Integer),
     )
-    .values(**_RESUMED)
+    .values(**_resumed(runs))
     .returning(*runs.c)
 )
 #: An event row; bind every column of `ratchet_events` but its id by name.
 INSERT_EVENT = insert(events).values({c.name: bindparam(c.name, type_=c.type) for c in events.c if c.name != "id"})
 
-_Requirement = namedtuple("_Requirement", [c.name for c in R.c])  # type: ignore[misc]
+_Requirement = namedtuple("_Requirement", _READ)  # type: ignore[misc]
 
 
 class _RunRow:
@@ -292,7 +319,7 @@ def decide_pg(conn: Connection, bound: dict[str, Any]) -> AtOnce | None:
     if row is None:
         return None
     values = row._mapping
-    requirement = _Requirement(*(values[f"q_{c.name}"] for c in R.c))
+    requirement = _Requirement(*(values[f"q_{c}"] for c in _READ))
     resumed = RunRecord.from_row(_RunRow(values)) if values["run_id"] is not None else None
     return AtOnce(requirement=requirement, resumed=resumed)
 
