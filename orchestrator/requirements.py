@@ -202,15 +202,32 @@ class RunRequirement:
         return replace(self, member_run_id=run_id, member_agent_name=agent_name)
 
 
+#: The decision kinds that answer each pause type.
+FITS: dict[str, tuple[str, ...]] = {
+    "confirmation": ("confirm", "reject"),
+    "user_input": ("input", "reject"),
+    "external_execution": ("result", "reject"),
+    "budget": ("budget",),
+}
+
+
+def answered_by(decision: Decision) -> tuple[str, ...] | None:
+    """The pause types `decision` answers by itself: those its kind fits, for a confirm, a reject
+    or an external result whose text `check` takes; None for a decision whose check reads more of
+    the requirement than its type (input against the fields asked, a budget raise against the
+    spend), or that `check` refuses whatever it answers. What a decision stored in one statement
+    is guarded by (`store/deciding.py`)."""
+    if decision.kind in ("input", "budget") or decision.values is not None:
+        return None
+    if any(text is not None and len(text) > DECISION_TEXT_MAX for text in (decision.note, decision.result)):
+        return None
+    return tuple(asked for asked, kinds in FITS.items() if decision.kind in kinds)
+
+
 def check(requirement: RunRequirement, decision: Decision) -> None:
     """DecisionKindError unless `decision` answers what `requirement` asks."""
     kind, asked = decision.kind, requirement.pause_type
-    fits = {
-        "confirmation": ("confirm", "reject"),
-        "user_input": ("input", "reject"),
-        "external_execution": ("result", "reject"),
-        "budget": ("budget",),
-    }[asked]
+    fits = FITS[asked]
     if kind not in fits:
         takes = " or ".join(fits)
         raise DecisionKindError(

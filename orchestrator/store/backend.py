@@ -20,6 +20,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.store import reads
 from orchestrator.store.claims import Claim
+from orchestrator.store.deciding import AtOnce
 from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.transcripts import TranscriptCache
 
@@ -84,6 +85,12 @@ class Backend(ABC):
         `seq` at the bound epoch, and the claim's time `b_started`); None, and nothing written,
         when the guard did not match.
         `final`: the move ends the run (see `on_final`)."""
+
+    @abstractmethod
+    def decide_at_once(self, bound: dict[str, Any]) -> AtOnce | None:
+        """Store a decision in the common case (`store/deciding.py`), durably, with `bound` as
+        `deciding.params` makes it; what it wrote, or None when the guards did not hold (nothing
+        written)."""
 
     def output(self, conn: Connection, run_id: str) -> RunOutput:
         """The run with its transcript and its member runs."""

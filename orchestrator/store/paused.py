@@ -49,6 +49,7 @@ from orchestrator.status import RunStatus
 from orchestrator.store import reads, spend, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim, held
+from orchestrator.store.deciding import Decided, at_once
 from orchestrator.store.requirement_rows import from_row, of_run
 from orchestrator.store.tables import requirements, runs
 from orchestrator.store.trees import ancestors, lock, lock_run, wake_teams
@@ -71,18 +72,6 @@ class Asked:
     detail: dict[str, Any] | None = None
     deadline_at: float | None = None
     on_timeout: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decided:
-    """What a decision did: the requirement as stored, whether it was decided so before (the same
-    decision sent again), and the run it queued again when it was the last one (None otherwise),
-    with the teams above it it moved back to WAITING."""
-
-    requirement: RunRequirement
-    already: bool = False
-    resumed: RunRecord | None = None
-    teams: tuple[RunRecord, ...] = ()
 
 
 class Requirements:
@@ -201,8 +190,17 @@ class Requirements:
         a cancelled team); DecisionKindError for a decision that does not answer it. The same
         decision again returns `already=True` and changes nothing. The run's row is locked after
         the root's: a cancel of it waits for the decision, or the decision for the cancel.
-        `at_deadline`: the deadline's own decision (`orchestrator.deadlines`), taken past it."""
+        `at_deadline`: the deadline's own decision (`orchestrator.deadlines`), taken past it.
+
+        The common case is stored at once (`store/deciding.py`: on PostgreSQL one statement);
+        every other one, or one that case turns out not to be, takes the general path here."""
         store = self._store
+        if not at_deadline:
+            done = at_once(
+                self._backend, run_id, requirement_id, decision, by=by, now=store.clock(), publish_grace=publish_grace
+            )
+            if done is not None:
+                return done
         with store.engine.begin() as conn:
             row = row_of(conn, requirement_id)
             if row is None or not _belongs(conn, row, run_id):

@@ -23,7 +23,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.state import from_json
 from orchestrator.status import RunStatus
-from orchestrator.store import claims, direct, reads, sessions, statements
+from orchestrator.store import claims, deciding, direct, reads, sessions, statements
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import PG_ISOLATION, autocommit_is_read_committed
@@ -159,6 +159,13 @@ class PostgresBackend(Backend):
             statement = statements.COMMIT_PG_FINAL if final else statements.COMMIT_PG
         row = direct.first(conn, statement, {**params, "b_step": seq, **statements.message_arrays(new_messages)})
         return RunRecord.from_row(row) if row is not None else None
+
+    def decide_at_once(self, bound: dict[str, Any]) -> deciding.AtOnce | None:
+        # One autocommitted statement on the pool that is not pinged. If the server dropped the
+        # connection, `quick` sends it again: had the first landed, the second matches nothing, and
+        # the general path answers the same decision again as stored (the run it queued is then
+        # published by the sweeper, its outbox marker set by the first).
+        return self.quick(lambda conn: deciding.decide_pg(conn, bound))
 
     def output(self, conn: Connection, run_id: str) -> RunOutput:
         # The run and its transcript in one round trip.

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store import claims, direct, sessions, statements, writes
+from orchestrator.store import claims, deciding, direct, sessions, statements, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
@@ -98,6 +98,10 @@ class SqliteBackend(Backend):
             step_queued_at=params["b_queued"],
         )
         return record
+
+    def decide_at_once(self, bound: dict[str, Any]) -> deciding.AtOnce | None:
+        with self.engine.begin() as conn:  # BEGIN IMMEDIATE: the database lock orders the deciders
+            return deciding.decide_sqlite(conn, bound)
 
     def on_final(self, conn: Connection, run_id: str) -> None:
         note_final(conn, run_id)
