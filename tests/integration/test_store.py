@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, make_url, text
 
 from orchestrator import Agent, Client, RunStatus
 from orchestrator.errors import FencedError, RunConflictError
@@ -144,6 +144,11 @@ def test_a_claim_lost_in_a_database_crash_cannot_let_two_holders_share_an_epoch(
 def test_postgres_claims_commit_without_waiting_for_the_wal_and_leave_no_session_setting_behind(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The server's default, not the one the tests' databases are made with (tests/isolation.py)
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'ALTER DATABASE "{make_url(pg_url).database}" RESET synchronous_commit')
+    admin.dispose()
     # PGOPTIONS (or a service file) reaches both pools: claims and reads see what writes see
     monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=4321")
     store = Store(open_engine(pg_url))

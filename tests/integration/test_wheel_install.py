@@ -1,14 +1,16 @@
 """Ratchet installed by name, as a user installs it: the wheel built from a copy of this checkout,
-installed with its dependencies from the package index and no extra into a fresh virtual
-environment, where `ratchet --version`, `ratchet demo` and the README's quick start (pasted into
-two terminals, as tests/integration/test_quickstart.py does on this checkout) work, and what needs
-an extra (a PostgreSQL URL's driver, `ratchet api`) names it.
+installed with no extra into a fresh virtual environment beside its dependencies alone, where
+`ratchet --version`, `ratchet demo` and the README's quick start (pasted into two terminals, as
+tests/integration/test_quickstart.py does on this checkout) work, and what needs an extra (a
+PostgreSQL URL's driver, `ratchet api`) names it.
 
 Built from a copy: a build writes build/ and an egg-info folder beside the sources, and tests never
 change the checkout. The environment is made without a pip of its own: the tests' pip installs into
-it (`pip --python`), which saves the seconds ensurepip takes. pip's cache serves the dependencies
-after the first run, and the install skips byte-compiling them (`--no-compile`: Python compiles each
-module when it is first imported)."""
+it (`pip --python`), which saves the seconds ensurepip takes. Its dependencies are not fetched from
+the index (20 s or more of pip asking it about each): the distributions the wheel's metadata
+requires, and theirs, are linked in from the tests' own environment, and nothing else of it (no
+extra, no test tool, not this checkout); the wheel is installed beside them with `--no-deps`, and
+`pip check` shows each requirement it declares met at a version it accepts."""
 
 from __future__ import annotations
 
@@ -18,9 +20,13 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from email.parser import Parser
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from orchestrator.testing.waiting import wait_until
 from tests.integration.test_quickstart import (
@@ -97,11 +103,41 @@ def assert_the_wheel_holds_ratchet_and_nothing_else(wheel: Path) -> None:
 
 
 def fresh_venv(folder: Path, wheel: Path) -> Path:
-    """A new virtual environment with the wheel installed as `pip install ratchet-agents` would
-    install it: the dependencies it declares, from the index."""
+    """A new virtual environment holding the wheel and what it requires (`linked_dependencies`),
+    as `pip install ratchet-agents` would leave it."""
     run([sys.executable, "-m", "venv", "--without-pip", folder])
-    run([sys.executable, "-m", "pip", "--python", folder / "bin" / "python", "install", "-q", "--no-compile", wheel])
+    python = folder / "bin" / "python"
+    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    (site / "ratchet-dependencies.pth").write_text(f"{linked_dependencies(wheel, folder / 'dependencies')}\n")
+    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-compile", "--no-deps", wheel])
+    run([sys.executable, "-m", "pip", "--python", python, "check"])  # every requirement met, at a version it accepts
     return folder
+
+
+def linked_dependencies(wheel: Path, into: Path) -> Path:
+    """A folder of links to the files of each distribution the wheel requires (no extra of its
+    own; its requirements' extras, such as celery[redis], followed), and of theirs, as this
+    environment installed them: the dependencies alone, found as installed."""
+    into.mkdir()
+    info = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    wanted = applying(Parser().parsestr(zipfile.ZipFile(wheel).read(info).decode()).get_all("Requires-Dist"), "")
+    seen: set[tuple[str, str]] = set()
+    while wanted:
+        requirement = wanted.pop()
+        dist = metadata.distribution(name := canonicalize_name(requirement.name))
+        for extra in {"", *requirement.extras} - {e for n, e in seen if n == name}:
+            seen.add((name, extra))
+            wanted += applying(dist.requires, extra)
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] not in ("..", "__pycache__")}:
+            if not (into / top).exists():
+                (into / top).symlink_to(Path(str(dist.locate_file(top))))
+    return into
+
+
+def applying(requirements: list[str] | None, extra: str) -> list[Requirement]:
+    """The requirements that apply on this platform with `extra` asked for ("" for none)."""
+    parsed = [Requirement(r) for r in requirements or []]
+    return [r for r in parsed if r.marker is None or r.marker.evaluate({"extra": extra})]
 
 
 @pytest.mark.slow

@@ -444,6 +444,20 @@ def test_importing_the_whole_domain_loads_no_celery() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_importing_the_package_loads_a_public_name_only_when_it_is_asked_for() -> None:
+    # Every `ratchet` command and worker imports `orchestrator.errors` or `.settings` first: the
+    # package's own __init__ must not import the client, the store and SQLAlchemy with them.
+    code = (
+        "import sys, orchestrator, orchestrator.errors\n"
+        "early = sorted(m for m in sys.modules if m in ('sqlalchemy', 'orchestrator.client', 'orchestrator.store'))\n"
+        "from orchestrator import *\n"
+        "missing = [n for n in orchestrator.__all__ if n not in globals() or n not in dir(orchestrator)]\n"
+        "print(early, missing); sys.exit(1 if early or missing else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_importing_ratchet_loads_no_test_double_and_no_optional_sdk() -> None:
     # The scripted model is a test double (orchestrator.testing): a producer or a worker that
     # imports Ratchet and its model adapters must neither load it nor find it among them. Nor
