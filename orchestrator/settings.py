@@ -377,12 +377,18 @@ class Settings(BaseModel):
 
 
 def shown_url(url: str) -> str:
-    """`url` with the password of its user part, if it has one, replaced by `***`."""
+    """`url` with the password of its user part, and the value of every query parameter, replaced
+    by `***` (a driver takes a password, a token or a TLS key's passphrase there too)."""
     scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
+    if not sep:
         return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    rest, mark, query = rest.partition("?")
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    if mark:
+        query = "&".join(f"{part.partition('=')[0]}=***" if "=" in part else part for part in query.split("&"))
+    return f"{scheme}://{rest}{mark}{query}"
 
 
 def _as_origin(value: str) -> str:

@@ -105,6 +105,8 @@ def test_the_settings_as_printed_hide_every_url_password_and_the_api_tokens() ->
         assert "redis://:***@redis:6379/0" in text and "rediss://user:***@limiter:6380/1" in text
     assert settings.database_url == "postgresql://ratchet:db-pw-1@db:5432/ratchet", "the value itself is kept"
     assert "sqlite:///" in repr(Settings()), "a URL without a password is shown as it is"
+    in_query = Settings(database_url="postgresql+psycopg://app@db/ratchet?password=hunter2&sslmode=require")
+    assert "hunter2" not in repr(in_query) and "password=***&sslmode=***" in str(in_query)
 
 
 PEM = "-----BEGIN PUBLIC KEY-----\nMFkw...\n-----END PUBLIC KEY-----"
