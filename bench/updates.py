@@ -3,8 +3,10 @@
 runs it alone and merges its figures into DIR/results.json (and RESULTS.md), as `bench.listing`;
 `python -m bench --only updates` runs it with the rest.
 
-Two private databases: one migrated to the revision before 0015 (the floor: the schema as it was),
-one to the head. Each round, on each database in turn (which goes first alternates):
+Two private databases, both migrated to the head: the floor's then has 0015's changes undone
+(`UNDO`: the fillfactor reset, the two indexes full again), so it is the schema as it was before
+0015 with every later column the code writes; the other is the head. Each round, on each
+database in turn (which goes first alternates):
 
 - steps: `--runs` runs of `bench-instant` (`--batches` tool batches each: 2 x batches + 1 steps)
   are started, then their steps run through Ratchet's real step runner (the in-memory
@@ -98,11 +100,13 @@ class Written(NamedTuple):
 class Database:
     """A private database at one schema, and the readings of what its steps write."""
 
-    def __init__(self, url: str, revision: str) -> None:
+    def __init__(self, url: str, *, undo: bool) -> None:
         self.url = url
-        _upgrade(url, revision)
+        _upgrade(url, "head")
         self.engine: Engine = create_engine(url, isolation_level="AUTOCOMMIT")
         with self.engine.connect() as conn:
+            for statement in UNDO if undo else ():
+                conn.execute(text(statement))
             self.dboid = conn.execute(text("SELECT oid FROM pg_database WHERE datname = current_database()")).scalar()
             try:
                 conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
@@ -220,8 +224,18 @@ def _upgrade(url: str, revision: str) -> None:
         engine.dispose()
 
 
+#: What migration `REVISION` changed, undone (its downgrade's statements) on the floor's database.
+UNDO = (
+    "ALTER TABLE ratchet_runs RESET (fillfactor)",
+    "DROP INDEX ix_ratchet_runs_parent",
+    "CREATE INDEX ix_ratchet_runs_parent ON ratchet_runs (parent_run_id)",
+    "DROP INDEX ix_ratchet_runs_user",
+    "CREATE INDEX ix_ratchet_runs_user ON ratchet_runs (user_id, created_at)",
+)
+
+
 def floor_revision() -> str:
-    """The revision before `REVISION`: the schema the floor runs on."""
+    """The revision before `REVISION`: the schema, as 0015 changed it, that the floor runs on."""
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory(str(resources.files("orchestrator.store") / "migrations"))
@@ -246,8 +260,8 @@ def measure(env: BenchEnv, *, runs: int = 30, batches: int = 10, rounds: int = 3
     """The floor's schema against the head's, steps and renewals, interleaved (module docstring)."""
     before = floor_revision()
     sides = {
-        "floor": Database(env.fresh_pg_url("updates_floor"), before),
-        "head": Database(env.fresh_pg_url("updates_head"), "head"),
+        "floor": Database(env.fresh_pg_url("updates_floor"), undo=True),
+        "head": Database(env.fresh_pg_url("updates_head"), undo=False),
     }
     steps, renewals = Sides([], []), Sides([], [])
     try:
@@ -290,7 +304,8 @@ def _section(steps: Sides, renewals: Sides, setups: dict[str, str], before: str)
             numbers[f"updates_{key}_ratio"] = ratio
     section = Section(TITLE, rows=rows, numbers=numbers)
     section.notes.append(
-        f"Floor: the schema of {before}, the revision before {REVISION}, in a database of its own, rounds "
+        f"Floor: the head's schema with {REVISION} undone (the run rows' storage of {before}), in a database "
+        "of its own, rounds "
         f"interleaved with the head's. Renewals: {RENEWALS} of each run's lease. WAL without full-page images. "
         f"Load average when it ended: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)."
     )

@@ -173,6 +173,20 @@ def test_the_wheel_installs_by_name_into_a_fresh_environment_where_the_demo_and_
         [ratchet, "api", "--app", agents], env=installed_only(), capture_output=True, text=True, timeout=60
     )
     assert api.returncode != 0 and "needs the api extra (pip install 'ratchet-agents[api]')" in api.stderr, api.stderr
+    # the providers' and MCP's SDKs, each named by its extra when an agent is built without it
+    extras = (
+        "from orchestrator.errors import ConfigurationError\n"
+        "from orchestrator.models import Claude, Gemini\n"
+        "from orchestrator.tools.mcp import MCPTools\n"
+        "for build in (lambda: Claude(id='c'), lambda: Gemini(id='g'), lambda: MCPTools(command='server')):\n"
+        "    try:\n"
+        "        build()\n"
+        "    except ConfigurationError as exc:\n"
+        "        print(exc)\n"
+    )
+    said = run([venv / "bin" / "python", "-c", extras], cwd=tmp_path / "empty", env=installed_only()).stdout
+    for extra in ("anthropic", "gemini", "mcp"):
+        assert f"pip install 'ratchet-agents[{extra}]'" in said, said
 
     # And the README's quick start, pasted into two terminals, runs on that environment
     assert_the_quick_start_runs_on(venv, tmp_path)
