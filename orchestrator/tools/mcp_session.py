@@ -19,6 +19,7 @@ call's tool error (the model reads it), so a server that is down never wedges a 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -119,27 +120,40 @@ class MCPConnection:
 
     @property
     def server(self) -> str:
-        """The server as messages name it: its command (the value of an argument named like a
-        secret masked) or its URL (no user, password or query); never its env or headers. These
-        messages become tool results, which the store keeps."""
+        """The server as messages name it, never with an argument, path, query, env or header,
+        any of which may hold a secret (`--header "Authorization: Bearer ..."`, a key in the URL's
+        path): these messages become tool results and events, which the store keeps. A stdio
+        server is its program's name and a short hash of its whole command (which tells two
+        commands of one program apart), an HTTP server its scheme, host and port."""
         if self.transport == "stdio":
-            return f"stdio server `{clip(' '.join(_masked([self.command, *self.args])), 200)}`"
+            digest = hashlib.sha256(shlex.join([self.command, *self.args]).encode()).hexdigest()[:8]
+            program = clip(os.path.basename(self.command) or self.command, 80)
+            return f"stdio server `{program}` (command #{digest})"
         parts = urlsplit(self.url)
-        shown = urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
         if parts.port is not None:
-            shown = urlunsplit((parts.scheme, f"{parts.hostname}:{parts.port}", parts.path, "", ""))
-        return f"streamable-http server {clip(shown, 200)}"
+            host = f"{host}:{parts.port}"
+        return f"streamable-http server {clip(f'{parts.scheme}://{host}', 200)}"
 
     def reason(self, exc: BaseException) -> str:
-        """What failed, in one line, without the secrets of the URL or command (an HTTP error's
-        text names the URL it was for, query and all)."""
+        """What failed, in one line, without the secrets of the URL, command, env or headers (an
+        HTTP error's text names the URL it was for, path and query and all)."""
         text = _reason(exc)
-        parts = urlsplit(self.url)
-        secrets = [parts.query, parts.password or "", parts.username or ""]
-        secrets += [w.partition("=")[2] or w for w, m in zip(self.args, _masked(self.args), strict=True) if w != m]
-        for secret in sorted((x for x in secrets if x), key=len, reverse=True):
+        for secret in self._secrets():
             text = text.replace(secret, "***")
         return text
+
+    def _secrets(self) -> list[str]:
+        """Every piece of the URL (but its scheme, host and port), of the command's arguments and
+        of the env's and headers' values that could hold a secret, longest first."""
+        parts = urlsplit(self.url)
+        pieces = [self.url, parts.path, parts.query, parts.fragment, parts.password or "", parts.username or ""]
+        pieces += re.split(r"[/&=]", f"{parts.path}&{parts.query}")
+        for value in [*self.args, *self.env.values(), *self.headers.values()]:
+            pieces += [value, *re.split(r"[\s=:,;]+", value)]
+        return sorted({p for p in pieces if len(p) >= _SHORTEST_SECRET}, key=len, reverse=True)
 
     # ------------------------------------------------------------ the session's context
 
@@ -304,31 +318,16 @@ def _split(command: str) -> tuple[str, list[str]]:
         parts = shlex.split(command)
     except ValueError as exc:
         raise ConfigurationError(
-            f"MCPTools: command={clip(command, 200)!r} cannot be split into words: {exc}"
+            f"MCPTools: command= cannot be split into words ({exc}); quote it as a shell would"
         ) from None
     if not parts:
         raise ConfigurationError("MCPTools: command= is empty; give the command that runs the server")
     return parts[0], parts[1:]
 
 
-#: An argument that names a secret (`--api-key`, `--token=...`, `PASSWORD=...`).
-_SECRET = re.compile(r"(key|token|secret|password|passwd|auth|credential)", re.IGNORECASE)
-
-
-def _masked(words: list[str]) -> list[str]:
-    """The words of a command with the values of secret-named arguments replaced by `***`."""
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        name, eq, _ = word.partition("=")
-        if hide_next and not word.startswith("-"):
-            out.append("***")
-        elif eq and _SECRET.search(name):
-            out.append(f"{name}=***")
-        else:
-            out.append(word)
-        hide_next = word.startswith("-") and not eq and _SECRET.search(word) is not None
-    return out
+#: The shortest piece of a command or URL a failure's text is scrubbed of: shorter ones (`-y`,
+#: `v1`) are no secret, and replacing them would garble the text.
+_SHORTEST_SECRET = 4
 
 
 def _errlog() -> TextIO:

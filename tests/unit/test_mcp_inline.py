@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import uuid
 import warnings
@@ -205,9 +206,10 @@ def test_a_server_that_lists_other_tools_after_a_deploy_is_another_definition_in
 def test_a_server_that_cannot_be_listed_or_a_missing_sdk_is_a_configuration_error_saying_what_to_do(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    base = f"http://127.0.0.1:{free_port()}"
+    url = f"{base}/mcp"  # nothing listens there
     with pytest.raises(
-        ConfigurationError, match=f"could not list the tools of the streamable-http server {url}.*Start"
+        ConfigurationError, match=f"could not list the tools of the streamable-http server {base}: .*Start"
     ):
         MCPTools(url=url, timeout_seconds=5)
     with pytest.raises(ConfigurationError, match="one of command= .* or url="):
@@ -261,13 +263,30 @@ def test_content_blocks_are_text_as_they_are_and_others_in_one_line() -> None:
 
 
 def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url() -> None:
-    command = MCPConnection(command="srv --api-key sk-1 --token=sk-2 TOKEN=sk-3 --port 8")
-    assert command.server == "stdio server `srv --api-key *** --token=*** TOKEN=*** --port 8`"
-    url = MCPConnection(url="https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4")
-    assert url.server == "streamable-http server https://mcp.example.com:8443/mcp"
-    said = url.reason(RuntimeError("401 for url 'https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4'"))
-    assert "sk-4" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
-    assert "sk-1" not in command.reason(OSError("srv --api-key sk-1 --token=sk-2: not found"))
+    commands = [
+        "/opt/bin/srv --api-key sk-live-123 --token=sk-live-123 TOKEN=sk-live-123 --port 8",
+        'npx -y mcp-remote https://mcp.example/mcp --header "Authorization: Bearer sk-live-123"',
+        "uvx mcp-server-x --bearer sk-live-123",
+    ]
+    named = [MCPConnection(command=command).server for command in commands]
+    assert [n.split(" (")[0] for n in named] == ["stdio server `srv`", "stdio server `npx`", "stdio server `uvx`"]
+    assert all(re.fullmatch(r"stdio server `\w+` \(command #[0-9a-f]{8}\)", n) for n in named)
+    assert MCPConnection(command=commands[1]).server == named[1]  # the same command, the same name
+    assert MCPConnection(command=commands[1].replace("123", "456")).server != named[1]  # another command
+    for url in [
+        "https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-live-123",
+        "https://mcp.example.com:8443/v1/sk-live-123/mcp",
+    ]:
+        assert MCPConnection(url=url).server == "streamable-http server https://mcp.example.com:8443"
+    url = MCPConnection(url="https://ann:pw@mcp.example.com/v1/sk-live-123/mcp?api_key=sk-live-456")
+    said = url.reason(RuntimeError(f"401 for url '{url.url}' (sk-live-123)"))
+    assert "sk-live" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
+    command = MCPConnection(command=commands[1], env={"AUTH": "sk-env-1"})
+    said = command.reason(OSError(f"{commands[1]}: not found; Bearer sk-live-123; env sk-env-1"))
+    assert "sk-live" not in said and "sk-env" not in said and said.startswith("OSError: npx")
+    with pytest.raises(ConfigurationError, match="cannot be split into words") as split:
+        MCPConnection(command='srv --token "sk-live-123')
+    assert "sk-live" not in str(split.value)
 
 
 def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_and_the_next_call_works(
