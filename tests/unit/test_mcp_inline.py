@@ -273,11 +273,11 @@ def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url
     assert all(re.fullmatch(r"stdio server `\w+` \(command #[0-9a-f]{8}\)", n) for n in named)
     assert MCPConnection(command=commands[1]).server == named[1]  # the same command, the same name
     assert MCPConnection(command=commands[1].replace("123", "456")).server != named[1]  # another command
-    for url in [
+    for address in [
         "https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-live-123",
         "https://mcp.example.com:8443/v1/sk-live-123/mcp",
     ]:
-        assert MCPConnection(url=url).server == "streamable-http server https://mcp.example.com:8443"
+        assert MCPConnection(url=address).server == "streamable-http server https://mcp.example.com:8443"
     url = MCPConnection(url="https://ann:pw@mcp.example.com/v1/sk-live-123/mcp?api_key=sk-live-456")
     said = url.reason(RuntimeError(f"401 for url '{url.url}' (sk-live-123)"))
     assert "sk-live" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
