@@ -11,7 +11,9 @@ of its own holds it open (`_hold`) while the calls, each in its own task, send r
 it. A forked process forgets its parent's session and opens its own.
 
 A session is dropped, and the next call opens a new one, when the server is gone: the connection
-closed under a call, a request timed out, or the transport failed. An error the server answered
+closed under a call, a request timed out, the transport failed, or the server closed the session
+while it was idle (`_Watched`: a stdio server that exited; the next call is then sent on a new
+session, never a call that may have reached the server). An error the server answered
 (an unknown tool, arguments it refused) leaves the session as it is. Whatever fails is raised as
 `MCPToolError` with a message saying which server and what to do; the tool step makes it the
 call's tool error (the model reads it), so a server that is down never wedges a step.
@@ -28,7 +30,7 @@ import shlex
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
@@ -72,10 +74,12 @@ def require_sdk() -> None:
 
 
 class _Held:
-    """One open session and the event that, set on the tool loop, closes it."""
+    """One session (its `session` set once it is open) and the event that, set on the tool loop,
+    closes it."""
 
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    session: ClientSession
+
+    def __init__(self) -> None:
         self.done = anyio.Event()
         self.alive = True
 
@@ -83,6 +87,50 @@ class _Held:
         """Close the session (on the tool loop's thread): the next call opens another."""
         self.alive = False
         self.done.set()
+
+
+class _Watched:
+    """The transport's read stream, passed through to the session, calling `on_end` when it ends.
+
+    A stdio server that exits while the session is idle closes its stdout: the SDK's session then
+    answers every request "Connection closed" without sending it. Noticing the end here drops the
+    session at once, so the next call opens a new one and is sent instead of failing unsent."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # what the session reads of the stream (`last_context`)
+        return getattr(self._stream, name)
+
+
+class _Unsent(Exception):
+    """The session had ended before the call was sent: nothing reached the server."""
 
 
 _connections: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
@@ -157,8 +205,15 @@ class MCPConnection:
 
     # ------------------------------------------------------------ the session's context
 
-    async def _enter(self, stack: AsyncExitStack) -> ClientSession:
-        """Open the transport and an initialized session inside `stack`."""
+    @property
+    def connected(self) -> bool:
+        """Whether this process holds a session to the server that has not ended."""
+        held = self._held
+        return held is not None and held.alive
+
+    async def _enter(self, stack: AsyncExitStack, on_end: Callable[[], None] | None = None) -> ClientSession:
+        """Open the transport and an initialized session inside `stack` (`on_end` called when the
+        server closes it)."""
         from mcp import ClientSession
 
         if self.transport == "stdio":
@@ -174,6 +229,8 @@ class MCPConnection:
             client = await stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=timeout))
             streams = await stack.enter_async_context(streamable_http_client(self.url, http_client=client))
         read, write = streams
+        if on_end is not None:
+            read = _Watched(read, on_end)
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         return session
@@ -211,15 +268,26 @@ class MCPConnection:
 
     def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
         """Call the server's tool `name` through this process's session (opened if there is none
-        or the last one was dropped); MCPToolError when no result came back."""
-        held = self._session()
-        result: CallToolResult = process_loop().run(self._call(held, name, arguments, meta))
-        return result
+        or the last one was dropped); MCPToolError when no result came back. A session that had
+        ended before the call was sent is replaced once: nothing reached the server, so sending the
+        call on a new session is no second call."""
+        for _ in range(2):
+            held = self._session()
+            try:
+                result: CallToolResult = process_loop().run(self._call(held, name, arguments, meta))
+            except _Unsent:
+                continue
+            return result
+        raise MCPToolError(
+            f"the {self.server} ended two sessions before the call of {name!r} could be sent; the call was not made"
+        )
 
     async def _call(self, held: _Held, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+        if not held.alive:  # it ended after `_session` handed it out
+            raise _Unsent
         try:
             return await held.session.call_tool(
                 name, arguments, read_timeout_seconds=self.timeout_seconds, meta=cast("RequestParamsMeta", meta)
@@ -252,7 +320,10 @@ class MCPConnection:
                 held = ready.result()
             except BaseException as exc:
                 task.cancel()  # the caller gave up (its time limit) or the opening failed: no session is left open
-                if isinstance(exc, Exception):
+                # Only the opening's own failure is the call's tool error. Anything else was raised
+                # in this thread as it waited: a soft time limit (SoftTimeLimitExceeded, an Exception
+                # a signal raises) must end the step, not become a result the model reads.
+                if ready.done() and not ready.cancelled() and ready.exception() is exc:
                     raise MCPToolError(
                         f"the {self.server} is unavailable ({self.reason(exc)}); the call was not made"
                     ) from None
@@ -262,15 +333,14 @@ class MCPConnection:
 
     async def _hold(self, ready: Future[_Held]) -> None:
         """Open a session, hand it to `ready`, and keep it open until it is closed or fails."""
-        held: _Held | None = None
+        held = _Held()
         try:
             # One scope around the whole session (its task groups nest inside it): its deadline
             # bounds the opening, then is lifted for the session's life.
             with anyio.CancelScope(deadline=anyio.current_time() + self.open_seconds) as scope:
                 async with AsyncExitStack() as stack:
-                    session = await self._enter(stack)
+                    held.session = await self._enter(stack, on_end=lambda: self._ended(held))
                     scope.deadline = math.inf
-                    held = _Held(session)
                     ready.set_result(held)
                     await held.done.wait()
             if scope.cancelled_caught and not ready.done():
@@ -285,8 +355,13 @@ class MCPConnection:
                 ready.set_exception(MCPToolError(f"opening a session to the {self.server} was cancelled"))
             raise
         finally:
-            if held is not None:
-                held.alive = False
+            held.alive = False
+
+    def _ended(self, held: _Held) -> None:
+        """The server closed the session (a stdio server exited): drop it, so the next call opens another."""
+        if held.alive:
+            log.info("the %s closed its session; the next call opens a new one", self.server)
+            held.close()
 
     def forget(self) -> None:
         """Drop the session without closing it: it belongs to the process this one forked from."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import signal
 import sys
 import uuid
 import warnings
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from mcp.types import (
     AudioContent,
     BlobResourceContents,
@@ -33,6 +36,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.mcp_server import PIXEL, HTTPServer, free_port, read_log, server_env, stdio_command
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
 from orchestrator.tools import ToolContext
 from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTool, MCPToolError, MCPTools, render
 from orchestrator.tools.mcp_session import MCPConnection
@@ -298,3 +302,36 @@ def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_a
     with pytest.raises(MCPToolError, match="did not answer the call of 'hang'.*timed out.*next call opens a new one"):
         hang.call({}, ToolContext(run_id="t", tool_call_id="h"))
     assert add.call({"a": 1, "b": 2}, ToolContext(run_id="t", tool_call_id="a")) == "3"  # through a new session
+
+
+def test_a_soft_time_limit_while_a_session_opens_ends_the_step_rather_than_becoming_a_tool_error() -> None:
+    silent = MCPConnection(command=f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(60)'")
+
+    def soft_limit(*_: object) -> None:  # what Celery's soft time limit does in a worker's main thread
+        raise SoftTimeLimitExceeded()
+
+    previous = signal.signal(signal.SIGALRM, soft_limit)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # the server never answers: the opening waits
+        with pytest.raises(SoftTimeLimitExceeded):
+            silent.call("add", {"a": 1, "b": 2}, {})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not silent.connected  # the opening was cancelled: no session is left open
+
+
+def test_a_stdio_server_that_dies_while_idle_is_started_again_and_sent_the_next_call(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    tools = MCPTools(stdio_command("--log", str(log)), env=server_env(), include_tools=["add"], timeout_seconds=30)
+    add = tools.functions["add"]
+    assert add.call({"a": 1, "b": 2}, ToolContext(run_id="idle", tool_call_id="a")) == "3"
+    serving = [line["serving"] for line in read_log(log) if "serving" in line]  # the listing's, then the call's
+    os.kill(serving[-1], signal.SIGKILL)  # dies between calls: nothing is in flight
+    wait_until(lambda: not tools.connection.connected, timeout=20, what="the session to the dead server to end")
+    assert add.call({"a": 3, "b": 4}, ToolContext(run_id="idle", tool_call_id="b")) == "7"
+    lines = read_log(log)
+    calls = [(line["key"], line["pid"]) for line in lines if line.get("tool") == "add"]
+    started = [line["serving"] for line in lines if "serving" in line]
+    assert len(started) == len(serving) + 1  # the next call started the server again
+    assert calls == [("idle:a", serving[-1]), ("idle:b", started[-1])]  # and was sent once, to it
