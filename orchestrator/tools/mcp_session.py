@@ -11,7 +11,9 @@ of its own holds it open (`_hold`) while the calls, each in its own task, send r
 it. A forked process forgets its parent's session and opens its own.
 
 A session is dropped, and the next call opens a new one, when the server is gone: the connection
-closed under a call, a request timed out, or the transport failed. An error the server answered
+closed under a call, a request timed out, the transport failed, or the server closed the session
+while it was idle (`_Watched`: a stdio server that exited; the next call is then sent on a new
+session, never a call that may have reached the server). An error the server answered
 (an unknown tool, arguments it refused) leaves the session as it is. Whatever fails is raised as
 `MCPToolError` with a message saying which server and what to do; the tool step makes it the
 call's tool error (the model reads it), so a server that is down never wedges a step.
@@ -19,6 +21,7 @@ call's tool error (the model reads it), so a server that is down never wedges a 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -27,11 +30,11 @@ import shlex
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -71,10 +74,12 @@ def require_sdk() -> None:
 
 
 class _Held:
-    """One open session and the event that, set on the tool loop, closes it."""
+    """One session (its `session` set once it is open) and the event that, set on the tool loop,
+    closes it."""
 
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    session: ClientSession
+
+    def __init__(self) -> None:
         self.done = anyio.Event()
         self.alive = True
 
@@ -82,6 +87,50 @@ class _Held:
         """Close the session (on the tool loop's thread): the next call opens another."""
         self.alive = False
         self.done.set()
+
+
+class _Watched:
+    """The transport's read stream, passed through to the session, calling `on_end` when it ends.
+
+    A stdio server that exits while the session is idle closes its stdout: the SDK's session then
+    answers every request "Connection closed" without sending it. Noticing the end here drops the
+    session at once, so the next call opens a new one and is sent instead of failing unsent."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # what the session reads of the stream (`last_context`)
+        return getattr(self._stream, name)
+
+
+class _Unsent(Exception):
+    """The session had ended before the call was sent: nothing reached the server."""
 
 
 _connections: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
@@ -119,32 +168,52 @@ class MCPConnection:
 
     @property
     def server(self) -> str:
-        """The server as messages name it: its command (the value of an argument named like a
-        secret masked) or its URL (no user, password or query); never its env or headers. These
-        messages become tool results, which the store keeps."""
+        """The server as messages name it, never with an argument, path, query, env or header,
+        any of which may hold a secret (`--header "Authorization: Bearer ..."`, a key in the URL's
+        path): these messages become tool results and events, which the store keeps. A stdio
+        server is its program's name and a short hash of its whole command (which tells two
+        commands of one program apart), an HTTP server its scheme, host and port."""
         if self.transport == "stdio":
-            return f"stdio server `{clip(' '.join(_masked([self.command, *self.args])), 200)}`"
+            digest = hashlib.sha256(shlex.join([self.command, *self.args]).encode()).hexdigest()[:8]
+            program = clip(os.path.basename(self.command) or self.command, 80)
+            return f"stdio server `{program}` (command #{digest})"
         parts = urlsplit(self.url)
-        shown = urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
         if parts.port is not None:
-            shown = urlunsplit((parts.scheme, f"{parts.hostname}:{parts.port}", parts.path, "", ""))
-        return f"streamable-http server {clip(shown, 200)}"
+            host = f"{host}:{parts.port}"
+        return f"streamable-http server {clip(f'{parts.scheme}://{host}', 200)}"
 
     def reason(self, exc: BaseException) -> str:
-        """What failed, in one line, without the secrets of the URL or command (an HTTP error's
-        text names the URL it was for, query and all)."""
+        """What failed, in one line, without the secrets of the URL, command, env or headers (an
+        HTTP error's text names the URL it was for, path and query and all)."""
         text = _reason(exc)
-        parts = urlsplit(self.url)
-        secrets = [parts.query, parts.password or "", parts.username or ""]
-        secrets += [w.partition("=")[2] or w for w, m in zip(self.args, _masked(self.args), strict=True) if w != m]
-        for secret in sorted((x for x in secrets if x), key=len, reverse=True):
+        for secret in self._secrets():
             text = text.replace(secret, "***")
         return text
 
+    def _secrets(self) -> list[str]:
+        """Every piece of the URL (but its scheme, host and port), of the command's arguments and
+        of the env's and headers' values that could hold a secret, longest first."""
+        parts = urlsplit(self.url)
+        pieces = [self.url, parts.path, parts.query, parts.fragment, parts.password or "", parts.username or ""]
+        pieces += re.split(r"[/&=]", f"{parts.path}&{parts.query}")
+        for value in [*self.args, *self.env.values(), *self.headers.values()]:
+            pieces += [value, *re.split(r"[\s=:,;]+", value)]
+        return sorted({p for p in pieces if len(p) >= _SHORTEST_SECRET}, key=len, reverse=True)
+
     # ------------------------------------------------------------ the session's context
 
-    async def _enter(self, stack: AsyncExitStack) -> ClientSession:
-        """Open the transport and an initialized session inside `stack`."""
+    @property
+    def connected(self) -> bool:
+        """Whether this process holds a session to the server that has not ended."""
+        held = self._held
+        return held is not None and held.alive
+
+    async def _enter(self, stack: AsyncExitStack, on_end: Callable[[], None] | None = None) -> ClientSession:
+        """Open the transport and an initialized session inside `stack` (`on_end` called when the
+        server closes it)."""
         from mcp import ClientSession
 
         if self.transport == "stdio":
@@ -160,6 +229,8 @@ class MCPConnection:
             client = await stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=timeout))
             streams = await stack.enter_async_context(streamable_http_client(self.url, http_client=client))
         read, write = streams
+        if on_end is not None:
+            read = _Watched(read, on_end)
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         return session
@@ -197,15 +268,26 @@ class MCPConnection:
 
     def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
         """Call the server's tool `name` through this process's session (opened if there is none
-        or the last one was dropped); MCPToolError when no result came back."""
-        held = self._session()
-        result: CallToolResult = process_loop().run(self._call(held, name, arguments, meta))
-        return result
+        or the last one was dropped); MCPToolError when no result came back. A session that had
+        ended before the call was sent is replaced once: nothing reached the server, so sending the
+        call on a new session is no second call."""
+        for _ in range(2):
+            held = self._session()
+            try:
+                result: CallToolResult = process_loop().run(self._call(held, name, arguments, meta))
+            except _Unsent:
+                continue
+            return result
+        raise MCPToolError(
+            f"the {self.server} ended two sessions before the call of {name!r} could be sent; the call was not made"
+        )
 
     async def _call(self, held: _Held, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+        if not held.alive:  # it ended after `_session` handed it out
+            raise _Unsent
         try:
             return await held.session.call_tool(
                 name, arguments, read_timeout_seconds=self.timeout_seconds, meta=cast("RequestParamsMeta", meta)
@@ -238,7 +320,10 @@ class MCPConnection:
                 held = ready.result()
             except BaseException as exc:
                 task.cancel()  # the caller gave up (its time limit) or the opening failed: no session is left open
-                if isinstance(exc, Exception):
+                # Only the opening's own failure is the call's tool error. Anything else was raised
+                # in this thread as it waited: a soft time limit (SoftTimeLimitExceeded, an Exception
+                # a signal raises) must end the step, not become a result the model reads.
+                if ready.done() and not ready.cancelled() and ready.exception() is exc:
                     raise MCPToolError(
                         f"the {self.server} is unavailable ({self.reason(exc)}); the call was not made"
                     ) from None
@@ -248,15 +333,14 @@ class MCPConnection:
 
     async def _hold(self, ready: Future[_Held]) -> None:
         """Open a session, hand it to `ready`, and keep it open until it is closed or fails."""
-        held: _Held | None = None
+        held = _Held()
         try:
             # One scope around the whole session (its task groups nest inside it): its deadline
             # bounds the opening, then is lifted for the session's life.
             with anyio.CancelScope(deadline=anyio.current_time() + self.open_seconds) as scope:
                 async with AsyncExitStack() as stack:
-                    session = await self._enter(stack)
+                    held.session = await self._enter(stack, on_end=lambda: self._ended(held))
                     scope.deadline = math.inf
-                    held = _Held(session)
                     ready.set_result(held)
                     await held.done.wait()
             if scope.cancelled_caught and not ready.done():
@@ -271,8 +355,13 @@ class MCPConnection:
                 ready.set_exception(MCPToolError(f"opening a session to the {self.server} was cancelled"))
             raise
         finally:
-            if held is not None:
-                held.alive = False
+            held.alive = False
+
+    def _ended(self, held: _Held) -> None:
+        """The server closed the session (a stdio server exited): drop it, so the next call opens another."""
+        if held.alive:
+            log.info("the %s closed its session; the next call opens a new one", self.server)
+            held.close()
 
     def forget(self) -> None:
         """Drop the session without closing it: it belongs to the process this one forked from."""
@@ -304,31 +393,16 @@ def _split(command: str) -> tuple[str, list[str]]:
         parts = shlex.split(command)
     except ValueError as exc:
         raise ConfigurationError(
-            f"MCPTools: command={clip(command, 200)!r} cannot be split into words: {exc}"
+            f"MCPTools: command= cannot be split into words ({exc}); quote it as a shell would"
         ) from None
     if not parts:
         raise ConfigurationError("MCPTools: command= is empty; give the command that runs the server")
     return parts[0], parts[1:]
 
 
-#: An argument that names a secret (`--api-key`, `--token=...`, `PASSWORD=...`).
-_SECRET = re.compile(r"(key|token|secret|password|passwd|auth|credential)", re.IGNORECASE)
-
-
-def _masked(words: list[str]) -> list[str]:
-    """The words of a command with the values of secret-named arguments replaced by `***`."""
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        name, eq, _ = word.partition("=")
-        if hide_next and not word.startswith("-"):
-            out.append("***")
-        elif eq and _SECRET.search(name):
-            out.append(f"{name}=***")
-        else:
-            out.append(word)
-        hide_next = word.startswith("-") and not eq and _SECRET.search(word) is not None
-    return out
+#: The shortest piece of a command or URL a failure's text is scrubbed of: shorter ones (`-y`,
+#: `v1`) are no secret, and replacing them would garble the text.
+_SHORTEST_SECRET = 4
 
 
 def _errlog() -> TextIO:

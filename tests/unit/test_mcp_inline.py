@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
 import sys
 import uuid
 import warnings
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from mcp.types import (
     AudioContent,
     BlobResourceContents,
@@ -32,6 +36,7 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.mcp_server import PIXEL, HTTPServer, free_port, read_log, server_env, stdio_command
 from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.waiting import wait_until
 from orchestrator.tools import ToolContext
 from orchestrator.tools.mcp import IDEMPOTENCY_META_KEY, MCPTool, MCPToolError, MCPTools, render
 from orchestrator.tools.mcp_session import MCPConnection
@@ -205,9 +210,10 @@ def test_a_server_that_lists_other_tools_after_a_deploy_is_another_definition_in
 def test_a_server_that_cannot_be_listed_or_a_missing_sdk_is_a_configuration_error_saying_what_to_do(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    base = f"http://127.0.0.1:{free_port()}"
+    url = f"{base}/mcp"  # nothing listens there
     with pytest.raises(
-        ConfigurationError, match=f"could not list the tools of the streamable-http server {url}.*Start"
+        ConfigurationError, match=f"could not list the tools of the streamable-http server {base}: .*Start"
     ):
         MCPTools(url=url, timeout_seconds=5)
     with pytest.raises(ConfigurationError, match="one of command= .* or url="):
@@ -261,13 +267,30 @@ def test_content_blocks_are_text_as_they_are_and_others_in_one_line() -> None:
 
 
 def test_a_server_is_named_in_messages_without_the_secrets_of_its_command_or_url() -> None:
-    command = MCPConnection(command="srv --api-key sk-1 --token=sk-2 TOKEN=sk-3 --port 8")
-    assert command.server == "stdio server `srv --api-key *** --token=*** TOKEN=*** --port 8`"
-    url = MCPConnection(url="https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4")
-    assert url.server == "streamable-http server https://mcp.example.com:8443/mcp"
-    said = url.reason(RuntimeError("401 for url 'https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-4'"))
-    assert "sk-4" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
-    assert "sk-1" not in command.reason(OSError("srv --api-key sk-1 --token=sk-2: not found"))
+    commands = [
+        "/opt/bin/srv --api-key sk-live-123 --token=sk-live-123 TOKEN=sk-live-123 --port 8",
+        'npx -y mcp-remote https://mcp.example/mcp --header "Authorization: Bearer sk-live-123"',
+        "uvx mcp-server-x --bearer sk-live-123",
+    ]
+    named = [MCPConnection(command=command).server for command in commands]
+    assert [n.split(" (")[0] for n in named] == ["stdio server `srv`", "stdio server `npx`", "stdio server `uvx`"]
+    assert all(re.fullmatch(r"stdio server `\w+` \(command #[0-9a-f]{8}\)", n) for n in named)
+    assert MCPConnection(command=commands[1]).server == named[1]  # the same command, the same name
+    assert MCPConnection(command=commands[1].replace("123", "456")).server != named[1]  # another command
+    for address in [
+        "https://ann:pw@mcp.example.com:8443/mcp?api_key=sk-live-123",
+        "https://mcp.example.com:8443/v1/sk-live-123/mcp",
+    ]:
+        assert MCPConnection(url=address).server == "streamable-http server https://mcp.example.com:8443"
+    url = MCPConnection(url="https://ann:pw@mcp.example.com/v1/sk-live-123/mcp?api_key=sk-live-456")
+    said = url.reason(RuntimeError(f"401 for url '{url.url}' (sk-live-123)"))
+    assert "sk-live" not in said and ":pw@" not in said and said.startswith("RuntimeError: 401 for url")
+    command = MCPConnection(command=commands[1], env={"AUTH": "sk-env-1"})
+    said = command.reason(OSError(f"{commands[1]}: not found; Bearer sk-live-123; env sk-env-1"))
+    assert "sk-live" not in said and "sk-env" not in said and said.startswith("OSError: npx")
+    with pytest.raises(ConfigurationError, match="cannot be split into words") as split:
+        MCPConnection(command='srv --token "sk-live-123')
+    assert "sk-live" not in str(split.value)
 
 
 def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_and_the_next_call_works(
@@ -279,3 +302,36 @@ def test_a_call_the_server_never_answers_is_a_tool_error_after_timeout_seconds_a
     with pytest.raises(MCPToolError, match="did not answer the call of 'hang'.*timed out.*next call opens a new one"):
         hang.call({}, ToolContext(run_id="t", tool_call_id="h"))
     assert add.call({"a": 1, "b": 2}, ToolContext(run_id="t", tool_call_id="a")) == "3"  # through a new session
+
+
+def test_a_soft_time_limit_while_a_session_opens_ends_the_step_rather_than_becoming_a_tool_error() -> None:
+    silent = MCPConnection(command=f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(60)'")
+
+    def soft_limit(*_: object) -> None:  # what Celery's soft time limit does in a worker's main thread
+        raise SoftTimeLimitExceeded()
+
+    previous = signal.signal(signal.SIGALRM, soft_limit)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # the server never answers: the opening waits
+        with pytest.raises(SoftTimeLimitExceeded):
+            silent.call("add", {"a": 1, "b": 2}, {})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not silent.connected  # the opening was cancelled: no session is left open
+
+
+def test_a_stdio_server_that_dies_while_idle_is_started_again_and_sent_the_next_call(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    tools = MCPTools(stdio_command("--log", str(log)), env=server_env(), include_tools=["add"], timeout_seconds=30)
+    add = tools.functions["add"]
+    assert add.call({"a": 1, "b": 2}, ToolContext(run_id="idle", tool_call_id="a")) == "3"
+    serving = [line["serving"] for line in read_log(log) if "serving" in line]  # the listing's, then the call's
+    os.kill(serving[-1], signal.SIGKILL)  # dies between calls: nothing is in flight
+    wait_until(lambda: not tools.connection.connected, timeout=20, what="the session to the dead server to end")
+    assert add.call({"a": 3, "b": 4}, ToolContext(run_id="idle", tool_call_id="b")) == "7"
+    lines = read_log(log)
+    calls = [(line["key"], line["pid"]) for line in lines if line.get("tool") == "add"]
+    started = [line["serving"] for line in lines if "serving" in line]
+    assert len(started) == len(serving) + 1  # the next call started the server again
+    assert calls == [("idle:a", serving[-1]), ("idle:b", started[-1])]  # and was sent once, to it
