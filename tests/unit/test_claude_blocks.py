@@ -12,7 +12,13 @@ import pytest
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import Claude
-from orchestrator.models._claude_blocks import MessagesStreamReader, claude_usage, messages_param, system_param
+from orchestrator.models._claude_blocks import (
+    MessagesStreamReader,
+    claude_usage,
+    messages_param,
+    read_message,
+    system_param,
+)
 from orchestrator.usage import Metrics, Prices
 
 
@@ -114,6 +120,32 @@ def test_a_stream_stopped_on_max_tokens_mid_tool_call_is_a_final_error_saying_wh
         reader.reply()
     assert caught.value.retryable is False and caught.value.kind == "TruncatedReply"
     assert "max_tokens=64" in str(caught.value) and "larger max_tokens=" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("stop", "kind", "says"),
+    [("refusal", "ReplyBlocked", "change the input"), ("max_tokens", "TruncatedReply", "larger max_tokens=")],
+)
+def test_a_refusal_or_a_reply_cut_before_any_text_is_a_final_error_not_an_empty_answer(
+    stop: str, kind: str, says: str
+) -> None:
+    model = Claude(id="claude-x", max_tokens=16)
+    whole = {"id": "msg_1", "model": "claude-x", "content": [], "stop_reason": stop, "usage": {"input_tokens": 5}}
+    streamed = [
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 5}}},
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 16}},
+        {"type": "message_stop"},
+    ]
+    reader = MessagesStreamReader(model)
+    for event in streamed:
+        reader.feed(event)
+    for read in (lambda: read_message(model, whole), reader.reply):
+        with pytest.raises(ModelCallError) as caught:
+            read()
+        assert (caught.value.retryable, caught.value.kind) == (False, kind) and says in str(caught.value)
+    # Text cut short on max_tokens is still an answer, as Gemini's adapter keeps it.
+    text = {**whole, "content": [{"type": "text", "text": "Cats are"}], "stop_reason": "max_tokens"}
+    assert read_message(model, text).content == "Cats are"
 
 
 def test_a_stream_that_ends_before_message_stop_is_not_a_reply() -> None:
