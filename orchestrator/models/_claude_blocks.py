@@ -93,8 +93,8 @@ def claude_usage(usage: Any) -> dict[str, int]:
     Anthropic counts `input_tokens` apart from the prompt tokens read from its cache
     (`cache_read_input_tokens`) and written to it (`cache_creation_input_tokens`); Ratchet counts
     input tokens with the cached ones, as OpenAI does (`orchestrator.usage`). So `input_tokens` is
-    the three together, `cached_tokens` the cache reads, and `cache_write_tokens` the writes (kept
-    for traces; the store has no column for them). A cache count left out or null is 0; one that is
+    the three together, `cached_tokens` the cache reads, and `cache_write_tokens` the writes (each
+    costed at its own rate of `Prices`, when given). A cache count left out or null is 0; one that is
     not a whole number makes the input unknown, as a bad `input_tokens` does."""
     fresh = count(member(usage, "input_tokens"))
     read = _cache_count(member(usage, "cache_read_input_tokens"))

@@ -60,7 +60,7 @@ DECISION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0, 2
 EVENT_KINDS = ("retry", "lease_expired", "fenced", "error", "paused", "completed", "cancel")
 #: The token counts of a reply, by the label they are counted under.
 TOKEN_KINDS = {"input": "input_tokens", "output": "output_tokens", "cache_read": "cache_read_tokens",
-               "reasoning": "reasoning_tokens"}  # fmt: skip
+               "cache_write": "cache_write_tokens", "reasoning": "reasoning_tokens"}  # fmt: skip
 #: How a poison step's error event reads (`Store.log_event` writes its detail with json.dumps).
 _POISON = "%" + json.dumps({"type": "PoisonStepError"})[1:-1] + "%"
 #: How the "fenced" event of a step its run's cancel fenced reads (`Store.record_fenced`).

@@ -105,6 +105,15 @@ def test_cache_writes_and_reads_reported_by_the_api_land_in_the_usage(server: Sc
             "cached_tokens": 100,
             "cache_write_tokens": 30,
         }
+    # Stored on the reply and costed at the cache's own rates (issue 26): 10 fresh, 100 read, 30 written.
+    prices = Prices(input=3, output=15, cache_read=0.3, cache_write=3.75)
+    with in_memory():
+        out = Agent(name="claude-cache-usage", model=Claude(id="claude-x", prices=prices)).run("hi")
+    metrics = out.messages[-1].metrics
+    assert out.status == RunStatus.COMPLETED and metrics is not None
+    assert (metrics.input_tokens, metrics.cache_read_tokens, metrics.cache_write_tokens) == (140, 100, 30)
+    assert metrics.cost == pytest.approx((10 * 3 + 100 * 0.3 + 30 * 3.75 + metrics.output_tokens * 15) / 1e6)
+    assert out.metrics.cache_write_tokens == 30
 
 
 def test_a_streamed_reply_hands_out_its_text_and_reads_as_the_whole_one(server: ScriptedServer) -> None:

@@ -73,8 +73,17 @@ def test_usage_counts_cache_reads_and_writes_in_the_input_as_openai_counts_cache
     )
     assert usage == {"input_tokens": 140, "output_tokens": 4, "cached_tokens": 100, "cache_write_tokens": 30}
     metrics = Metrics.reported(usage, Prices(input=3, output=15))
-    assert metrics is not None and metrics.cache_read_tokens == 100
+    assert metrics is not None and (metrics.cache_read_tokens, metrics.cache_write_tokens) == (100, 30)
+    # Without the cache's rates every input token is at the input rate; with them, each at its own.
     assert metrics.cost == pytest.approx((140 * 3 + 4 * 15) / 1_000_000)
+    cached = Metrics.reported(usage, Prices(input=3, output=15, cache_read=0.3, cache_write=3.75))
+    assert cached is not None and cached.cost == pytest.approx((10 * 3 + 100 * 0.3 + 30 * 3.75 + 4 * 15) / 1_000_000)
+    # OpenAI's and Gemini's usage has no writes: their cached tokens at the read rate.
+    openai = Metrics.reported(
+        {"input_tokens": 140, "output_tokens": 4, "cached_tokens": 100}, Prices(input=3, output=15, cache_read=0.3)
+    )
+    assert openai is not None and openai.cache_write_tokens is None
+    assert openai.cost == pytest.approx((40 * 3 + 100 * 0.3 + 4 * 15) / 1_000_000)
 
 
 def test_usage_without_cache_fields_has_no_cached_count_and_a_bad_count_is_unknown() -> None:
