@@ -176,7 +176,11 @@ class ModelCallError(RatchetError):
 
     `retryable` says whether trying again may help (429, 5xx, timeouts, connection errors);
     final errors (401/403/400/404/422, context length) put the run in ERROR at once. Fix the
-    cause (the API key on the workers, the request) and continue the run."""
+    cause (the API key on the workers, the request) and continue the run.
+
+    `context_overflow` is set by the adapter that read the provider's own words for "the
+    conversation no longer fits the model" (each provider says it differently): a fallback tries
+    `on_context_overflow` for it."""
 
     def __init__(
         self,
@@ -186,12 +190,14 @@ class ModelCallError(RatchetError):
         status_code: int | None = None,
         retry_after: float | None = None,
         kind: str = "ModelCallError",
+        context_overflow: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after
         self.kind = kind
+        self.context_overflow = context_overflow
 
     def to_record(self) -> dict[str, str]:
         """Keeps the provider's error class name (e.g. AuthenticationError) as the type."""

@@ -4,8 +4,9 @@ Each assistant message stores the usage the provider reported for the call that 
 A count the provider did not report as a whole number (`count`), or a row written before
 migration 0005, is None, unknown (never 0):
 a total of counts one of which is unknown is unknown too, never a smaller number that looks
-exact. Input tokens include the cached ones and output tokens the reasoning ones, as OpenAI
-counts them.
+exact. Input tokens include the cached ones (read from the provider's prompt cache, and, for
+Anthropic, written to it: `cache_write_tokens`, migration 0019) and output tokens the reasoning
+ones, as OpenAI counts them.
 
 The cost is computed when the message is made, from the model's `Prices`, and stored with the
 tokens: it is what the call cost at the prices the worker ran with, and a reader needs neither
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 #: The columns of a message row that hold its usage, in `Metrics`' field order.
-USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "cost")
+USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "cost")
 #: The columns of a message row that say how long the call that made it took (migration 0018):
 #: `Metrics.duration` and `.time_to_first_token`.
 TIMING_COLUMNS = ("duration", "time_to_first_token")
@@ -55,17 +56,30 @@ def count(value: object) -> int | None:
 @dataclass(frozen=True, kw_only=True)
 class Prices:
     """What a model's tokens cost, in US dollars per million, as the providers publish their
-    prices: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`. Costs are in US dollars
-    (`ratchet_cost_usd_total`)."""
+    prices: `OpenAIChat(id=..., prices=Prices(input=2.5, output=10))`, or with the prompt cache's
+    own rates, `Claude(id=..., prices=Prices(input=3, output=15, cache_read=0.3, cache_write=3.75))`.
+    Costs are in US dollars (`ratchet_cost_usd_total`)."""
 
-    #: US dollars per million input tokens (cached ones included).
+    #: US dollars per million input tokens (the cached ones too, unless their rates are given).
     input: float
     #: US dollars per million output tokens (reasoning ones included).
     output: float
+    #: US dollars per million input tokens read from the prompt cache; None: the input rate.
+    cache_read: float | None = None
+    #: US dollars per million input tokens written to the prompt cache (Anthropic's cache
+    #: creation); None: the input rate.
+    cache_write: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost of one call's tokens, in US dollars."""
-        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+    def cost(
+        self, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0
+    ) -> float:
+        """The cost of one call's tokens, in US dollars: `input_tokens` holds the cached ones,
+        which are costed at their own rates where given."""
+        fresh = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        cents = fresh * self.input + cache_read_tokens * read + cache_write_tokens * write + output_tokens * self.output
+        return cents / 1_000_000
 
 
 class Metrics(BaseModel):
@@ -77,6 +91,8 @@ class Metrics(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
+    #: Input tokens written to the prompt cache (Anthropic reports them); None where not reported.
+    cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
     #: In US dollars, at the model's prices; None without prices or without the token counts.
     cost: float | None = None
@@ -99,13 +115,15 @@ class Metrics(BaseModel):
         if not usage:
             return None
         tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
+        read, written = usage.get("cached_tokens"), usage.get("cache_write_tokens")
         cost = None
         if prices is not None and tokens_in is not None and tokens_out is not None:
-            cost = prices.cost(tokens_in, tokens_out)
+            cost = prices.cost(tokens_in, tokens_out, read or 0, written or 0)
         return cls(
             input_tokens=tokens_in,
             output_tokens=tokens_out,
-            cache_read_tokens=usage.get("cached_tokens"),
+            cache_read_tokens=read,
+            cache_write_tokens=written,
             reasoning_tokens=usage.get("reasoning_tokens"),
             cost=cost,
         )

@@ -12,7 +12,9 @@ A reply, whole or streamed, is read from the JSON the server sent (`orchestrator
 its text blocks joined, its `tool_use` blocks as the batch's calls (several in one reply are a
 parallel batch), its usage as `ModelReply.usage` counts it (`claude_usage`). A reply that stopped
 on `max_tokens` in the middle of a tool call is refused as final (`truncated_call`): its calls'
-arguments are cut, and asking again with the same limit stops at the same place.
+arguments are cut, and asking again with the same limit stops at the same place. So is one cut
+short before any text (TruncatedReply) and a refusal (ReplyBlocked), as Gemini's adapter refuses
+the same (`refuse_unusable`): an empty answer must not complete a run.
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ def claude_usage(usage: Any) -> dict[str, int]:
     Anthropic counts `input_tokens` apart from the prompt tokens read from its cache
     (`cache_read_input_tokens`) and written to it (`cache_creation_input_tokens`); Ratchet counts
     input tokens with the cached ones, as OpenAI does (`orchestrator.usage`). So `input_tokens` is
-    the three together, `cached_tokens` the cache reads, and `cache_write_tokens` the writes (kept
-    for traces; the store has no column for them). A cache count left out or null is 0; one that is
+    the three together, `cached_tokens` the cache reads, and `cache_write_tokens` the writes (each
+    costed at its own rate of `Prices`, when given). A cache count left out or null is 0; one that is
     not a whole number makes the input unknown, as a bad `input_tokens` does."""
     fresh = count(member(usage, "input_tokens"))
     read = _cache_count(member(usage, "cache_read_input_tokens"))
@@ -129,8 +131,7 @@ def read_message(model: Model, raw: Any) -> ModelReply:
             call = {"id": block.get("id"), "name": block.get("name"), "arguments": arguments}
             calls.append(ToolCall.model_validate(call))
     stop = message.get("stop_reason")
-    if calls and stop in CUT_SHORT:
-        raise truncated_call(model, str(stop))
+    refuse_unusable(model, stop, has_text=bool(texts), has_calls=bool(calls))
     return ModelReply(
         content="".join(texts) if texts else None,
         tool_calls=calls,
@@ -139,6 +140,30 @@ def read_message(model: Model, raw: Any) -> ModelReply:
         response_id=message.get("id"),
         finish_reason=stop if isinstance(stop, str) else None,
     )
+
+
+def refuse_unusable(model: Model, stop: Any, *, has_text: bool, has_calls: bool) -> None:
+    """Raise the final error of a reply that cannot be an answer, as Gemini's adapter does: a
+    refusal (`stop_reason` refusal), a reply cut short mid tool call, or one cut short before any
+    text or call. Asking again the same way gets the same reply, so none is retried."""
+    if stop == "refusal":
+        raise ModelCallError(
+            f"{model.describe()}: the reply was withheld (stop_reason refusal: the model declined to answer); "
+            "change the input or the instructions and continue the run",
+            retryable=False,
+            kind="ReplyBlocked",
+        )
+    if stop in CUT_SHORT and has_calls:
+        raise truncated_call(model, str(stop))
+    if stop in CUT_SHORT and not has_text:
+        limit = getattr(model, "max_tokens", None)
+        raise ModelCallError(
+            f"{model.describe()}: the reply stopped on {stop} before any text or tool call "
+            f"(max_tokens={limit}): give the model a larger max_tokens= (thinking counts against it) "
+            "and continue the run",
+            retryable=False,
+            kind="TruncatedReply",
+        )
 
 
 def truncated_call(model: Model, stop: str) -> ModelCallError:
@@ -207,8 +232,7 @@ class MessagesStreamReader(StreamReader):
         """The reply, as `read_message` reads the same answer whole."""
         if not self._ended or self._stop is None:
             raise ValueError("the stream ended before the reply's message_stop")
-        if self._calls and self._stop in CUT_SHORT:
-            raise truncated_call(self._model, self._stop)
+        refuse_unusable(self._model, self._stop, has_text=self._text is not None, has_calls=bool(self._calls))
         return ModelReply(
             content=None if self._text is None else "".join(self._text),
             # A call streamed with no input fragment has the empty object as its input.

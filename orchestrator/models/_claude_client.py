@@ -10,9 +10,11 @@ Failures become `ModelCallError`s by the same rules as OpenAI's (`orchestrator.m
 429 (Retry-After read), 408, 409, 5xx and Anthropic's 529 `overloaded_error` are retryable, a
 connection error or a timeout too, before the reply or mid-stream; 400, 401, 403, 404 and every
 other 4xx are final. An error event mid-stream (the SDK raises it as a status error of the
-stream's 200) is the provider failing mid-reply, retryable. An exception the caller's runtime
-raised during the call (Celery's soft time limit), which the SDK wraps as a connection error,
-propagates as it is.
+stream's 200) is the provider failing mid-reply, retryable; its `overloaded_error` or
+`rate_limit_error` is an OverloadedError or RateLimitError, a rate limit to a fallback. A prompt
+too long for the model is final and marked `context_overflow`, for `on_context_overflow`. An
+exception the caller's runtime raised during the call (Celery's soft time limit), which the SDK
+wraps as a connection error, propagates as it is.
 
 `anthropic` is imported on first use only: importing an agent definition costs no SDK import.
 """
@@ -30,6 +32,7 @@ from orchestrator.models.base import Model
 from orchestrator.models.failures import (
     injected,
     is_call_error,
+    is_context_length_error,
     malformed,
     parse_retry_after,
     retryable_status,
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 API_KEY_VAR = "ANTHROPIC_API_KEY"
 _TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
 _MAX_CLIENTS = 16
+_OVERFLOW_HINTS = ("prompt is too long", "exceed context limit")
+#: Anthropic's error types that mean "too many requests", as the kinds of their statuses (529, 429).
+_STREAM_KINDS = {"overloaded_error": "OverloadedError", "rate_limit_error": "RateLimitError"}
 _clients: dict[tuple[Any, ...], anthropic.Anthropic] = {}
 _clients_lock = threading.Lock()
 
@@ -103,6 +109,29 @@ def claude_failure(exc: Exception, *, model: Model, api_key: str | None, timeout
     return translate_call_error(exc, model=model, api_key=api_key)
 
 
+def is_context_overflow(message: str) -> bool:
+    """Whether Anthropic's error text says the conversation does not fit the model ("prompt is too
+    long: N tokens > M maximum", "input length and `max_tokens` exceed context limit")."""
+    text = message.lower()
+    return any(hint in text for hint in _OVERFLOW_HINTS) or is_context_length_error(None, text)
+
+
+def _stream_error(model: Model, error_type: str | None, detail: str) -> ModelCallError:
+    """An `error` event mid-stream; Anthropic's overloaded and rate-limit types keep their class
+    (retryable, and a rate limit to a fallback), as the same error before the stream would."""
+    kind = _STREAM_KINDS.get(error_type or "")
+    if kind is None:
+        error = stream_error(model, error_type, detail, None)
+        error.context_overflow = is_context_overflow(detail)
+        error.retryable = error.retryable and not error.context_overflow
+        return error
+    return ModelCallError(
+        f"{model.describe()}: {kind}: the stream reported an error ({error_type}): {detail}",
+        retryable=True,
+        kind=kind,
+    )
+
+
 def _translate(
     exc: anthropic.AnthropicError, *, model: Model, api_key: str | None, timeout: float | None
 ) -> ModelCallError:
@@ -125,13 +154,15 @@ def _translate(
         status = exc.status_code
         if status < 400:
             # An `error` event in a stream that had started (its response is the stream's 200).
-            return stream_error(model, exc.type, detail, None)
+            return _stream_error(model, exc.type, detail)
         hint = f" (check {API_KEY_VAR} in the environment of the workers)" if status in (401, 403) else ""
+        overflow = status == 400 and is_context_overflow(detail)
         return ModelCallError(
             f"{where}: {kind} (HTTP {status}){hint}: {detail}",
-            retryable=retryable_status(status),
+            retryable=retryable_status(status) and not overflow,
             status_code=status,
             retry_after=parse_retry_after(exc.response.headers),
             kind=kind,
+            context_overflow=overflow,
         )
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)

@@ -158,7 +158,8 @@ def translate_error(
         return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        retryable = retryable_status(status) and not is_context_length_error(exc.code, detail)
+        overflow = is_context_length_error(exc.code, detail)
+        retryable = retryable_status(status) and not overflow
         hint = ""
         if status in (401, 403):
             hint = f" (check {API_KEY_VAR} in the environment of the workers)"
@@ -168,6 +169,7 @@ def translate_error(
             status_code=status,
             retry_after=parse_retry_after(exc.response.headers),
             kind=kind,
+            context_overflow=overflow,
         )
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
 
@@ -224,10 +226,12 @@ def read_guarded(model: Model, api_key: str | None, read: Callable[..., T], *arg
 def stream_error(model: Model, code: str | None, message: str, api_key: str | None) -> ModelCallError:
     """The error for an error event in a stream: the provider failed mid-reply."""
     detail = redact(message, api_key)[:300]
+    overflow = is_context_length_error(code, detail)
     return ModelCallError(
         f"{model.describe()}: the stream reported an error{f' ({code})' if code else ''}: {detail}",
-        retryable=not is_context_length_error(code, detail),
+        retryable=not overflow,
         kind="StreamError",
+        context_overflow=overflow,
     )
 
 

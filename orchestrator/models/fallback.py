@@ -8,7 +8,8 @@ retryable one whose retries (the agent's `retries`, per model) are spent. Which 
 depends on the primary model's error, as Agno sorts it (`fallback_class`):
 
 - "rate_limit": the provider said too many requests (HTTP 429, or 529 overloaded);
-- "context_overflow": the conversation no longer fits the model;
+- "context_overflow": the conversation no longer fits the model (the adapter marks it,
+  `ModelCallError.context_overflow`, from its provider's words; else OpenAI's are looked for);
 - "error": any other error retries could not fix (5xx, timeouts, connection errors, malformed
   replies). A client error (400, 401, 403, 404, 422...) is None: a configuration to fix, which
   no other model would fix, so it is never hidden behind a fallback.
@@ -66,7 +67,7 @@ def fallback_class(exc: ModelCallError) -> FallbackClass | None:
     """The class of a failed call, as a fallback sees it; None for a client error."""
     if exc.status_code in RATE_LIMIT_STATUSES or exc.kind in ("RateLimitError", "OverloadedError"):
         return "rate_limit"
-    if is_context_length_error(None, str(exc)):
+    if exc.context_overflow or is_context_length_error(None, str(exc)):
         return "context_overflow"
     if exc.status_code is not None and 400 <= exc.status_code < 500 and not exc.retryable:
         return None

@@ -37,6 +37,9 @@ KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 _TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+#: Gemini's words for a prompt past the model's context ("The input token count (N) exceeds the
+#: maximum number of tokens allowed (M)"): final, and `context_overflow` for a fallback.
+_OVERFLOW_HINT = "exceeds the maximum number of tokens"
 
 T = TypeVar("T")
 
@@ -93,12 +96,14 @@ def status_error(exc: Any, *, model: Model, api_key: str | None) -> ModelCallErr
     bad_key = code == 401 or "API_KEY_INVALID" in _reasons(exc.details)
     kind = "AuthenticationError" if bad_key else kind_for_status(code)
     hint = f" (check {' or '.join(KEY_VARS)} in the environment of the workers)" if bad_key or code == 403 else ""
+    overflow = _OVERFLOW_HINT in detail.lower() or is_context_length_error(status, detail)
     return ModelCallError(
         f"{model.describe()}: {kind} (HTTP {code}{f' {status}' if status else ''}){hint}: {detail}",
-        retryable=retryable_status(code) and not is_context_length_error(status, detail),
+        retryable=retryable_status(code) and not overflow,
         status_code=code or None,
         retry_after=retry_delay(exc),
         kind=kind,
+        context_overflow=overflow,
     )
 
 

@@ -60,7 +60,10 @@ DECISION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0, 2
 EVENT_KINDS = ("retry", "lease_expired", "fenced", "error", "paused", "completed", "cancel")
 #: The token counts of a reply, by the label they are counted under.
 TOKEN_KINDS = {"input": "input_tokens", "output": "output_tokens", "cache_read": "cache_read_tokens",
-               "reasoning": "reasoning_tokens"}  # fmt: skip
+               "cache_write": "cache_write_tokens", "reasoning": "reasoning_tokens"}  # fmt: skip
+#: Token kinds only some providers report (Anthropic's cache writes): no sample for an agent
+#: whose replies never had one, rather than a 0 that reads as measured.
+_ONLY_REPORTED = frozenset({"cache_write"})
 #: How a poison step's error event reads (`Store.log_event` writes its detail with json.dumps).
 _POISON = "%" + json.dumps({"type": "PoisonStepError"})[1:-1] + "%"
 #: How the "fenced" event of a step its run's cancel fenced reads (`Store.record_fenced`).
@@ -221,6 +224,8 @@ def _sums(conn: Connection, *, after: float, upto: float | None, run_ids: Collec
         agent = values["agent"]
         if values["role"] == "assistant":
             for label, column in TOKEN_KINDS.items():
+                if values[column] is None and label in _ONLY_REPORTED:
+                    continue
                 sums[("tokens", agent, label)] = values[column] or 0
             sums[("cost", agent, "")] = values["cost"] or 0.0
         kind = "model" if values["role"] == "assistant" else "tools"

@@ -147,7 +147,9 @@ _MESSAGE_FIELDS = (
 #: The message columns a write appends, in the order `message_arrays` gives them.
 _APPENDED = (*_MESSAGE_FIELDS, *USAGE_COLUMNS, *TIMING_COLUMNS)
 _ARRAY_TYPES = (
-    String, Text, Text, String, String, Text, Boolean, String, Integer, Integer, Integer, Integer, Float, Float, Float
+    String, Text, Text, String, String, Text, Boolean, String,  # _MESSAGE_FIELDS
+    Integer, Integer, Integer, Integer, Integer, Float,  # USAGE_COLUMNS
+    Float, Float,  # TIMING_COLUMNS
 )  # fmt: skip
 
 

@@ -154,6 +154,8 @@ messages = Table(
     Column("input_tokens", Integer, nullable=True),
     Column("output_tokens", Integer, nullable=True),
     Column("cache_read_tokens", Integer, nullable=True),
+    # Input tokens written to the prompt cache (Anthropic's cache creation; migration 0019).
+    Column("cache_write_tokens", Integer, nullable=True),
     Column("reasoning_tokens", Integer, nullable=True),
     Column("cost", Float, nullable=True),
     # When the step whose commit wrote the row was claimed (migration 0010): set on the messages

@@ -48,7 +48,11 @@ _ERROR_TYPES = {
     529: "overloaded_error",
 }
 #: OpenAI's error `type` or `code` (a script's `error_body`) as Anthropic's, for an error mid-stream.
-_FROM_OPENAI = {"invalid_api_key": "authentication_error", "rate_limit_exceeded": "rate_limit_error"}
+_FROM_OPENAI = {
+    "invalid_api_key": "authentication_error",
+    "rate_limit_exceeded": "rate_limit_error",
+    "overloaded": "overloaded_error",
+}
 
 
 def anthropic_base_url(server_url: str) -> str:

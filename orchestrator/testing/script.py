@@ -35,6 +35,7 @@ _ERROR_SHAPES: dict[int, tuple[str, str | None]] = {
     409: ("conflict", None),
     422: ("invalid_request_error", None),
     429: ("requests", "rate_limit_exceeded"),
+    529: ("server_error", "overloaded"),  # Anthropic's overloaded, as an OpenAI-shaped body
 }
 
 

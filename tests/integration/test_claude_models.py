@@ -19,6 +19,7 @@ from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models import Claude, OpenAIChat
 from orchestrator.models.base import CallContext, Model, OutputFormat, ToolSpec
+from orchestrator.models.fallback import fallback_class
 from orchestrator.testing import in_memory
 from orchestrator.testing.anthropic_wire import anthropic_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -104,6 +105,15 @@ def test_cache_writes_and_reads_reported_by_the_api_land_in_the_usage(server: Sc
             "cached_tokens": 100,
             "cache_write_tokens": 30,
         }
+    # Stored on the reply and costed at the cache's own rates (issue 26): 10 fresh, 100 read, 30 written.
+    prices = Prices(input=3, output=15, cache_read=0.3, cache_write=3.75)
+    with in_memory():
+        out = Agent(name="claude-cache-usage", model=Claude(id="claude-x", prices=prices)).run("hi")
+    metrics = out.messages[-1].metrics
+    assert out.status == RunStatus.COMPLETED and metrics is not None
+    assert (metrics.input_tokens, metrics.cache_read_tokens, metrics.cache_write_tokens) == (140, 100, 30)
+    assert metrics.cost == pytest.approx((10 * 3 + 100 * 0.3 + 30 * 3.75 + metrics.output_tokens * 15) / 1e6)
+    assert out.metrics.cache_write_tokens == 30
 
 
 def test_a_streamed_reply_hands_out_its_text_and_reads_as_the_whole_one(server: ScriptedServer) -> None:
@@ -186,12 +196,32 @@ def test_no_key_is_a_final_error_saying_which_variable_before_any_request(
     assert server.requests == []
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "prompt is too long: 210000 tokens > 200000 maximum",
+        "input length and `max_tokens` exceed context limit: 190000 + 20000 > 200000, decrease input length",
+    ],
+)
+def test_a_prompt_too_long_for_the_model_is_a_final_context_overflow(server: ScriptedServer, message: str) -> None:
+    script(server, faults=[Fault(status=400, message=message)])
+    error = failure(Claude(id="claude-x"))
+    assert (error.retryable, error.status_code, error.context_overflow) == (False, 400, True)
+    assert fallback_class(error) == "context_overflow"
+
+
 def test_an_error_mid_stream_and_a_stream_cut_short_are_retryable(server: ScriptedServer) -> None:
+    script(server, final_text="one two three four", faults=[Fault(status=500, break_stream_after=3, message="Boom")])
+    error = failure(Claude(id="claude-x"), on_delta=lambda _: None)
+    assert (error.retryable, error.kind) == (True, "StreamError") and "Boom" in str(error)
+    assert fallback_class(error) == "error"
+    # Overloaded or rate limited mid-stream: a rate limit, as the same error before the stream.
     script(
         server, final_text="one two three four", faults=[Fault(status=529, break_stream_after=3, message="Overloaded")]
     )
     error = failure(Claude(id="claude-x"), on_delta=lambda _: None)
-    assert (error.retryable, error.kind) == (True, "StreamError") and "Overloaded" in str(error)
+    assert (error.retryable, error.kind) == (True, "OverloadedError") and "Overloaded" in str(error)
+    assert fallback_class(error) == "rate_limit"
     script(server, final_text="one two three four", faults=[Fault(status=200, break_stream_after=3)])
     assert failure(Claude(id="claude-x"), on_delta=lambda _: None).retryable is True
 

@@ -16,6 +16,7 @@ from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models import Gemini, OpenAIChat
 from orchestrator.models.base import CallContext, OutputFormat, ToolSpec
+from orchestrator.models.fallback import fallback_class
 from orchestrator.testing.gemini_wire import gemini_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
@@ -280,6 +281,14 @@ def test_googles_400_for_an_invalid_key_is_an_authentication_error(server: Scrip
     error = failure(gemini(server))
     assert (error.retryable, error.kind, error.status_code) == (False, "AuthenticationError", 400)
     assert "API key not valid" in str(error) and "GOOGLE_API_KEY" in str(error)
+
+
+def test_googles_400_for_a_prompt_past_the_context_is_a_final_context_overflow(server: ScriptedServer) -> None:
+    message = "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+    server.configure(ScriptConfig(faults=[Fault(status=400, message=message)]))
+    error = failure(gemini(server))
+    assert (error.retryable, error.status_code, error.context_overflow) == (False, 400, True)
+    assert fallback_class(error) == "context_overflow"
 
 
 def test_the_provider_and_the_span_say_gemini_and_its_server_never_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from orchestrator.settings import Settings
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.integration.fencing import kinds, wait_for_late_commit
+from tests.integration.test_model_faults_on_a_worker import redis_texts, store_texts
 
 BAD_KEY = "sk-invalid-key-deliberately-broken-to-force-auth-error"
 
@@ -156,7 +157,8 @@ def test_the_three_scenarios_on_claude(
     from orchestrator.testing.anthropic_wire import anthropic_base_url
 
     monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_base_url(scripted.url))
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-a-good-key-for-the-scripted-model")
+    good_key = "sk-ant-a-good-key-for-the-scripted-model"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", good_key)
     scripted.configure(scripted.config.model_copy(update={"reject_keys": [BAD_KEY]}))
 
     # A: the tool's error is a tool message and the run completes
@@ -177,8 +179,11 @@ def test_the_three_scenarios_on_claude(
     assert [r["status"] for r in scripted.requests_for(failed.run_id)] == [401]
 
     # C: continued with the key fixed, the same run completes in place
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-a-good-key-for-the-scripted-model")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", good_key)
     resumed = team.continue_run(failed.run_id, timeout=30)
     assert resumed.run_id == failed.run_id and resumed.status == RunStatus.COMPLETED
     assert [m.role for m in resumed.messages] == ["system", "user", "assistant"]
     assert {r["api"] for r in scripted.requests} == {"messages"}
+    # Neither key reached the store nor the broker (the API key tests do every form; this is Claude's)
+    texts = [*store_texts(settings.database_url), *redis_texts(settings.broker_url)]
+    assert not [t for t in texts if BAD_KEY in t or good_key in t or BAD_KEY[-10:] in t]

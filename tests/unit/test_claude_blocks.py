@@ -12,7 +12,13 @@ import pytest
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message, ToolCall
 from orchestrator.models import Claude
-from orchestrator.models._claude_blocks import MessagesStreamReader, claude_usage, messages_param, system_param
+from orchestrator.models._claude_blocks import (
+    MessagesStreamReader,
+    claude_usage,
+    messages_param,
+    read_message,
+    system_param,
+)
 from orchestrator.usage import Metrics, Prices
 
 
@@ -67,8 +73,17 @@ def test_usage_counts_cache_reads_and_writes_in_the_input_as_openai_counts_cache
     )
     assert usage == {"input_tokens": 140, "output_tokens": 4, "cached_tokens": 100, "cache_write_tokens": 30}
     metrics = Metrics.reported(usage, Prices(input=3, output=15))
-    assert metrics is not None and metrics.cache_read_tokens == 100
+    assert metrics is not None and (metrics.cache_read_tokens, metrics.cache_write_tokens) == (100, 30)
+    # Without the cache's rates every input token is at the input rate; with them, each at its own.
     assert metrics.cost == pytest.approx((140 * 3 + 4 * 15) / 1_000_000)
+    cached = Metrics.reported(usage, Prices(input=3, output=15, cache_read=0.3, cache_write=3.75))
+    assert cached is not None and cached.cost == pytest.approx((10 * 3 + 100 * 0.3 + 30 * 3.75 + 4 * 15) / 1_000_000)
+    # OpenAI's and Gemini's usage has no writes: their cached tokens at the read rate.
+    openai = Metrics.reported(
+        {"input_tokens": 140, "output_tokens": 4, "cached_tokens": 100}, Prices(input=3, output=15, cache_read=0.3)
+    )
+    assert openai is not None and openai.cache_write_tokens is None
+    assert openai.cost == pytest.approx((40 * 3 + 100 * 0.3 + 4 * 15) / 1_000_000)
 
 
 def test_usage_without_cache_fields_has_no_cached_count_and_a_bad_count_is_unknown() -> None:
@@ -114,6 +129,32 @@ def test_a_stream_stopped_on_max_tokens_mid_tool_call_is_a_final_error_saying_wh
         reader.reply()
     assert caught.value.retryable is False and caught.value.kind == "TruncatedReply"
     assert "max_tokens=64" in str(caught.value) and "larger max_tokens=" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("stop", "kind", "says"),
+    [("refusal", "ReplyBlocked", "change the input"), ("max_tokens", "TruncatedReply", "larger max_tokens=")],
+)
+def test_a_refusal_or_a_reply_cut_before_any_text_is_a_final_error_not_an_empty_answer(
+    stop: str, kind: str, says: str
+) -> None:
+    model = Claude(id="claude-x", max_tokens=16)
+    whole = {"id": "msg_1", "model": "claude-x", "content": [], "stop_reason": stop, "usage": {"input_tokens": 5}}
+    streamed = [
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 5}}},
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 16}},
+        {"type": "message_stop"},
+    ]
+    reader = MessagesStreamReader(model)
+    for event in streamed:
+        reader.feed(event)
+    for read in (lambda: read_message(model, whole), reader.reply):
+        with pytest.raises(ModelCallError) as caught:
+            read()
+        assert (caught.value.retryable, caught.value.kind) == (False, kind) and says in str(caught.value)
+    # Text cut short on max_tokens is still an answer, as Gemini's adapter keeps it.
+    text = {**whole, "content": [{"type": "text", "text": "Cats are"}], "stop_reason": "max_tokens"}
+    assert read_message(model, text).content == "Cats are"
 
 
 def test_a_stream_that_ends_before_message_stop_is_not_a_reply() -> None:

@@ -25,6 +25,8 @@ from tests.support import CountingModel
 S = RunStatus
 FAST = RetryPolicy(base=0.01, max_delay=0.02)
 TOO_LONG = "This model's maximum context length is 8192 tokens; your messages resulted in 9000 tokens"
+CLAUDE_TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
+GEMINI_TOO_LONG = "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
 
 
 def name() -> str:
@@ -188,6 +190,16 @@ def test_a_teams_fallback_models_answer_for_its_leader(inline: InMemoryDispatche
         (ModelCallError("x", status_code=429, retryable=True, kind="RateLimitError"), "rate_limit"),
         (ModelCallError("x", status_code=529, retryable=True, kind="OverloadedError"), "rate_limit"),
         (ModelCallError(TOO_LONG, status_code=400, kind="BadRequestError"), "context_overflow"),
+        # Claude's and Gemini's words, which their adapters mark (test_claude_models, test_gemini_models)
+        (
+            ModelCallError(CLAUDE_TOO_LONG, status_code=400, kind="BadRequestError", context_overflow=True),
+            "context_overflow",
+        ),
+        (
+            ModelCallError(GEMINI_TOO_LONG, status_code=400, kind="BadRequestError", context_overflow=True),
+            "context_overflow",
+        ),
+        (ModelCallError(CLAUDE_TOO_LONG, status_code=400, kind="BadRequestError"), None),
         (ModelCallError("x", status_code=500, retryable=True, kind="InternalServerError"), "error"),
         (ModelCallError("x", retryable=True, kind="APITimeoutError"), "error"),
         (ModelCallError("x", status_code=404, kind="NotFoundError"), None),

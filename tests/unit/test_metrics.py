@@ -32,7 +32,7 @@ def test_a_total_with_an_unknown_part_is_unknown_field_by_field() -> None:
     )
     assert Metrics.total([known, None]) == Metrics()
     assert Metrics.total([]) == Metrics(
-        input_tokens=0, output_tokens=0, cache_read_tokens=0, reasoning_tokens=0, cost=0.0
+        input_tokens=0, output_tokens=0, cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0, cost=0.0
     )
 
 
