@@ -183,7 +183,7 @@ class Gemini(Model):
     def _reply(
         self,
         client: genai.Client,
-        contents: list[types.Content],
+        contents: types.Content,
         config: types.GenerateContentConfig,
         reader: GeminiReader,
         *,
@@ -214,7 +214,7 @@ class Gemini(Model):
 
     def request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext, *, raw: bool = False
-    ) -> tuple[list[types.Content], types.GenerateContentConfig]:
+    ) -> tuple[types.Content, types.GenerateContentConfig]:
         """The Contents and the `GenerateContentConfig` of one call.
 
         The transcript and the tools go in the body as the Gemini API's JSON (`gemini_parts`), through
@@ -253,8 +253,10 @@ class Gemini(Model):
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             should_return_http_response=raw or None,
         )
-        # The `contents` the SDK is given, which the body's own replace (no Part: the SDK walks each).
-        return [types.Content(role="user", parts=[])], config
+        # The `contents` the SDK is given, which the body's own replace: one Content, no Part (the SDK
+        # walks each), and not in a list: the SDK validates a list of Contents against each type its
+        # union of contents takes, which costs as much of the caller's CPU as the rest of the request.
+        return types.Content(role="user", parts=[]), config
 
     def _key(self) -> str:
         try:
