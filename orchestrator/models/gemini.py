@@ -8,7 +8,7 @@ Agno's name and constructor (`id`, the sampling and thinking arguments, `api_key
 a `Gemini` is a `ConfigurationError` that says so, and importing Ratchet never imports the SDK.
 
 Each call goes through `client.models.generate_content` (`generate_content_stream` when the run
-streams). The key is read when a call is made, never at construction and never stored: the
+streams), a whole reply read as the JSON the API sent (`Gemini._reply` says why). The key is read when a call is made, never at construction and never stored: the
 argument, else GOOGLE_API_KEY, else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the
 SDK; each may be given as a file, `..._FILE`). Clients are cached per process and per (base URL,
 API version, key, timeout), keyed by a hash of the key, and each bounds a whole call, not each read:
@@ -215,17 +215,17 @@ class Gemini(Model):
     def request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext, *, raw: bool = False
     ) -> tuple[types.Content, types.GenerateContentConfig]:
-        """The Contents and the `GenerateContentConfig` of one call.
+        """The Contents and the `GenerateContentConfig` of one call (`raw`: the SDK returns the HTTP
+        response, a whole reply's JSON, instead of its reply types).
 
         The transcript and the tools go in the body as the Gemini API's JSON (`gemini_parts`), through
         the config's `http_options.extra_body`, which the SDK documents for fields in the API's own
         shape and merges into the body it built, over its `contents` (one empty Content here). As the
         SDK's types, the SDK walks every Part field by field to build that same JSON: 80 ms of the
-        worker's CPU per call, GIL held, for a transcript of 32 messages; as JSON the whole call
-        costs 4.4 ms of CPU, to OpenAIChat's 2.5 (bench/providers.py: the rest is the SDK's walk of
-        the config and its reply types). The config's own fields (sampling, thinking, the output
-        schema) stay the SDK's types; its client, errors, timeouts, streaming and reply types are the
-        same either way."""
+        worker's CPU per call, GIL held, for a transcript of 32 messages. The config's own fields
+        (sampling, thinking, the output schema) stay the SDK's types; its client, errors, timeouts
+        and streaming are the same either way. What the SDK still spends of the caller's CPU is
+        its walk of the config, one lookup per field it knows (bench/providers.py)."""
         from google.genai import types
 
         system, wire = gemini_contents(messages)
