@@ -36,17 +36,23 @@ class ToolCall(BaseModel):
     def arguments_dict(self) -> dict[str, Any]:
         """The arguments as a dict for `Message.tool_args`; text that is not a JSON object is kept
         under "_raw" so a transcript shows what the model actually sent."""
-        try:
-            value = json.loads(self.arguments)
-        except (json.JSONDecodeError, TypeError, RecursionError):  # nested too deep to decode
-            return {"_raw": self.arguments}
-        return value if isinstance(value, dict) else {"_raw": self.arguments}
+        return decoded_arguments(self.arguments)
 
     @classmethod
     def from_openai(cls, raw: dict[str, Any]) -> ToolCall:
         """Read a call back from the OpenAI Chat shape."""
         fn = raw.get("function") or {}
         return cls(id=str(raw["id"]), name=str(fn.get("name", "")), arguments=str(fn.get("arguments") or "{}"))
+
+
+def decoded_arguments(arguments: str) -> dict[str, Any]:
+    """A call's arguments text as a dict (`ToolCall.arguments_dict`), for a reader of the stored
+    OpenAI-shaped calls that builds no `ToolCall`."""
+    try:
+        value = json.loads(arguments)
+    except (json.JSONDecodeError, TypeError, RecursionError):  # nested too deep to decode
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_raw": arguments}
 
 
 class Message(BaseModel):

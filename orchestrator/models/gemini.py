@@ -8,8 +8,8 @@ Agno's name and constructor (`id`, the sampling and thinking arguments, `api_key
 a `Gemini` is a `ConfigurationError` that says so, and importing Ratchet never imports the SDK.
 
 Each call goes through `client.models.generate_content` (`generate_content_stream` when the run
-streams). The key is read when a call is made, never at construction and never stored: the
-argument, else GOOGLE_API_KEY, else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the
+streams), a whole reply read as the JSON the API sent (`Gemini._reply` says why). The key is
+read when a call is made, never at construction and never stored: the argument, else GOOGLE_API_KEY, else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the
 SDK; each may be given as a file, `..._FILE`). Clients are cached per process and per (base URL,
 API version, key, timeout), keyed by a hash of the key, and each bounds a whole call, not each read:
 its httpx2 client carries the deadline hooks of `orchestrator.models._deadline`. The SDK never
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -35,7 +37,7 @@ from orchestrator.models._spans import request_attributes
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
 from orchestrator.models.failures import read_guarded
 from orchestrator.models.gemini_failures import KEY_VARS, guarded
-from orchestrator.models.gemini_parts import GeminiReader, gemini_contents
+from orchestrator.models.gemini_parts import GeminiReader, gemini_contents, wire_reply
 from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
 from orchestrator.usage import Prices
 
@@ -48,6 +50,8 @@ BASE_URL_VAR = "GOOGLE_GEMINI_BASE_URL"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
 EXTRA = "ratchet-agents[gemini]"
 
+#: How many times one reply stopped at the per-request token limit is resumed (the SDK sets none).
+MAX_CONTINUATIONS = 32
 _MAX_CLIENTS = 16
 _clients: dict[tuple[Any, ...], genai.Client] = {}
 _clients_lock = threading.Lock()
@@ -150,17 +154,11 @@ class Gemini(Model):
         api_key = self._key()
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = self._client(api_key, timeout)
-        contents, config = self.request(messages, tools, context)
+        streamed = context.on_delta is not None
+        contents, config = self.request(messages, tools, context, raw=not streamed)
         reader = GeminiReader(self.describe(), context.seq)
         if context.on_delta is None:
-            response = guarded(
-                lambda: client.models.generate_content(model=self.id, contents=contents, config=config),
-                model=self,
-                api_key=api_key,
-                timeout=timeout,
-            )
-            read_guarded(self, api_key, reader.feed, response)
-            return read_guarded(self, api_key, reader.reply)
+            return self._reply(client, contents, config, reader, api_key=api_key, timeout=timeout)
         on_delta = context.on_delta
         chunks = guarded(
             lambda: iter(client.models.generate_content_stream(model=self.id, contents=contents, config=config)),
@@ -172,7 +170,7 @@ class Gemini(Model):
             while (
                 chunk := guarded(lambda: next(chunks, None), model=self, api_key=api_key, timeout=timeout)
             ) is not None:
-                text = read_guarded(self, api_key, reader.feed, chunk)
+                text = read_guarded(self, api_key, lambda: reader.feed(wire_reply(chunk)))
                 if text:
                     on_delta(text)  # what it raises is the caller's, and propagates as it is
         finally:
@@ -182,20 +180,52 @@ class Gemini(Model):
                 close()
         return read_guarded(self, api_key, reader.reply)
 
+    def _reply(
+        self,
+        client: genai.Client,
+        contents: types.Content,
+        config: types.GenerateContentConfig,
+        reader: GeminiReader,
+        *,
+        api_key: str,
+        timeout: float,
+    ) -> ModelReply:
+        """A whole reply, read as the JSON the API sent: the config asks the SDK for its HTTP response
+        (`should_return_http_response`), so the SDK builds none of its reply types (a
+        `GenerateContentResponse` of pydantic models, walked from the JSON field by field). The SDK
+        then skips its automatic continuation too, so a reply stopped at the per-request token limit
+        (finish reason CONTINUATION) is resumed here the same way: the same request with its token."""
+        for _ in range(MAX_CONTINUATIONS + 1):
+            send = partial(client.models.generate_content, model=self.id, contents=contents, config=config)
+            response = guarded(send, model=self, api_key=api_key, timeout=timeout)
+            read_guarded(self, api_key, lambda sent: reader.feed(_body(sent)), response)
+            if (token := reader.continuation()) is None:
+                return read_guarded(self, api_key, reader.reply)
+            options = config.http_options
+            assert options is not None and options.extra_body is not None  # `request` sets both
+            body = {**options.extra_body, "continuationToken": token}
+            config = config.model_copy(update={"http_options": options.model_copy(update={"extra_body": body})})
+        raise ModelCallError(
+            f"{self.describe()}: the reply did not finish in {MAX_CONTINUATIONS} continuations (finish reason "
+            "CONTINUATION); raise the model's max_output_tokens or ask for a shorter answer",
+            retryable=False,
+            kind="TruncatedReply",
+        )
+
     def request(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext
-    ) -> tuple[list[types.Content], types.GenerateContentConfig]:
-        """The Contents and the `GenerateContentConfig` of one call.
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext, *, raw: bool = False
+    ) -> tuple[types.Content, types.GenerateContentConfig]:
+        """The Contents and the `GenerateContentConfig` of one call (`raw`: the SDK returns the HTTP
+        response, a whole reply's JSON, instead of its reply types).
 
         The transcript and the tools go in the body as the Gemini API's JSON (`gemini_parts`), through
         the config's `http_options.extra_body`, which the SDK documents for fields in the API's own
         shape and merges into the body it built, over its `contents` (one empty Content here). As the
         SDK's types, the SDK walks every Part field by field to build that same JSON: 80 ms of the
-        worker's CPU per call, GIL held, for a transcript of 32 messages; as JSON the whole call
-        costs 4.4 ms of CPU, to OpenAIChat's 2.5 (bench/providers.py: the rest is the SDK's walk of
-        the config and its reply types). The config's own fields (sampling, thinking, the output
-        schema) stay the SDK's types; its client, errors, timeouts, streaming and reply types are the
-        same either way."""
+        worker's CPU per call, GIL held, for a transcript of 32 messages. The config's own fields
+        (sampling, thinking, the output schema) stay the SDK's types; its client, errors, timeouts
+        and streaming are the same either way. What the SDK still spends of the caller's CPU is
+        its walk of the config, one lookup per field it knows (bench/providers.py)."""
         from google.genai import types
 
         system, wire = gemini_contents(messages)
@@ -221,9 +251,12 @@ class Gemini(Model):
             http_options=types.HttpOptions(headers=headers, extra_body=body),
             # The tools are declarations for the engine to run, never Python functions for the SDK.
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            should_return_http_response=raw or None,
         )
-        # The `contents` the SDK is given, which the body's own replace (no Part: the SDK walks each).
-        return [types.Content(role="user", parts=[])], config
+        # The `contents` the SDK is given, which the body's own replace: one Content, no Part (the SDK
+        # walks each), and not in a list: the SDK validates a list of Contents against each type its
+        # union of contents takes, which costs as much of the caller's CPU as the rest of the request.
+        return types.Content(role="user", parts=[]), config
 
     def _key(self) -> str:
         try:
@@ -249,6 +282,14 @@ class Gemini(Model):
 
     def _client(self, api_key: str, timeout: float) -> genai.Client:
         return client_for(self.resolved_base_url(), self.api_version, api_key, timeout)
+
+
+def _body(response: types.GenerateContentResponse) -> Any:
+    """The JSON of a reply the SDK returned as its HTTP response (`should_return_http_response`)."""
+    http = response.sdk_http_response
+    if http is None or not http.body:
+        raise ValueError("a reply without a body")
+    return json.loads(http.body)
 
 
 def _sdk_installed() -> bool:

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ModelCallError
-from orchestrator.messages import Message, ToolCall
+from orchestrator.messages import Message, ToolCall, decoded_arguments
 from orchestrator.models.base import ModelReply
-from orchestrator.usage import reported_usage
+from orchestrator.usage import count, reported_usage
 
 if TYPE_CHECKING:
     from google.genai import types
@@ -94,17 +94,19 @@ def gemini_contents(messages: Sequence[Message]) -> tuple[dict[str, Any] | None,
         elif message.role == "user":
             add("user", [{"text": message.content or ""}])
         else:
-            turn = message.calls
-            calls = {call.id: (i, call.name) for i, call in enumerate(turn)}
-            add("model", _model_parts(message.content, turn))
+            # The OpenAI-shaped dicts as stored, read without building a `ToolCall` for each.
+            turn = [(str(c.get("id")), (c.get("function") or {})) for c in message.tool_calls or ()]
+            calls = {cid: (i, str(fn.get("name", ""))) for i, (cid, fn) in enumerate(turn)}
+            add("model", _model_parts(message.content, [fn for _, fn in turn]))
     flush()
     return ({"parts": [{"text": "\n\n".join(system)}]} if system else None), contents
 
 
-def _model_parts(content: str | None, calls: list[ToolCall]) -> list[dict[str, Any]]:
+def _model_parts(content: str | None, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"text": content}] if content else []
-    for i, call in enumerate(calls):
-        part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments_dict()}}
+    for i, fn in enumerate(calls):
+        args = decoded_arguments(str(fn.get("arguments") or "{}"))
+        part: dict[str, Any] = {"functionCall": {"name": str(fn.get("name", "")), "args": args}}
         if i == 0:
             part["thoughtSignature"] = UNSIGNED
         parts.append(part)
@@ -117,27 +119,41 @@ def _function_response(message: Message, name: str) -> dict[str, Any]:
 
 
 def gemini_usage(usage: Any) -> dict[str, int]:
-    """`ModelReply.usage` from a reply's `usage_metadata`: the prompt (and the prompt of Gemini's own
-    tools) as input, the candidates and the thoughts as output. Gemini's JSON leaves out a count that
-    is 0 (proto3), so in a `usage_metadata` that has any count, one left out is 0; none: unknown."""
-    if usage is None:
+    """`ModelReply.usage` from a reply's `usageMetadata` (the API's JSON): the prompt (and the prompt
+    of Gemini's own tools) as input, the candidates and the thoughts as output. Gemini's JSON leaves
+    out a count that is 0 (proto3), so in a `usageMetadata` that has any count, one left out is 0;
+    none: unknown. A count that is not one (nothing validated this JSON) makes its sum unknown."""
+    if not isinstance(usage, Mapping):
         return {}
-    counts = (
-        usage.prompt_token_count,
-        usage.tool_use_prompt_token_count,
-        usage.candidates_token_count,
-        usage.thoughts_token_count,
-        usage.cached_content_token_count,
-    )
-    if all(c is None for c in counts):
+    sent = [usage.get(name) for name in _USAGE_COUNTS]
+    if all(c is None for c in sent):
         return {}
-    prompt, tools, candidates, thoughts, cached = (c or 0 for c in counts)
-    return reported_usage(prompt + tools, candidates + thoughts, cached, thoughts)
+    prompt, tools, candidates, thoughts, cached = (0 if c is None else count(c) for c in sent)
+    return reported_usage(_sum(prompt, tools), _sum(candidates, thoughts), cached, thoughts)
+
+
+def _sum(*counts: int | None) -> int | None:
+    return None if None in counts else sum(c for c in counts if c is not None)
+
+
+_USAGE_COUNTS = (
+    "promptTokenCount",
+    "toolUsePromptTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+    "cachedContentTokenCount",
+)
+
+
+def wire_reply(response: types.GenerateContentResponse) -> dict[str, Any]:
+    """A reply (or stream chunk) of the SDK's types as the API's JSON, which `GeminiReader` reads."""
+    return response.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class GeminiReader:
-    """Builds one `ModelReply` from a reply's `GenerateContentResponse`s: the one of a whole reply,
-    or each chunk of a stream in order (each with the next text and calls; the usage of the last)."""
+    """Builds one `ModelReply` from a reply's `GenerateContentResponse`s as the API's JSON: the one of
+    a whole reply, or each chunk of a stream in order (each with the next text and calls; the usage
+    of the last)."""
 
     def __init__(self, where: str, seq: int) -> None:
         self._where = where
@@ -148,39 +164,57 @@ class GeminiReader:
         self._finish_message: str | None = None
         self._blocked: str | None = None
         self._usage: dict[str, int] = {}
+        #: The usage of the requests before a continuation, summed (None: there was none).
+        self._spent: dict[str, int] | None = None
+        self._token: str | None = None
         self._model: str | None = None
         self._id: str | None = None
 
-    def feed(self, response: types.GenerateContentResponse) -> str | None:
-        """Take one response (or chunk); the text it adds, if any."""
-        self._model = response.model_version or self._model
-        self._id = response.response_id or self._id
-        if response.usage_metadata is not None:
-            self._usage = gemini_usage(response.usage_metadata)
-        feedback = response.prompt_feedback
-        if feedback is not None and feedback.block_reason is not None:
-            reason = _name(feedback.block_reason)
-            self._blocked = f"{reason}: {feedback.block_reason_message}" if feedback.block_reason_message else reason
-        if not response.candidates:
+    def feed(self, response: Mapping[str, Any]) -> str | None:
+        """Take one response (or chunk), the API's JSON; the text it adds, if any."""
+        if not isinstance(response, Mapping):
+            raise ValueError(f"a reply that is not a JSON object: {type(response).__name__}")
+        self._model = response.get("modelVersion") or self._model
+        self._id = response.get("responseId") or self._id
+        if (usage := response.get("usageMetadata")) is not None:
+            self._usage = gemini_usage(usage)
+        feedback = response.get("promptFeedback") or {}
+        if (reason := feedback.get("blockReason")) is not None:
+            said = feedback.get("blockReasonMessage")
+            self._blocked = f"{reason}: {said}" if said else str(reason)
+        candidates = response.get("candidates")
+        if not candidates:
             return None
-        candidate = response.candidates[0]
-        if candidate.finish_reason is not None:
-            self._finish = _name(candidate.finish_reason)
-            self._finish_message = candidate.finish_message
+        candidate = candidates[0]
+        self._token = candidate.get("continuationToken") or self._token
+        if (finish := candidate.get("finishReason")) is not None:
+            self._finish = str(finish)
+            self._finish_message = candidate.get("finishMessage")
         text = []
-        for part in (candidate.content.parts if candidate.content is not None else None) or []:
-            if part.function_call is not None:
-                call = part.function_call
-                if not call.name:
+        for part in (candidate.get("content") or {}).get("parts") or ():
+            if (call := part.get("functionCall")) is not None:
+                if not call.get("name"):
                     raise ValueError("a function call without a name")
-                cid = call.id or f"gemini_{self._seq}_{len(self._calls)}"
-                self._calls.append(ToolCall(id=cid, name=call.name, arguments=json.dumps(call.args or {})))
-            elif part.text is not None and not part.thought:
-                text.append(part.text)
+                cid = call.get("id") or f"gemini_{self._seq}_{len(self._calls)}"
+                self._calls.append(ToolCall(id=cid, name=call["name"], arguments=json.dumps(call.get("args") or {})))
+            elif (piece := part.get("text")) is not None and not part.get("thought"):
+                text.append(piece)
         if not text:
             return None
         self._text = [*(self._text or []), *text]
         return "".join(text)
+
+    def continuation(self) -> str | None:
+        """The token that resumes a whole reply stopped at the per-request token limit (finish
+        reason CONTINUATION, or none, with a `continuationToken`); None when it ended. Taking it
+        begins the next request's part of the reply, whose usage is added to this one's."""
+        token, self._token = self._token, None
+        if token is None or self._finish not in (None, "CONTINUATION") or self._blocked is not None:
+            return None
+        before = self._spent
+        self._spent = self._usage if before is None else _added(before, self._usage)
+        self._usage, self._finish, self._finish_message = {}, None, None
+        return str(token)
 
     def reply(self) -> ModelReply:
         """The reply; a final `ModelCallError` when it cannot be an answer, `ValueError` (malformed)
@@ -218,7 +252,7 @@ class GeminiReader:
         return ModelReply(
             content=None if self._text is None else "".join(self._text),
             tool_calls=self._calls,
-            usage=self._usage,
+            usage=self._usage if self._spent is None else _added(self._spent, self._usage),
             response_model=self._model,
             response_id=self._id,
             finish_reason=finish.lower(),
@@ -228,6 +262,6 @@ class GeminiReader:
         return ModelCallError(f"{self._where}: {what}", retryable=False, kind=kind)
 
 
-def _name(value: Any) -> str:
-    """An enum of the SDK's as its name on the wire ("STOP"), whatever the SDK made of it."""
-    return str(getattr(value, "value", value))
+def _added(one: dict[str, int], other: dict[str, int]) -> dict[str, int]:
+    """Two requests' usage summed; a count either left unknown is unknown."""
+    return {name: one[name] + other[name] for name in one.keys() & other.keys()}

@@ -21,6 +21,7 @@ entries are as the OpenAI APIs', with `api` "gemini".
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -185,6 +186,22 @@ def stream_bodies(model: str, reply: ScriptedReply, usage_fields: Mapping[str, A
     return [*events, _event(last)]
 
 
+def continued(body: dict[str, Any], text: str, part: int, parts_after: int) -> dict[str, Any]:
+    """`body` as part `part` of a reply sent in `parts_after` + 1 requests: its share of `text`, and
+    before the last, finish reason CONTINUATION with the token of the next part."""
+    from google.genai import types
+
+    bounds = [len(text) * i // (parts_after + 1) for i in range(parts_after + 2)]
+    last = part >= parts_after
+    candidate = types.Candidate(
+        content=types.Content(role="model", parts=[types.Part(text=text[bounds[part] : bounds[part + 1]])]),
+        index=0,
+        finish_reason=types.FinishReason.STOP if last else types.FinishReason.CONTINUATION,
+        continuation_token=None if last else str(part + 1).encode(),
+    )
+    return {**body, "candidates": [candidate.model_dump(mode="json", by_alias=True, exclude_none=True)]}
+
+
 def error_event(status: int, message: str) -> bytes:
     """A provider failing mid-stream: an SSE event whose data is Google's error body."""
     return _event(error_payload(status, message))
@@ -239,6 +256,8 @@ class GeminiExchange:
     def __init__(self, handler: Any, route: GeminiRoute) -> None:
         self.handler = handler
         self.route = route
+        #: Which part of a continued reply the request asks for (its `continuationToken`; 0: the first).
+        self.continuation = 0
 
     def serve(self) -> None:
         """Answer the request as the script decides (the handler's own send methods write it)."""
@@ -251,6 +270,8 @@ class GeminiExchange:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             handler.send_json(400, error_payload(400, f"malformed generateContent request: {exc}"))
             return
+        token = body.get("continuationToken")
+        self.continuation = int(base64.b64decode(token)) if isinstance(token, str) else 0
         model, stream = self.route.model, self.route.stream
         run_id = handler.headers.get(RUN_ID_HEADER)
         key = conversation_key(run_id, conversation)
@@ -307,7 +328,10 @@ class GeminiExchange:
                 handler.send_json(decision.status, payload, trickle_s=cfg.trickle_s)
             return
         if not self.route.stream:
-            handler.send_json(200, response_body(self.route.model, decision, cfg.usage_fields), trickle_s=cfg.trickle_s)
+            body = response_body(self.route.model, decision, cfg.usage_fields)
+            if cfg.gemini_continuations and decision.content and not decision.tool_calls:
+                body = continued(body, decision.content, self.continuation, cfg.gemini_continuations)
+            handler.send_json(200, body, trickle_s=cfg.trickle_s)
             return
         events = stream_bodies(self.route.model, decision, cfg.usage_fields)
         cut = decision.break_after

@@ -120,6 +120,10 @@ class ScriptConfig(BaseModel):
     #: Responses): a provider whose usage is not what its API says. The HTTP server's replies: one
     #: not streamed, a streamed chat's usage chunk, a streamed response's `response.completed`.
     usage_fields: dict[str, Any] = Field(default_factory=dict)
+    #: The Gemini API's whole (not streamed) final answers are sent in this many more requests
+    #: parts: each before the last stops at finish reason CONTINUATION with the token that asks for
+    #: the next (a reply past the per-request token limit).
+    gemini_continuations: int = 0
     #: Per model id, a whole config used instead of this one (a team leader and its members).
     by_model: dict[str, ScriptConfig] = Field(default_factory=dict)
 

@@ -112,6 +112,15 @@ def test_gemini_usage_fields_are_read_as_gemini_names_them(server: ScriptedServe
     assert reply.usage == {"input_tokens": 105, "output_tokens": 37, "cached_tokens": 40, "reasoning_tokens": 30}
 
 
+def test_a_reply_stopped_at_the_request_limit_is_resumed_until_it_finishes(server: ScriptedServer) -> None:
+    server.configure(ScriptConfig(final_text="one two three four", gemini_continuations=2))
+    reply = ask(gemini(server), tools=[])
+    # Three requests, each the next part of the answer; the reply is whole, its usage all three's
+    assert reply.content == "one two three four" and reply.finish_reason == "stop"
+    assert len(server.requests) == 3
+    assert reply.usage["output_tokens"] == sum(r["usage"]["output_tokens"] for r in server.requests)
+
+
 def test_a_streamed_reply_hands_each_piece_of_text_over_as_it_arrives(server: ScriptedServer) -> None:
     server.configure(ScriptConfig(final_text="one two three four"))
     deltas: list[str] = []

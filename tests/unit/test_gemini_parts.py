@@ -11,7 +11,7 @@ from google.genai import types
 
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message, ToolCall
-from orchestrator.models.gemini_parts import UNSIGNED, GeminiReader, gemini_contents, gemini_usage
+from orchestrator.models.gemini_parts import UNSIGNED, GeminiReader, gemini_contents, gemini_usage, wire_reply
 
 
 def reply(
@@ -30,7 +30,7 @@ def reply(
 def read(*responses: types.GenerateContentResponse) -> Any:
     reader = GeminiReader("Gemini(id='g')", 3)
     for response in responses:
-        reader.feed(response)
+        reader.feed(wire_reply(response))  # the API's JSON, as the adapter reads it
     return reader.reply()
 
 
@@ -39,6 +39,11 @@ def final_error(*responses: types.GenerateContentResponse) -> ModelCallError:
         read(*responses)
     assert caught.value.retryable is False
     return caught.value
+
+
+def wire(value: Any) -> Any:
+    """One of the SDK's types as the API's JSON."""
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def call(name: str, **args: Any) -> types.Part:
@@ -90,14 +95,22 @@ def test_an_id_gemini_gives_is_kept() -> None:
 
 
 def test_usage_counts_thoughts_as_reasoning_in_the_output_and_cached_in_the_input() -> None:
-    usage = types.GenerateContentResponseUsageMetadata(
-        prompt_token_count=50, candidates_token_count=10, thoughts_token_count=20, cached_content_token_count=30
+    usage = wire(
+        types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=50, candidates_token_count=10, thoughts_token_count=20, cached_content_token_count=30
+        )
     )
     assert gemini_usage(usage) == {"input_tokens": 50, "output_tokens": 30, "cached_tokens": 30, "reasoning_tokens": 20}
     # Gemini's JSON leaves zeros out: in a usage with counts, a missing one is 0; no usage is unknown
-    sparse = types.GenerateContentResponseUsageMetadata(prompt_token_count=5, candidates_token_count=2)
+    sparse = wire(types.GenerateContentResponseUsageMetadata(prompt_token_count=5, candidates_token_count=2))
     assert gemini_usage(sparse) == {"input_tokens": 5, "output_tokens": 2, "cached_tokens": 0, "reasoning_tokens": 0}
-    assert gemini_usage(None) == {} and gemini_usage(types.GenerateContentResponseUsageMetadata()) == {}
+    assert gemini_usage(None) == {} and gemini_usage(wire(types.GenerateContentResponseUsageMetadata())) == {}
+    # Nothing validated the JSON: a count that is not one leaves its sum unknown, never 0
+    assert gemini_usage({"promptTokenCount": "many", "candidatesTokenCount": 2}) == {
+        "output_tokens": 2,
+        "cached_tokens": 0,
+        "reasoning_tokens": 0,
+    }
 
 
 def test_a_stream_reads_as_the_whole_reply() -> None:
@@ -152,3 +165,19 @@ def test_an_empty_reply_with_another_reason_is_a_final_error() -> None:
 def test_a_function_call_without_a_name_is_malformed() -> None:
     with pytest.raises(ValueError, match="without a name"):
         read(reply(types.Part(function_call=types.FunctionCall(args={}))))
+
+
+def test_a_reply_stopped_at_the_request_limit_is_resumed_with_its_token_and_its_usage_summed() -> None:
+    reader = GeminiReader("Gemini(id='g')", 3)
+    usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=10, candidates_token_count=4)
+    first = reply(types.Part(text="Hel"), finish="CONTINUATION", usage_metadata=usage)
+    assert first.candidates is not None
+    first.candidates[0].continuation_token = b"more"
+    reader.feed(wire(first))
+    token = reader.continuation()
+    assert token is not None and base64.b64decode(token) == b"more"
+    reader.feed(wire(reply(types.Part(text="lo"), usage_metadata=usage)))
+    assert reader.continuation() is None  # finished: nothing more to ask for
+    out = reader.reply()
+    assert (out.content, out.finish_reason) == ("Hello", "stop")
+    assert (out.usage["input_tokens"], out.usage["output_tokens"]) == (20, 8)
