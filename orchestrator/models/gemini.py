@@ -8,15 +8,15 @@ Agno's name and constructor (`id`, the sampling and thinking arguments, `api_key
 a `Gemini` is a `ConfigurationError` that says so, and importing Ratchet never imports the SDK.
 
 Each call goes through `client.models.generate_content` (`generate_content_stream` when the run
-streams), a whole reply read as the JSON the API sent (`Gemini._reply` says why). The key is
-read when a call is made, never at construction and never stored: the argument, else GOOGLE_API_KEY, else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the
-SDK; each may be given as a file, `..._FILE`). Clients are cached per process and per (base URL,
-API version, key, timeout), keyed by a hash of the key, and each bounds a whole call, not each read:
-its httpx2 client carries the deadline hooks of `orchestrator.models._deadline`. The SDK never
-retries (Ratchet's retry policy does, and records each attempt). The transcript is converted to
-Gemini's Contents and back in `orchestrator.models.gemini_parts`; failures are classified in
-`orchestrator.models.gemini_failures`.
-"""
+streams), a whole reply read as the JSON the API sent (`Gemini._reply` says why). The key is read
+when a call is made, never at construction and never stored: the argument, else GOOGLE_API_KEY,
+else GEMINI_API_KEY (GOOGLE_API_KEY wins when both are set, as in the SDK; each may be given as a
+file, `..._FILE`). Clients are cached per process and per (base URL, API version, key, timeout),
+keyed by a hash of the key, and each bounds a whole call, not each read: its httpx2 client carries
+the deadline hooks of `orchestrator.models._deadline`. The SDK never retries (Ratchet's retry
+policy does, and records each attempt). The transcript is converted to Gemini's Contents and back
+in `orchestrator.models.gemini_parts`; failures are classified in
+`orchestrator.models.gemini_failures`. """
 
 from __future__ import annotations
 
