@@ -16,7 +16,8 @@ keyed by a hash of the key, and each bounds a whole call, not each read: its htt
 the deadline hooks of `orchestrator.models._deadline`. The SDK never retries (Ratchet's retry
 policy does, and records each attempt). The transcript is converted to Gemini's Contents and back
 in `orchestrator.models.gemini_parts`; failures are classified in
-`orchestrator.models.gemini_failures`. """
+`orchestrator.models.gemini_failures`.
+"""
 
 from __future__ import annotations
 
