@@ -234,6 +234,17 @@ def _decide_pg() -> Any:
         .returning(*u.c)
         .cte("moved")
     )
+    logged = _logged(run, decided, moved)
+    return (
+        select(*(decided.c[c].label(f"q_{c}") for c in _READ), *moved.c)
+        .select_from(decided.outerjoin(moved, true()))
+        .add_cte(logged)
+    )
+
+
+def _logged(run: Any, decided: Any, moved: Any) -> Any:
+    """The events of a decision stored at once: the decision, then (when it resumed its run) the
+    resume, in that order, as the general path logs them."""
     now = bindparam("b_now", type_=Float)
     logged_decision = select(
         decided.c.run_id.label("run_id"),
@@ -256,11 +267,7 @@ def _decide_pg() -> Any:
     logged = (
         insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("logged")
     )
-    return (
-        select(*(decided.c[c].label(f"q_{c}") for c in _READ), *moved.c)
-        .select_from(decided.outerjoin(moved, true()))
-        .add_cte(logged)
-    )
+    return logged
 
 
 #: PostgreSQL, autocommitted: the decision stored, logged, and the run resumed if it was the last
