@@ -85,6 +85,14 @@ class SessionOwnedError(RunConflictError):
     The message names the session, never its user."""
 
 
+class ScheduleNotFoundError(RatchetError):
+    """No schedule has this id in the configured database (`ratchet schedule list` shows them)."""
+
+
+class ScheduleConflictError(RatchetError):
+    """A schedule with this id exists already: delete it first, or give another id."""
+
+
 class RunNotContinuableError(RatchetError):
     """The run's status does not allow continue (a CANCELLED run is final). Start a new run."""
 
