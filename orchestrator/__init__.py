@@ -28,6 +28,8 @@ from orchestrator.errors import (
     RunNotFoundError,
     RunNotPausedError,
     RunWaitTimeout,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
     SessionOwnedError,
     StepTimeoutError,
     ToolArgumentsError,
@@ -43,6 +45,7 @@ from orchestrator.run import LogEntry, RunError, RunOutput, RunPage, RunSummary,
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
 from orchestrator.store.metrics import MetricsSnapshot
+from orchestrator.store.schedule_rows import Schedule
 from orchestrator.tools import Tool, ToolContext, Toolkit, tool
 from orchestrator.usage import Metrics, Prices
 
@@ -85,6 +88,9 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "RunWaitTimeout",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
     "Session",
     "SessionOwnedError",
     "Settings",
