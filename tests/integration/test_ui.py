@@ -417,4 +417,4 @@ def test_the_schedules_page_lists_each_schedule_with_its_cron_zone_and_next_tick
     pw.expect(row).to_contain_text("0 9 * * mon-fri")
     pw.expect(row).to_contain_text("Europe/Paris")
     pw.expect(row).to_contain_text("ui-echo")
-    pw.expect(row.locator("td").nth(5)).to_have_text("–")  # no tick fired yet
+    pw.expect(row.locator("td").nth(5)).to_have_text("-")  # no tick fired yet

@@ -25,7 +25,7 @@ function schedulesView() {
         el("td", { class: "mono", text: s.cron }),
         el("td", { text: s.timezone }),
         el("td", { text: when(s.next_at) }),
-        el("td", {}, s.last_run_id ? runLink(s.last_run_id, s.last_run_id) : "–"),
+        el("td", {}, s.last_run_id ? runLink(s.last_run_id, s.last_run_id) : "-"),
         el("td", { text: s.user_id || "" }))));
       if (!answer.schedules.length) {
         body.append(el("tr", {}, el("td", { colspan: 7, class: "empty", text: "No schedules: `ratchet schedule add` makes one." })));
