@@ -216,3 +216,17 @@ def test_two_sweepers_firing_one_tick_at_once_on_postgresql_start_one_run(pg_sto
     assert len([r for r in results if r is not None]) == 1 and len(results) == 2
     assert [step.run_id for step in dispatcher.steps] == [run_id]  # one first step published
     assert pg_store.get_record(run_id).status == RunStatus.QUEUED
+
+
+def test_a_tick_whose_run_id_another_requests_run_holds_is_skipped_and_the_schedule_moves_on(
+    inline: InMemoryDispatcher, clock: Clock, agent: Agent, caplog: pytest.LogCaptureFixture
+) -> None:
+    made = inline.client.schedule(agent.name, cron="* * * * *", input="the new input", schedule_id="again")
+    clock.advance(made.next_at - clock() + 1)
+    run_id = schedules.run_id_for("again", made.next_at)
+    inline.client.start(agent.name, input="the old input", run_id=run_id)  # a schedule of the same id, before
+    published: list[StepRef] = []
+    (due,) = inline.store.schedules.due(clock())
+    fired = schedules.fire(inline.store, inline.settings, published.append, due, now=clock())
+    assert fired is not None and published == [] and "not started" in caplog.text
+    assert inline.client.schedules()[0].next_at == made.next_at + 60
