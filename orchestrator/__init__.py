@@ -34,6 +34,8 @@ if TYPE_CHECKING:
         RunNotFoundError,
         RunNotPausedError,
         RunWaitTimeout,
+        ScheduleConflictError,
+        ScheduleNotFoundError,
         SessionOwnedError,
         StepTimeoutError,
         ToolArgumentsError,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from orchestrator.settings import Settings
     from orchestrator.status import RunStatus
     from orchestrator.store.metrics import MetricsSnapshot
+    from orchestrator.store.schedule_rows import Schedule
     from orchestrator.tools import Tool, ToolContext, Toolkit, tool
     from orchestrator.usage import Metrics, Prices
 
@@ -91,6 +94,9 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "RunWaitTimeout",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
     "Session",
     "SessionOwnedError",
     "Settings",
@@ -128,6 +134,9 @@ _HOMES: dict[str, str] = {
     "RunBusyError": "orchestrator.errors",
     "RunConflictError": "orchestrator.errors",
     "RunLiveError": "orchestrator.errors",
+    "ScheduleConflictError": "orchestrator.errors",
+    "ScheduleNotFoundError": "orchestrator.errors",
+    "Schedule": "orchestrator.store.schedule_rows",
     "RunNotContinuableError": "orchestrator.errors",
     "RunNotFoundError": "orchestrator.errors",
     "RunNotPausedError": "orchestrator.errors",

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrator import timeline, validation
+from orchestrator import schedules, timeline, validation
 from orchestrator.control import RunControl
 from orchestrator.errors import DecisionKindError, InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
@@ -36,6 +36,7 @@ from orchestrator.store import Store, retention
 from orchestrator.store.listing import RunFilter
 from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.retention import Deleted
+from orchestrator.store.schedule_rows import Schedule
 from orchestrator.timeline import Step
 
 #: A point in time as `Client.list_runs` takes it (see `validation.moment`).
@@ -248,6 +249,46 @@ class Client:
         nothing it does afterwards is committed. Cancelling a CANCELLED run is a no-op; a
         COMPLETED one, an error. Members that end while the cancel goes on are left as they ended."""
         return self.control.cancel(run_id)
+
+    # ---------------------------------------------------------------- schedules
+
+    def schedule(
+        self,
+        agent: str,
+        *,
+        cron: str,
+        input: str,
+        timezone: str = "UTC",
+        session_id: str | None = None,
+        user_id: str | None = None,
+        schedule_id: str | None = None,
+    ) -> Schedule:
+        """Run `agent` with `input` at each tick of `cron` (five fields, or @daily and the like),
+        read in the IANA zone `timezone`; return the schedule stored, its first tick the first
+        after now. Each tick starts one run, whose id is "<schedule id>:<tick, UTC>", in
+        `session_id` if given (else a new session each), for `user_id`. The sweeper fires it
+        (`orchestrator.schedules`: exactly one run per tick, missed ticks, clock changes).
+        `schedule_id`: 1-40 characters of A-Z, a-z, 0-9, '.', '_' and '-' (default: a new one);
+        ScheduleConflictError if it is taken, InvalidInputError for an argument that cannot be taken."""
+        return schedules.create(
+            self.store,
+            agent,
+            cron_text=cron,
+            timezone=timezone,
+            input=input,
+            session_id=session_id,
+            user_id=user_id,
+            new_id=schedule_id,
+        )
+
+    def schedules(self, *, user_id: str | None = None) -> list[Schedule]:
+        """Every schedule (or `user_id`'s), by id, each with its next tick and its last run."""
+        return self.store.schedules.all(user_id=None if user_id is None else validation.user_id(user_id))
+
+    def unschedule(self, schedule_id: str) -> None:
+        """Delete a schedule: passes that start after this never fire it (the runs it started stay).
+        ScheduleNotFoundError if there is none."""
+        schedules.delete(self.store, schedule_id)
 
     # ---------------------------------------------------------------- reads
 

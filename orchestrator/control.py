@@ -10,9 +10,7 @@ does to a team (start its members, fan their answers in) is `orchestrator.delega
 works on the store alone.
 
 A run is written with its agent's kind and the hash of its definition, and its first step is
-published to its agent's queue: from the agent as this process defines it, else from the agent
-catalog's live definition (`orchestrator.catalog`), else as an agent, unrouted, for the worker
-to send on.
+published to its agent's queue (`orchestrator.starting`, which a schedule's tick writes through too).
 
 Every write is a guarded move (`Store.move`: from these statuses, at this epoch), so two
 producers racing on one run publish one step. A step the broker refuses is not lost: the run is
@@ -26,25 +24,18 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-
-from orchestrator import agent as registry
-from orchestrator import catalog, limits, tracing, validation
+from orchestrator import limits, starting, validation
 from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
     ConfigurationError,
     RunBusyError,
-    RunConflictError,
     RunNotContinuableError,
-    RunNotFoundError,
 )
 from orchestrator.idempotency import StartRequest
-from orchestrator.messages import Message
 from orchestrator.ports import Dispatcher, Limiter
 from orchestrator.requirements import Decision, RunRequirement
-from orchestrator.routing import owed, step_of
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from orchestrator.status import RunStatus
@@ -118,68 +109,20 @@ class RunControl:
             session_state=session_state,
         )
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
-        try:
-            record = self._create(request, run_id)
-        except IntegrityError as exc:
-            existing = self._existing(run_id, exc)
-            conflict = request.conflict(existing, lambda: self._first_input(run_id))
-            if conflict is not None:
-                raise RunConflictError(conflict) from None
-            return run_id
-        self.publish(record)
+        record = starting.write(self.store, self.settings, request, run_id)
+        if record is not None:
+            self.publish(record)
         return run_id
 
-    def _create(self, request: StartRequest, run_id: str) -> RunRecord:
-        """Write the run a start asks for, with its agent's kind and definition hash."""
-        kind, definition_hash = self._definition(request.agent)
-        with tracing.starting(request.agent, run_id) as trace_context:
-            return self.store.create_run(
-                run_id=run_id,
-                session_id=request.session_id or str(uuid.uuid4()),
-                agent_name=request.agent,
-                kind=kind,
-                input_messages=[Message(role="user", content=request.input)],
-                publish_grace=self.settings.publish_grace_seconds,
-                stream=request.stream,
-                user_id=request.user_id,
-                session_state=request.session_state,
-                priority=request.priority,
-                trace_context=trace_context,
-                request_digest=request.digest,
-                definition_hash=definition_hash,
-            )
-
     def _definition(self, name: str) -> tuple[str, str | None]:
-        """The kind of agent `name` and the hash of its definition: as this process defines it
-        (no read), else as the catalog's live definition says (read once in a while, cached),
-        else an agent of unknown definition: a producer need not import the agents, the worker
-        that runs the first step knows them (and records a team's kind)."""
-        agent = registry.find_agent(name)
-        if agent is not None:
-            return agent.kind, catalog.describe(agent).hash
-        live = self._live(name)
-        return (live.kind, live.hash) if live is not None else ("agent", None)
-
-    def _live(self, name: str) -> catalog.Definition | None:
-        """The catalog's live definition of `name` (None: none is live)."""
-        return catalog.cache_of(self.store).live(name, self.settings)
-
-    def _first_input(self, run_id: str) -> str | None:
-        """The user message a run was started with."""
-        return next((m.content for m in self.store.get_messages(run_id) if m.role == "user"), None)
-
-    def _existing(self, run_id: str, conflict: IntegrityError) -> RunRecord:
-        """The run whose id made an insert fail (the insert's own error if there is none)."""
-        try:
-            return self.store.get_record(run_id)
-        except RunNotFoundError:
-            raise conflict from None
+        """The kind of agent `name` and the hash of its definition (`starting.definition`)."""
+        return starting.definition(self.store, self.settings, name)
 
     def publish(self, record: RunRecord) -> None:
         """Publish the step a QUEUED run is due for. If the broker refuses it, mark the run due at
         once, so the first sweep after the broker is back publishes it, and raise
         BrokerUnavailableError naming the run: nothing is lost."""
-        step = step_of(record, calls=owed(self.store, record.run_id), definitions=self._live)
+        step = starting.first_step(self.store, self.settings, record)
         try:
             self.dispatcher.publish(step)
         except Exception as exc:

@@ -7,6 +7,8 @@
     ├── RunNotFoundError          no run has that run_id
     ├── RunConflictError          that run_id is taken by another request's run (or another user's)
     │   └── SessionOwnedError     that session belongs to another user: a run for this one is refused
+    ├── ScheduleNotFoundError     no schedule has that id
+    ├── ScheduleConflictError     that schedule id is taken
     ├── RunNotContinuableError    the run's status does not allow continue (CANCELLED)
     ├── RunBusyError              the run is going (RUNNING, its lease live) and cannot take this
     ├── RunLiveError              the run is live (going, or waiting on a human): not deleted
@@ -83,6 +85,14 @@ class SessionOwnedError(RunConflictError):
 
     Nothing was written. Start the run with a new session_id, or none (a new session is made).
     The message names the session, never its user."""
+
+
+class ScheduleNotFoundError(RatchetError):
+    """No schedule has this id in the configured database (`ratchet schedule list` shows them)."""
+
+
+class ScheduleConflictError(RatchetError):
+    """A schedule with this id exists already: delete it first, or give another id."""
 
 
 class RunNotContinuableError(RatchetError):

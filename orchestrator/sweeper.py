@@ -20,7 +20,9 @@ One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sw
   and the release) is freed, and given to the run waiting for it: within a sweep of Redis
   answering again, not RATCHET_RUN_SLOT_SECONDS later. The limiter lists the places, the store
   says which runs ended; a place renewed since it was listed is kept (a run continued meanwhile),
-  and one whose run this database does not hold is left to expire (a Redis may serve several).
+  and one whose run this database does not hold is left to expire (a Redis may serve several);
+- a schedule whose next tick passed starts the run of its latest tick, its id derived from the
+  schedule and the tick, so two sweepers at once start one (`orchestrator.schedules`).
 
 Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
 """
@@ -31,6 +33,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator import schedules
 from orchestrator.agent import get_agent
 from orchestrator.deadlines import fire
 from orchestrator.delegation import fan_in_now, wake_step
@@ -41,6 +44,7 @@ from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
+from orchestrator.store.schedule_rows import Schedule
 from orchestrator.untrusted import storable_text
 
 log = logging.getLogger("ratchet.sweeper")
@@ -60,11 +64,15 @@ class SweepReport:
     freed: list[str] = field(default_factory=list)
     #: Requirements whose deadline passed and whose on_timeout policy acted (requirement ids).
     timed_out: list[str] = field(default_factory=list)
+    #: Runs started by schedules whose tick passed (run ids: "<schedule id>:<tick>").
+    scheduled: list[str] = field(default_factory=list)
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        done = (self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out)
+        done = (
+            self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out, self.scheduled
+        )  # fmt: skip
         return any(done) or bool(self.failed)
 
 
@@ -77,8 +85,8 @@ class Sweeper:
         self.settings = runner.settings
 
     def sweep_once(self) -> SweepReport:
-        """One pass over expired leases, due QUEUED runs, teams whose fan-in a crash left undone
-        and pause deadlines that passed.
+        """One pass over expired leases, due QUEUED runs, teams whose fan-in a crash left undone,
+        pause deadlines that passed and schedules due.
 
         Each run is handled on its own: one that raises (a database error on its row, an agent
         that fails to load) is logged with its run id and the pass goes on with the others."""
@@ -95,15 +103,19 @@ class Sweeper:
         for requirement in self.store.requirements.due(now):
             self._each(report, requirement.run_id, self._deadline, requirement)
         self._free_places(report)
+        for schedule in self.store.schedules.due(now):
+            self._each(report, schedule.schedule_id, self._schedule, schedule, now)
         if report:
             log.info(
-                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, failed %s",
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "
+                "scheduled %s, failed %s",
                 report.requeued,
                 report.republished,
                 report.poisoned,
                 report.fanned_in,
                 report.freed,
                 report.timed_out,
+                report.scheduled,
                 report.failed,
             )
         return report
@@ -174,6 +186,12 @@ class Sweeper:
             self.runner.publish(step_of(fired.resumed, calls=owed(self.store, fired.resumed.run_id)))
         for ended in fired.ended:
             self.runner.after_final(ended.run_id, ended)
+
+    def _schedule(self, report: SweepReport, schedule: Schedule, now: float) -> None:
+        """A schedule whose next tick passed: the run of its latest tick, started once."""
+        fired = schedules.fire(self.store, self.settings, self.runner.publish, schedule, now=now)
+        if fired is not None:
+            report.scheduled.append(fired.run_id)
 
     def _free_places(self, report: SweepReport) -> None:
         """The places among their key's runs that runs which ended still hold: freed."""

@@ -48,6 +48,7 @@ from orchestrator.store.notify import FinalWatcher
 from orchestrator.store.outbox import due_at
 from orchestrator.store.paused import Requirements
 from orchestrator.store.postgres import PostgresBackend
+from orchestrator.store.schedule_rows import Schedules
 from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
@@ -80,6 +81,8 @@ class Store(reads.Reader):
         self.requirements = Requirements(self, self._backend)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
         self.endings = Endings(self)
+        #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
+        self.schedules = Schedules(engine)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:

@@ -300,3 +300,24 @@ Index(
     "ix_ratchet_requirements_deadline", requirements.c.deadline_at,
     postgresql_where=_PENDING, sqlite_where=_PENDING,
 )  # fmt: skip
+
+# Schedules: an agent run on a cron schedule (migration 0020, `store/schedule_rows.py`,
+# `orchestrator.schedules`). `next_at` is the next tick due (UNIX seconds); a sweeper pass
+# fires the schedules whose `next_at` passed and moves it on with a guarded UPDATE.
+schedules = Table(
+    "ratchet_schedules",
+    metadata,
+    Column("schedule_id", String(40), primary_key=True),
+    Column("agent_name", String(256), nullable=False),
+    Column("cron", String(128), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("input", Text, nullable=False),
+    Column("session_id", String(128), nullable=True),
+    Column("user_id", String(128), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("next_at", Float, nullable=False),
+    # The last tick fired, and its run.
+    Column("last_tick", Float, nullable=True),
+    Column("last_run_id", String(64), nullable=True),
+)
+Index("ix_ratchet_schedules_next", schedules.c.next_at)

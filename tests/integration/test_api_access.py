@@ -292,6 +292,41 @@ def _decide(w: World) -> None:
     assert call(w.app, "GET", f"/runs/{w.runs['bob-paused']}", w.bob).json()["status"] == "PAUSED"
 
 
+def _schedule(w: World, user: str, schedule_id: str) -> None:
+    """A schedule of `user`'s, made by a service (a static token names the user)."""
+    body = {"agent": CHAT.name, "cron": "@daily", "input": "x", "user_id": user, "schedule_id": schedule_id}
+    assert call(w.app, "POST", "/schedules", SERVICE_TOKEN, json=body).status_code == 201
+
+
+def _create_schedule(w: World) -> None:
+    body = {"agent": CHAT.name, "cron": "0 9 * * mon-fri", "timezone": "Europe/Paris", "input": "report"}
+    error_of(w.as_alice("POST", "/schedules", json={**body, "user_id": "bob"}), 403, "ForeignUser")
+    made = w.as_alice("POST", "/schedules", json=body)
+    assert made.status_code == 201 and made.json()["user_id"] == "alice" and made.json()["next_at"] > time.time()
+    bad = error_of(w.as_alice("POST", "/schedules", json={**body, "cron": "0 9 * *"}), 422, "InvalidInputError")
+    assert "has 4 fields" in bad["message"]
+    taken = {**body, "schedule_id": made.json()["schedule_id"]}
+    error_of(w.as_alice("POST", "/schedules", json=taken), 409, "ScheduleConflictError")
+
+
+def _list_schedules(w: World) -> None:
+    _schedule(w, "bob", "bobs-listed")
+    mine = w.as_alice("GET", "/schedules").json()["schedules"]
+    assert {s["user_id"] for s in mine} <= {"alice"} and "bobs-listed" not in {s["schedule_id"] for s in mine}
+    error_of(w.as_alice("GET", "/schedules", params={"user_id": "bob"}), 403, "ForeignUser")
+    every = call(w.app, "GET", "/schedules", w.admin).json()["schedules"]
+    assert "bobs-listed" in {s["schedule_id"] for s in every}
+
+
+def _delete_schedule(w: World) -> None:
+    _schedule(w, "bob", "bobs-kept")
+    _schedule(w, "alice", "alices-gone")
+    error_of(w.as_alice("DELETE", "/schedules/bobs-kept"), 404, "ScheduleNotFoundError")
+    assert w.as_alice("DELETE", "/schedules/alices-gone").status_code == 204
+    error_of(w.as_alice("DELETE", "/schedules/alices-gone"), 404, "ScheduleNotFoundError")
+    assert "bobs-kept" in {s["schedule_id"] for s in call(w.app, "GET", "/schedules", w.bob).json()["schedules"]}
+
+
 def _ops(path: str, **params: str) -> Callable[[World], None]:
     def check(w: World) -> None:
         error_of(w.as_alice("GET", path), 403, "InsufficientScope")
@@ -319,6 +354,9 @@ CHECKS: dict[tuple[str, str], Callable[[World], object]] = {
     ("GET", "/agents/{agent}"): _agents(f"/agents/{CHAT.name}"),
     ("GET", "/approvals"): _approvals,
     ("POST", "/runs/{run_id}/requirements/{requirement_id}"): _decide,
+    ("POST", "/schedules"): _create_schedule,
+    ("GET", "/schedules"): _list_schedules,
+    ("DELETE", "/schedules/{schedule_id}"): _delete_schedule,
     ("GET", "/metrics"): _ops("/metrics"),
     ("GET", "/health/checks"): _ops("/health/checks", check="database"),
 }

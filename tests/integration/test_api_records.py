@@ -159,8 +159,9 @@ def test_the_page_is_served_without_a_token_and_every_api_route_still_needs_one(
     assert "script-src 'self'" in served.headers["content-security-policy"]
     assert call(app, "GET", "/ui/app.js").headers["content-type"].startswith("text/javascript")
     assert call(app, "GET", "/ui/decide.js").headers["content-type"].startswith("text/javascript")
+    assert call(app, "GET", "/ui/schedules.js").headers["content-type"].startswith("text/javascript")
     assert call(app, "GET", "/ui/app.css").headers["content-type"].startswith("text/css")
     # The API's routes, and a file that is not one of the page's
-    for path in ("/runs", "/runs/x/steps", "/runs/x/events", "/approvals", "/ui/nothing.js"):
+    for path in ("/runs", "/runs/x/steps", "/runs/x/events", "/approvals", "/schedules", "/ui/nothing.js"):
         assert call(app, "GET", path).status_code == 401, path
     assert call(app, "GET", "/ui/nothing.js", headers={"Authorization": f"Bearer {token}"}).status_code == 404

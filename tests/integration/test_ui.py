@@ -403,3 +403,18 @@ def test_a_page_of_another_site_can_neither_read_nor_cancel_the_runs_of_a_tokenl
     assert status_of(tokenless, run_id) == "QUEUED"
     log = tokenless.log.read_text()
     assert log.count(f'POST /runs/{run_id}/cancel HTTP/1.1" 403') == 2 and 'GET /runs HTTP/1.1" 421' in log
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: the store is tested on both
+def test_the_schedules_page_lists_each_schedule_with_its_cron_zone_and_next_tick(api: ApiServer, page: Any) -> None:
+    with api.client(TOKEN) as http:
+        body = {"agent": "ui-echo", "cron": "0 9 * * mon-fri", "timezone": "Europe/Paris", "input": "report"}
+        made = http.post("/schedules", json={**body, "schedule_id": "weekday-report"})
+        assert made.status_code == 201, made.text
+    signed_in(page, f"{api.url}/ui/")
+    page.click("a.nav[href='#/schedules']")
+    row = page.locator('tr[data-schedule="weekday-report"]')
+    pw.expect(row).to_contain_text("0 9 * * mon-fri")
+    pw.expect(row).to_contain_text("Europe/Paris")
+    pw.expect(row).to_contain_text("ui-echo")
+    pw.expect(row.locator("td").nth(5)).to_have_text("-")  # no tick fired yet

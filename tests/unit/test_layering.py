@@ -161,6 +161,11 @@ FORBIDDEN: dict[str, set[str]] = {
     # A pause's deadline policy, below the sweeper that runs it: it writes through the store only.
     "deadlines": {"steps", "control", "sweeper", "heartbeat"} | TOP,
     "control": {"steps", "sweeper"} | TOP,
+    # A start's write, shared by run control and the schedules below the sweeper.
+    "starting": {"steps", "control", "sweeper", "heartbeat", "schedules"} | TOP,
+    # Schedules' ticks, fired by the sweeper: they write through the store and `starting` only.
+    "schedules": {"steps", "control", "sweeper", "heartbeat"} | TOP,
+    "cron": {"store", "steps", "control", "sweeper", "routing", "schedules"} | TOP,
     "idempotency": {"steps", "sweeper", "control"} | TOP,
     "catalog": {"steps", "sweeper", "control"} | TOP,
     "reader": {"steps", "sweeper", "control"} | TOP,

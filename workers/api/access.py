@@ -9,11 +9,12 @@ A request's caller is found by the Gate (`workers.api.gate`) before the route ru
 - without tokens or JWTs configured (the loopback API), every request is a service.
 
 Each route needs one scope (`ROUTE_SCOPES`, by operation id): `read` to list and read runs,
-sessions, approvals, the agent catalog and the event stream; `write` to start, continue and
-cancel runs and delete sessions; `decide` to decide a requirement (and a continue that carries
-decisions); `admin` for the operators' routes (metrics, the health checks). `admin` holds every
-scope and every user's runs, as a static token does. A route of a router from `deps.token_router`
-that has no entry here is refused to every caller: a new route is closed until it is given one.
+sessions, approvals, the agent catalog, schedules and the event stream; `write` to start,
+continue and cancel runs, delete sessions, and create and delete schedules; `decide` to decide a
+requirement (and a continue that carries decisions); `admin` for the operators' routes (metrics,
+the health checks). `admin` holds every scope and every user's runs, as a static token does. A
+route of a router from `deps.token_router` that has no entry here is refused to every caller: a
+new route is closed until it is given one.
 
 A user's caller reaches only its own runs (a run's `user_id`; a team's member runs carry their
 team's) and sessions (a session is its first run's user's): another's is answered as an unknown
@@ -59,6 +60,9 @@ ROUTE_SCOPES = {
     "getAgent": READ,
     "decideRequirement": DECIDE,
     "listApprovals": READ,
+    "createSchedule": WRITE,
+    "listSchedules": READ,
+    "deleteSchedule": WRITE,
     "getMetrics": ADMIN,
     "checkHealth": ADMIN,
 }

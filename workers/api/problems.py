@@ -10,6 +10,7 @@ and `error.details` for a request that does not fit its schema (422). A user's m
 
     AgentNotFoundError, RunNotFoundError, SessionNotFound   404
     RequirementNotFoundError (no such requirement of the run)  404
+    ScheduleNotFoundError 404, ScheduleConflictError (the id is taken)  409
     RunConflictError, RunBusyError, RunNotContinuableError  409
     RunNotPausedError, DecisionExpiredError                 409  (the run moved on; the deadline passed)
     DecisionConflictError (decided already, another way)    409  (`decided_by`, `decided_at`: the first one)
@@ -52,6 +53,8 @@ from orchestrator.errors import (
     RunNotContinuableError,
     RunNotFoundError,
     RunNotPausedError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
     SessionOwnedError,
 )
 
@@ -62,6 +65,8 @@ STATUS: dict[type[RatchetError], int] = {
     AgentNotFoundError: 404,
     RunNotFoundError: 404,
     RequirementNotFoundError: 404,
+    ScheduleNotFoundError: 404,
+    ScheduleConflictError: 409,
     RunConflictError: 409,
     # The session id is taken, as a run_id can be (not 403: the caller may start runs, only not there).
     SessionOwnedError: 409,

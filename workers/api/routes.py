@@ -17,6 +17,7 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
     GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
     POST /runs/{run_id}/requirements/{requirement_id}, GET /approvals: a person's decisions, and
                                     what paused runs wait for (`decisions.py`)
+    POST, GET /schedules, DELETE /schedules/{id}: agents run on a cron schedule (`schedule_routes.py`)
     GET  /ui/                       the run pages: the list of runs and each run's timeline (`ui.py`)
     GET  /health                    liveness (no token needed), as are /openapi.json and /docs
     GET  /metrics                   Prometheus metrics, read from the store and the broker (`workers.prometheus`)
@@ -56,7 +57,7 @@ from orchestrator.errors import (
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
-from workers.api import agents, checks, decisions, problems, records, ui
+from workers.api import agents, checks, decisions, problems, records, schedule_routes, ui
 from workers.api.access import DECIDE, CallerDep, Verifier, declare_scopes, own_run, starting_user
 from workers.api.contract import (
     EVENT_ID,
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
     app.include_router(records.router)
     app.include_router(agents.router)
     app.include_router(decisions.router)
+    app.include_router(schedule_routes.router)
     app.include_router(ui.router)
     app.include_router(checks.router)
     app.add_api_route(

@@ -1,7 +1,8 @@
 """The run pages `ratchet api` serves at /ui/: a list of runs that updates itself, and one run as
-a timeline that streams while the run is live, and a paused run's calls decided from it. Four
-files shipped in the package (`workers/api/static/`): plain HTML, CSS and two scripts (`decide.js`:
-a person's decisions), no build step and nothing fetched from elsewhere.
+a timeline that streams while the run is live, a paused run's calls decided from it, and the
+schedules. Five files shipped in the package (`workers/api/static/`): plain HTML, CSS and three
+scripts (`decide.js`: a person's decisions; `schedules.js`: the schedules, at `#/schedules`), no
+build step and nothing fetched from elsewhere.
 
 The files hold no data, so they are served without a token (`workers.api.gate.PUBLIC_PATHS`);
 the script asks for one when the API answers 401, keeps it in the tab's sessionStorage, and
@@ -13,7 +14,7 @@ Run content is the model's and the tools' output, untrusted: the script writes i
 so an injected tag stays text even where a mistake let it through.
 
     GET /         redirects to /ui/
-    GET /ui/      the page (index.html); /ui/app.js, /ui/decide.js and /ui/app.css beside it
+    GET /ui/      the page (index.html); /ui/app.js, /ui/decide.js, /ui/schedules.js and /ui/app.css beside it
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ FILES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "decide.js": "text/javascript; charset=utf-8",
+    "schedules.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 #: The paths that serve them (and redirect to them): no token needed.

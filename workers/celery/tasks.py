@@ -203,6 +203,7 @@ def _register_sweep(app: Celery) -> None:
             "poisoned": report.poisoned,
             "fanned_in": report.fanned_in,
             "timed_out": report.timed_out,
+            "scheduled": report.scheduled,
         }
 
     _ = sweep

@@ -16,6 +16,8 @@
     ratchet agents [NAME] [--json]                 the agent catalog: what the workers serve (agent_commands.py)
     ratchet pending [--agent A] [--user-id U] [--json]   what paused runs wait for; approve RUN REQ [--by B],
     reject RUN REQ [--note T], answer RUN REQ (--field K=V | --result T): decide one (decide_commands.py)
+    ratchet schedule add AGENT --cron EXPR --input TEXT [--timezone TZ] ... | list | rm ID   agents run on a
+                                                   cron schedule (schedule_commands.py)
     ratchet sweep                                  one sweeper pass
     ratchet health [--check C] [--destination NODE] ...   database, broker, workers (workers/health.py)
     ratchet scripted-model [--port N]              the scripted OpenAI-compatible server
@@ -49,6 +51,7 @@ from workers.cli.decide_commands import add_decide_commands
 from workers.cli.exits import SIGPIPE_EXIT
 from workers.cli.launch import VersionAction
 from workers.cli.run_commands import add_run_commands
+from workers.cli.schedule_commands import add_schedule_commands
 from workers.cli.stored import add_ops_commands
 from workers.health import add_health_command
 from workers.prometheus import add_metrics_command
@@ -141,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     add_decide_commands(sub)
     add_ops_commands(sub)
     add_agents_command(sub)
+    add_schedule_commands(sub)
     add_health_command(sub)
     parser.epilog, parser.formatter_class = exits.EPILOG, argparse.RawDescriptionHelpFormatter
     return parser

@@ -141,7 +141,8 @@ function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
   const match = path.match(/^\/runs\/([^/]+)$/);
-  view = match ? runView(decodeURIComponent(match[1])) : listView(new URLSearchParams(query || ""));
+  if (path === "/schedules") view = schedulesView(); // schedules.js
+  else view = match ? runView(decodeURIComponent(match[1])) : listView(new URLSearchParams(query || ""));
 }
 
 // ------------------------------------------------------------------ the list of runs
