@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator import agent as registry
-from orchestrator import catalog, limits, tracing, validation
+from orchestrator import catalog, limits, tracing, validation, webhooks
 from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
@@ -94,6 +94,7 @@ class RunControl:
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
@@ -102,7 +103,8 @@ class RunControl:
         statement or transaction that writes the run, so of two first runs racing for one
         session one user's is written. `session_state`: merged over the session's stored state,
         key by key, when the run is written (`orchestrator.state`). `priority`: 0-9, higher first
-        (None: none, as 0); every step of the run is published with it.
+        (None: none, as 0); every step of the run is published with it. `webhook`: a URL told of
+        each stop of the run (`orchestrator.webhooks`), checked here against RATCHET_WEBHOOK_ALLOW.
 
         A run_id that exists, for the same request (`orchestrator.idempotency`: user, agent, input,
         stream, priority, session_state, and the session if given), is the same start
@@ -116,6 +118,7 @@ class RunControl:
             stream=stream,
             priority=priority,
             session_state=session_state,
+            webhook=None if webhook is None else webhooks.check_url(webhook, self.settings),
         )
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         try:
@@ -147,6 +150,7 @@ class RunControl:
                 trace_context=trace_context,
                 request_digest=request.digest,
                 definition_hash=definition_hash,
+                webhook=request.webhook,
             )
 
     def _definition(self, name: str) -> tuple[str, str | None]:

@@ -67,6 +67,8 @@ class RunRecord:
     #: The place in its agent's fallback chain of the model its current model step calls
     #: (`orchestrator.models.fallback`); None: 0, the agent's own model.
     model_index: int | None = None
+    #: The URL told of each stop of the run (`orchestrator.webhooks`); None: none.
+    webhook: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

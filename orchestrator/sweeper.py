@@ -20,7 +20,10 @@ One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sw
   and the release) is freed, and given to the run waiting for it: within a sweep of Redis
   answering again, not RATCHET_RUN_SLOT_SECONDS later. The limiter lists the places, the store
   says which runs ended; a place renewed since it was listed is kept (a run continued meanwhile),
-  and one whose run this database does not hold is left to expire (a Redis may serve several).
+  and one whose run this database does not hold is left to expire (a Redis may serve several);
+- the webhook deliveries due (a run's stop, a retry whose backoff passed) are POSTed, one at a
+  time, at most `webhooks.BATCH` a pass, each bounded by RATCHET_WEBHOOK_TIMEOUT_SECONDS
+  (`orchestrator.webhooks`). Steps never wait for them: only the sweeper's pass does.
 
 Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
 """
@@ -42,6 +45,7 @@ from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
 from orchestrator.untrusted import storable_text
+from orchestrator.webhooks import deliver_due
 
 log = logging.getLogger("ratchet.sweeper")
 S = RunStatus
@@ -60,6 +64,8 @@ class SweepReport:
     freed: list[str] = field(default_factory=list)
     #: Requirements whose deadline passed and whose on_timeout policy acted (requirement ids).
     timed_out: list[str] = field(default_factory=list)
+    #: Webhook deliveries tried (delivered, failed or to be tried again).
+    webhooks: int = 0
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
 
@@ -95,6 +101,10 @@ class Sweeper:
         for requirement in self.store.requirements.due(now):
             self._each(report, requirement.run_id, self._deadline, requirement)
         self._free_places(report)
+        try:
+            report.webhooks = deliver_due(self.store, self.settings)
+        except Exception:
+            log.exception("sweep: webhook deliveries could not be read or settled; the next pass tries again")
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, failed %s",

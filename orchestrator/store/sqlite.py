@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
-from orchestrator.store import claims, direct, sessions, statements, writes
+from orchestrator.store import claims, direct, sessions, statements, webhook_rows, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
@@ -81,6 +81,7 @@ class SqliteBackend(Backend):
         record = RunRecord.from_row(row)
         if final:
             note_final(conn, record.run_id)
+            webhook_rows.enqueue(conn, record)
         start = record.n_messages - len(new_messages)
         writes.insert_messages(
             conn,

@@ -45,6 +45,7 @@ from orchestrator.messages import Message
 from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
 from orchestrator.store.tables import events, messages, runs, sessions
+from orchestrator.store.webhook_rows import stopped_pg
 from orchestrator.usage import USAGE_COLUMNS
 
 S = RunStatus
@@ -187,14 +188,18 @@ def _commit_pg(notify: bool) -> Select[Any]:
         epoch=bindparam("b_epoch", type_=Integer),
         started=bindparam("b_started", type_=Float),
     )
-    return select(*columns).add_cte(appended)
+    if not notify:
+        return select(*columns).add_cte(appended)
+    # A stop: the delivery its webhook is owed, in the same statement (nothing without one).
+    return select(*columns).add_cte(appended, stopped_pg(moved))
 
 
 #: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
 #: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time) and
 #: `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
-#: The same for a move to a final status, which also wakes the run's waiters when it commits.
+#: The same for a move to a final status, which also wakes the run's waiters when it commits and
+#: writes the delivery its webhook is owed (`webhook_rows`).
 COMMIT_PG_FINAL = _commit_pg(notify=True)
 
 
