@@ -1,0 +1,245 @@
+"""Webhooks, run by the in-memory dispatcher on a real store, delivered by the sweeper to a real
+HTTP receiver on this machine: one signed POST per stop, retries under the same delivery id, the
+ends of a delivery (2xx, 410, attempts spent), and the addresses refused at start and at delivery."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import Agent, RunStatus, tool
+from orchestrator.errors import InvalidInputError, RunConflictError, RunNotFoundError
+from orchestrator.settings import Settings
+from orchestrator.testing import InMemoryDispatcher, in_memory
+from orchestrator.testing.script import Fault, ScriptConfig
+from orchestrator.webhooks import check_url, verify
+from tests.support import Clock, CountingModel
+
+S = RunStatus
+SECRET = "whsec-test-0123456789abcdef"
+
+
+class Receiver:
+    """An HTTP server that records each POST and answers the first `failures` with `failing`."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.failures = 0
+        self.failing = 500
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers.items()), body))
+                status = 200
+                if receiver.failures > 0:
+                    receiver.failures -= 1
+                    status = receiver.failing
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/ratchet?src=test"
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in self.requests]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    thread = threading.Thread(target=r.server.serve_forever, daemon=True)
+    thread.start()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+    thread.join(5)
+
+
+def hook_settings(database_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = dict(
+        database_url=database_url,
+        sqlite_synchronous="NORMAL",
+        dispatcher="orchestrator.testing:InMemoryDispatcher",
+        webhook_secret=SECRET,
+        webhook_allow="127.0.0.1",
+        webhook_backoff_seconds=10.0,
+        webhook_max_attempts=3,
+    )
+    return Settings(**{**values, **overrides})
+
+
+@pytest.fixture
+def hooked(tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryDispatcher]:
+    with in_memory(hook_settings(f"sqlite:///{tmp_path / 'runs.db'}")) as dispatcher:
+        monkeypatch.setattr(dispatcher.store, "clock", clock)
+        yield dispatcher
+
+
+def name() -> str:
+    return f"hooks-{uuid.uuid4().hex[:8]}"
+
+
+@tool(requires_confirmation=True)
+def pay(amount: int) -> str:
+    """Pay.
+
+    Args:
+        amount: In cents.
+    """
+    return f"paid {amount}"
+
+
+def test_each_stop_is_posted_once_signed_with_a_delivery_id_the_body_repeats(
+    db_url: str, receiver: Receiver
+) -> None:
+    # On SQLite and PostgreSQL: there the final commit writes the outbox row in its one statement.
+    with in_memory(hook_settings(db_url)) as inline:
+        done = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+        failed = Agent(name=name(), model=CountingModel(script=ScriptConfig(faults=[Fault(status=400, times=None)])))
+        errored = failed.start("hello", webhook=receiver.url).wait()
+        paused = Agent(name=name(), model=CountingModel(), tools=[pay]).start("pay", webhook=receiver.url).wait()
+        cancelled = inline.client.cancel(paused.run_id)
+        quiet = Agent(name=name(), model=CountingModel()).run("no webhook")
+
+        assert inline.sweep().webhooks == 4
+        assert inline.sweep().webhooks == 0  # delivered: not sent again
+
+        assert (done.status, errored.status, paused.status, cancelled.status) == (S.COMPLETED, S.ERROR, S.PAUSED, S.CANCELLED)
+        stops = [(b["run"]["run_id"], b["run"]["status"]) for b in receiver.bodies()]
+        assert sorted(stops) == sorted(
+            [(done.run_id, "COMPLETED"), (errored.run_id, "ERROR"), (paused.run_id, "PAUSED"), (paused.run_id, "CANCELLED")]
+        )
+        assert quiet.run_id not in {run for run, _ in stops}
+        for headers, body in receiver.requests:
+            assert verify(SECRET, body, headers["Ratchet-Signature"])
+            assert not verify("another secret", body, headers["Ratchet-Signature"])
+            assert headers["Ratchet-Delivery"] == json.loads(body)["delivery_id"]
+        assert len({h["Ratchet-Delivery"] for h, _ in receiver.requests}) == 4
+        by_run = {b["run"]["run_id"]: b["run"] for b in receiver.bodies() if b["run"]["status"] != "PAUSED"}
+        assert by_run[done.run_id]["content"] == done.content and by_run[done.run_id]["error"] is None
+        assert by_run[errored.run_id]["error"]["type"] == errored.error.type  # type: ignore[union-attr]
+        [shown] = inline.client.webhook_deliveries(done.run_id)
+        assert (shown.run_status, shown.state, shown.attempts, shown.last_error) == ("COMPLETED", "delivered", 1, None)
+
+
+def test_a_failing_receiver_gets_the_same_delivery_again_after_a_growing_backoff(
+    hooked: InMemoryDispatcher, receiver: Receiver, clock: Clock
+) -> None:
+    receiver.failures = 2
+    run = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+
+    hooked.sweep()
+    [first] = hooked.client.webhook_deliveries(run.run_id)
+    assert (first.state, first.attempts, first.last_error) == ("pending", 1, "the receiver answered HTTP 500")
+    assert first.next_attempt_at is not None and 5.0 <= first.next_attempt_at - clock() <= 10.0
+    assert hooked.sweep().webhooks == 0  # not before its backoff passed
+    clock.advance(10.0)
+    hooked.sweep()
+    [second] = hooked.client.webhook_deliveries(run.run_id)
+    assert second.attempts == 2 and second.next_attempt_at is not None
+    assert 10.0 <= second.next_attempt_at - clock() <= 20.0  # doubled, with jitter
+    clock.advance(20.0)
+    hooked.sweep()
+
+    assert [h["Ratchet-Delivery"] for h, _ in receiver.requests] == [first.delivery_id] * 3
+    [last] = hooked.client.webhook_deliveries(run.run_id)
+    assert (last.state, last.attempts, last.delivered_at is not None) == ("delivered", 3, True)
+
+
+def test_a_delivery_ends_failed_after_its_attempts_or_at_once_on_410(
+    hooked: InMemoryDispatcher, receiver: Receiver, clock: Clock
+) -> None:
+    receiver.failures = 99
+    spent = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+    for _ in range(4):
+        hooked.sweep()
+        clock.advance(100.0)
+    [failed] = hooked.client.webhook_deliveries(spent.run_id)
+    assert (failed.state, failed.attempts, failed.next_attempt_at) == ("failed", 3, None)
+    assert len(receiver.requests) == 3
+
+    receiver.failing, receiver.requests = 410, []
+    gone = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+    hooked.sweep()
+    clock.advance(100.0)
+    hooked.sweep()
+    [ended] = hooked.client.webhook_deliveries(gone.run_id)
+    assert (ended.state, ended.attempts) == ("failed", 1) and "410" in (ended.last_error or "")
+    assert len(receiver.requests) == 1
+
+
+def test_an_address_no_longer_allowed_at_delivery_is_not_contacted(
+    hooked: InMemoryDispatcher, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+    monkeypatch.setattr(hooked.runner, "settings", hook_settings(hooked.settings.database_url, webhook_allow=None))
+
+    hooked.sweep()
+
+    assert receiver.requests == []
+    [refused] = hooked.client.webhook_deliveries(run.run_id)
+    assert refused.state == "failed" and "127.0.0.1" in (refused.last_error or "")
+    assert "RATCHET_WEBHOOK_ALLOW" in (refused.last_error or "")
+
+
+def test_a_start_with_another_webhook_under_the_same_run_id_is_another_request(
+    hooked: InMemoryDispatcher, receiver: Receiver
+) -> None:
+    agent = Agent(name=name(), model=CountingModel())
+    first = agent.start("hello", run_id="hooked-1", webhook=receiver.url)
+    assert agent.start("hello", run_id="hooked-1", webhook=receiver.url).run_id == first.run_id
+    with pytest.raises(RunConflictError, match="webhook="):
+        agent.start("hello", run_id="hooked-1", webhook=receiver.url + "&other=1")
+
+
+@pytest.mark.parametrize(
+    ("url", "allow", "said"),
+    [
+        ("http://127.0.0.1:9/h", None, "127.0.0.1, which is not a public address"),
+        ("http://169.254.169.254/latest/meta-data", "127.0.0.1", "169.254.169.254"),
+        ("http://[fe80::1]/h", None, "fe80::1"),
+        ("http://10.1.2.3/h", "192.168.0.0/16", "10.1.2.3"),
+        ("http://[::ffff:10.0.0.1]/h", None, "not a public address"),
+        ("http://metadata.google.internal/computeMetadata/v1/", None, "cloud metadata"),
+        ("http://localhost:9/h", None, "not a public address"),
+        ("ftp://example.com/h", None, "http:// or https://"),
+        ("http:///nohost", None, "with a host"),
+    ],
+)
+def test_a_webhook_outside_the_allow_list_is_refused_at_start_saying_what_to_set(
+    url: str, allow: str | None, said: str
+) -> None:
+    settings = hook_settings("sqlite://", webhook_allow=allow)
+    with pytest.raises(InvalidInputError, match="webhook") as refused:
+        check_url(url, settings)
+    assert said in str(refused.value)
+
+
+def test_the_allow_list_admits_its_hosts_and_networks_and_a_start_needs_the_secret() -> None:
+    assert check_url("http://10.1.2.3:8080/h", hook_settings("sqlite://", webhook_allow="10.0.0.0/8"))
+    assert check_url("http://127.0.0.1/h", hook_settings("sqlite://", webhook_allow="127.0.0.1"))
+    assert check_url("http://localhost/h", hook_settings("sqlite://", webhook_allow="localhost"))
+    assert check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_allow=None))  # a public address
+    with pytest.raises(InvalidInputError, match="RATCHET_WEBHOOK_SECRET"):
+        check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_secret=None))
+
+
+def test_a_refused_webhook_writes_no_run(hooked: InMemoryDispatcher) -> None:
+    agent = Agent(name=name(), model=CountingModel())
+    with pytest.raises(InvalidInputError, match="RATCHET_WEBHOOK_ALLOW"):
+        agent.start("hello", run_id="refused-1", webhook="http://169.254.169.254/")
+    with pytest.raises(RunNotFoundError):
+        hooked.store.get_record("refused-1")
