@@ -265,7 +265,8 @@ class Client:
 
     def webhook_deliveries(self, run_id: str) -> list[WebhookDelivery]:
         """What the run's webhook was told, one delivery per stop, oldest first: pending (with
-        when it is tried next), delivered or failed (with the last error)."""
+        when it is tried next), delivered or failed (with the last error). RunNotFoundError if
+        there is no such run."""
         return webhooks.deliveries(self.store, validation.known_run_id(run_id))
 
     def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:

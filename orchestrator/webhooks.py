@@ -163,9 +163,12 @@ class WebhookDelivery(BaseModel):
 
 
 def deliveries(store: Any, run_id: str) -> list[WebhookDelivery]:
-    """The run's deliveries, oldest first."""
+    """The run's deliveries, oldest first; RunNotFoundError if there is no such run."""
     with store.engine.begin() as conn:
-        return [WebhookDelivery(**row) for row in webhook_rows.of_run(conn, run_id)]
+        rows = webhook_rows.of_run(conn, run_id)
+        if not rows:
+            store.get_record(run_id, conn)
+        return [WebhookDelivery(**row) for row in rows]
 
 
 @dataclass(frozen=True)
