@@ -43,7 +43,7 @@ from pydantic import BaseModel
 
 from orchestrator.errors import InvalidInputError
 from orchestrator.settings import Settings
-from orchestrator.store import webhook_rows
+from orchestrator.store import Store, webhook_rows
 from orchestrator.untrusted import clip
 
 log = logging.getLogger("ratchet.webhooks")
@@ -162,13 +162,10 @@ class WebhookDelivery(BaseModel):
     delivered_at: float | None = None
 
 
-def deliveries(store: Any, run_id: str) -> list[WebhookDelivery]:
+def deliveries(store: Store, run_id: str) -> list[WebhookDelivery]:
     """The run's deliveries, oldest first; RunNotFoundError if there is no such run."""
-    with store.engine.begin() as conn:
-        rows = webhook_rows.of_run(conn, run_id)
-        if not rows:
-            store.get_record(run_id, conn)
-        return [WebhookDelivery(**row) for row in rows]
+    fields = WebhookDelivery.model_fields
+    return [WebhookDelivery(**{k: v for k, v in row.items() if k in fields}) for row in store.webhooks.of_run(run_id)]
 
 
 @dataclass(frozen=True)
@@ -198,7 +195,7 @@ def body_of(row: Any) -> bytes:
     return json.dumps({"delivery_id": row.delivery_id, "event": "run.stopped", "run": run}).encode()
 
 
-def deliver_due(store: Any, settings: Settings, *, send: Sender | None = None, now: float | None = None) -> int:
+def deliver_due(store: Store, settings: Settings, *, send: Sender | None = None, now: float | None = None) -> int:
     """Send the deliveries due (at most `BATCH`), one at a time, and record each outcome; how
     many were tried. The sweeper calls it each pass, under the fleet's sweep lease: it starts no
     delivery once a sweep interval (RATCHET_SWEEP_SECONDS) has passed, so that a slow receiver
@@ -206,8 +203,7 @@ def deliver_due(store: Any, settings: Settings, *, send: Sender | None = None, n
     send = send or post
     at = store.clock() if now is None else now
     stop_at = time.monotonic() + settings.sweep_seconds
-    with store.engine.begin() as conn:
-        rows = webhook_rows.due(conn, at, BATCH)
+    rows = store.webhooks.due(at, BATCH)
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret is not None else ""
     tried = 0
     for row in rows:
@@ -227,7 +223,7 @@ def deliver_due(store: Any, settings: Settings, *, send: Sender | None = None, n
     return tried
 
 
-def _settle(store: Any, settings: Settings, row: Any, outcome: Outcome) -> None:
+def _settle(store: Store, settings: Settings, row: Any, outcome: Outcome) -> None:
     attempts, now = row.attempts + 1, store.clock()
     state, retry_at, error = webhook_rows.PENDING, None, outcome.error
     if outcome.status is not None and 200 <= outcome.status < 300:
@@ -242,16 +238,14 @@ def _settle(store: Any, settings: Settings, row: Any, outcome: Outcome) -> None:
             retry_at = now + backoff(settings.webhook_backoff_seconds, attempts)
     if state != webhook_rows.DELIVERED:
         log.warning("webhook %s of run %s: attempt %d: %s (%s)", row.delivery_id, row.run_id, attempts, error, state)
-    with store.engine.begin() as conn:
-        webhook_rows.settle(
-            conn,
-            row.delivery_id,
-            attempts=attempts,
-            state=state,
-            now=now,
-            next_attempt_at=retry_at,
-            error=None if error is None else clip(error, 1000),
-        )
+    store.webhooks.settle(
+        row.delivery_id,
+        attempts=attempts,
+        state=state,
+        now=now,
+        next_attempt_at=retry_at,
+        error=None if error is None else clip(error, 1000),
+    )
 
 
 def backoff(base: float, attempts: int) -> float:

@@ -52,6 +52,7 @@ from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
+from orchestrator.store.webhook_rows import WebhookOutbox
 
 S = RunStatus
 T = TypeVar("T")
@@ -78,6 +79,8 @@ class Store(reads.Reader):
         self.teams = Teams(self, self._backend)
         #: What paused runs ask of a person, and the decisions (`store/paused.py`).
         self.requirements = Requirements(self, self._backend)
+        #: The webhook outbox's deliveries (`webhook_rows`): what the sweeper sends and settles.
+        self.webhooks = WebhookOutbox(self.engine)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
         self.endings = Endings(self)
 

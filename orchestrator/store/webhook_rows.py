@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Float, String, bindparam, func, literal, select, update
+from sqlalchemy import Connection, Engine, Float, String, bindparam, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql
 
+from orchestrator.errors import RunNotFoundError
 from orchestrator.run import RunRecord
+from orchestrator.store.tables import runs
 from orchestrator.store.tables import webhook_deliveries as wd
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -26,8 +28,8 @@ def delivery_id(run_id: str, epoch: int, status: str) -> str:
 
 
 def enqueue(conn: Connection, record: RunRecord) -> None:
-    """Owe a delivery of the stop `record` is at (a no-op for a run without a webhook, and for
-    the same stop written again)."""
+    """Owe a delivery of the stop `record` is at (a no-op for a run without a webhook). The
+    caller's move is guarded, so one stop is written once."""
     if record.webhook is None:
         return
     row = dict(
@@ -46,12 +48,7 @@ def enqueue(conn: Connection, record: RunRecord) -> None:
         attempts=0,
         next_attempt_at=record.updated_at,
     )
-    if conn.dialect.name == "postgresql":
-        conn.execute(postgresql.insert(wd).values(row).on_conflict_do_nothing())
-    else:
-        from sqlalchemy.dialects import sqlite
-
-        conn.execute(sqlite.insert(wd).values(row).on_conflict_do_nothing())
+    conn.execute(insert(wd).values(row))
 
 
 def stopped_pg(moved: Any) -> Any:
@@ -82,40 +79,52 @@ def stopped_pg(moved: Any) -> Any:
     return postgresql.insert(wd).from_select(columns, rows).on_conflict_do_nothing().cte("moved_webhook")
 
 
-def due(conn: Connection, now: float, limit: int) -> list[Any]:
-    """The pending deliveries due by `now`, oldest first."""
-    query = (
-        select(wd).where(wd.c.state == PENDING, wd.c.next_attempt_at <= now).order_by(wd.c.next_attempt_at).limit(limit)
-    )
-    return list(conn.execute(query))
+class WebhookOutbox:
+    """The outbox's reads and writes outside a move (`Store.webhooks`), each its own transaction."""
 
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
-def settle(
-    conn: Connection,
-    delivery: str,
-    *,
-    attempts: int,
-    state: str,
-    now: float,
-    next_attempt_at: float | None,
-    error: str | None,
-) -> None:
-    """Record one attempt's outcome: delivered, failed for good, or pending until `next_attempt_at`."""
-    conn.execute(
-        update(wd)
-        .where(wd.c.delivery_id == delivery, wd.c.state == PENDING)
-        .values(
-            attempts=attempts,
-            state=state,
-            next_attempt_at=next_attempt_at,
-            last_error=error,
-            delivered_at=now if state == DELIVERED else None,
+    def due(self, now: float, limit: int) -> list[Any]:
+        """The pending deliveries due by `now`, oldest first."""
+        query = (
+            select(wd)
+            .where(wd.c.state == PENDING, wd.c.next_attempt_at <= now)
+            .order_by(wd.c.next_attempt_at)
+            .limit(limit)
         )
-    )
+        with self.engine.begin() as conn:
+            return list(conn.execute(query))
 
+    def settle(
+        self,
+        delivery: str,
+        *,
+        attempts: int,
+        state: str,
+        now: float,
+        next_attempt_at: float | None,
+        error: str | None,
+    ) -> None:
+        """Record one attempt's outcome: delivered, failed for good, or pending until `next_attempt_at`."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(wd)
+                .where(wd.c.delivery_id == delivery, wd.c.state == PENDING)
+                .values(
+                    attempts=attempts,
+                    state=state,
+                    next_attempt_at=next_attempt_at,
+                    last_error=error,
+                    delivered_at=now if state == DELIVERED else None,
+                )
+            )
 
-def of_run(conn: Connection, run_id: str) -> list[dict[str, Any]]:
-    """The run's deliveries, oldest first, as the API shows them."""
-    query = select(wd).where(wd.c.run_id == run_id).order_by(wd.c.created_at, wd.c.delivery_id)
-    shown = ("delivery_id", "url", "run_status", "state", "attempts", "next_attempt_at", "last_error", "delivered_at")
-    return [{k: row._mapping[k] for k in shown} | {"created_at": row.created_at} for row in conn.execute(query)]
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's deliveries, oldest first; RunNotFoundError if there is no such run."""
+        query = select(wd).where(wd.c.run_id == run_id).order_by(wd.c.created_at, wd.c.delivery_id)
+        with self.engine.begin() as conn:
+            rows = [dict(row._mapping) for row in conn.execute(query)]
+            if not rows and conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                raise RunNotFoundError(f"no run with run_id {run_id!r} in this database")
+        return rows

@@ -139,7 +139,7 @@ class StartRequest(BaseModel):
     )
     webhook: str | None = Field(
         default=None,
-        max_length=2048,
+        json_schema_extra={"minLength": 1, "maxLength": 2048, "pattern": r"^https?://\S+$"},
         description="an http(s) URL POSTed a signed summary each time the run stops (COMPLETED, ERROR, CANCELLED, "
         "PAUSED); its host must resolve to public addresses unless RATCHET_WEBHOOK_ALLOW lists it",
     )
