@@ -5,6 +5,7 @@ ends of a delivery (2xx, 410, attempts spent), and the addresses refused at star
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,10 @@ import pytest
 
 from orchestrator import Agent, RunStatus, tool
 from orchestrator.errors import InvalidInputError, RunConflictError, RunNotFoundError
+from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import Fault, ScriptConfig
-from orchestrator.webhooks import check_url, verify
+from orchestrator.webhooks import Outcome, check_url, deliver_due, verify
 from tests.support import Clock, CountingModel
 from tests.webhook_support import SECRET, Receiver, hook_settings, receiving
 
@@ -189,3 +191,31 @@ def test_a_refused_webhook_writes_no_run(hooked: InMemoryDispatcher) -> None:
         agent.start("hello", run_id="refused-1", webhook="http://169.254.169.254/")
     with pytest.raises(RunNotFoundError):
         hooked.store.get_record("refused-1")
+
+
+def test_a_redirect_is_not_followed_but_tried_again_later(hooked: InMemoryDispatcher, receiver: Receiver) -> None:
+    receiver.failures, receiver.failing = 1, 302
+    run = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+    hooked.sweep()
+    [moved] = hooked.client.webhook_deliveries(run.run_id)
+    assert (moved.state, moved.attempts, moved.last_error) == ("pending", 1, "the receiver answered HTTP 302")
+    assert len(receiver.requests) == 1
+
+
+def test_a_pass_starts_no_delivery_once_a_sweep_interval_has_passed(tmp_path: Path, receiver: Receiver) -> None:
+    settings = hook_settings(f"sqlite:///{tmp_path / 'runs.db'}", sweep_seconds=0.05)
+    with in_memory(settings) as inline:
+        agent = Agent(name=name(), model=CountingModel())
+        runs = [agent.start("hello", webhook=receiver.url).wait() for _ in range(3)]
+        sent: list[str] = []
+
+        def slow(url: str, body: bytes, headers: dict[str, str], _: Settings) -> Outcome:
+            sent.append(headers["Ratchet-Delivery"])
+            deadline = time.monotonic() + 0.06  # longer than the interval: the pass stops after it
+            while time.monotonic() < deadline:
+                pass
+            return Outcome(200)
+
+        assert deliver_due(inline.store, settings, send=slow) == 1
+        assert deliver_due(inline.store, settings, send=slow) == 1
+        assert len(set(sent)) == 2 and all(r.status == S.COMPLETED for r in runs)
