@@ -126,7 +126,7 @@ def _addresses(host: str, port: int) -> list[IPAddress]:
         pass
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         raise InvalidInputError(f"webhook host {host!r} does not resolve ({exc}): check the URL") from None
     found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     return list(dict.fromkeys(found))
@@ -275,7 +275,7 @@ def post(url: str, body: bytes, headers: dict[str, str], settings: Settings) -> 
         response = conn.getresponse()
         response.read(65536)
         return Outcome(response.status)
-    except (OSError, http.client.HTTPException) as exc:
+    except Exception as exc:  # a refused connection, a timeout, a reply that is not HTTP: try again later
         return Outcome(None, f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()

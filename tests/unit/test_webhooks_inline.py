@@ -219,3 +219,12 @@ def test_a_pass_starts_no_delivery_once_a_sweep_interval_has_passed(tmp_path: Pa
         assert deliver_due(inline.store, settings, send=slow) == 1
         assert deliver_due(inline.store, settings, send=slow) == 1
         assert len(set(sent)) == 2 and all(r.status == S.COMPLETED for r in runs)
+
+
+def test_a_fork_of_a_completed_run_keeps_its_webhook(hooked: InMemoryDispatcher, receiver: Receiver) -> None:
+    agent = Agent(name=name(), model=CountingModel())
+    first = agent.start("hello", webhook=receiver.url).wait()
+    fork = agent.continue_run(run_id=first.run_id, input="and again")
+    hooked.sweep()
+    assert fork.run_id != first.run_id and fork.status == S.COMPLETED
+    assert sorted(b["run"]["run_id"] for b in receiver.bodies()) == sorted([first.run_id, fork.run_id])
