@@ -335,8 +335,8 @@ class Client:
 
     def delete_session(self, session_id: str) -> Deleted | None:
         """Delete the session and everything stored for it: its runs (member runs included), their
-        messages, tool starts, logs and live events (Redis streams too), in short batches. None
-        if there is no such session. RunLiveError naming the run, and nothing deleted, if a run
+        messages, tool starts, logs, live events (Redis streams too) and webhook deliveries, in
+        short batches. None if there is no such session. RunLiveError naming the run, and nothing deleted, if a run
         in it is live (QUEUED, RUNNING, WAITING or PAUSED): cancel it or let it stop first."""
         found = validation.session_id(session_id)
         return retention.delete_session(self.store, found, on_deleted=self._drop_streams)

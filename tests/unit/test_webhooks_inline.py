@@ -228,3 +228,12 @@ def test_a_fork_of_a_completed_run_keeps_its_webhook(hooked: InMemoryDispatcher,
     hooked.sweep()
     assert fork.run_id != first.run_id and fork.status == S.COMPLETED
     assert sorted(b["run"]["run_id"] for b in receiver.bodies()) == sorted([first.run_id, fork.run_id])
+
+
+def test_deleting_a_session_deletes_its_runs_deliveries(hooked: InMemoryDispatcher, receiver: Receiver) -> None:
+    run = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
+    assert len(hooked.client.webhook_deliveries(run.run_id)) == 1
+    hooked.client.delete_session(run.session_id)
+    assert hooked.sweep().webhooks == 0 and receiver.requests == []  # nothing left to send
+    with pytest.raises(RunNotFoundError):
+        hooked.client.webhook_deliveries(run.run_id)
