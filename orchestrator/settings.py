@@ -242,6 +242,11 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_SWEEP_SECONDS and RATCHET_CATALOG_SEEN_SECONDS must be positive")
         if self.api_max_body_bytes < 1:
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
+        if self.webhook_max_attempts < 1 or self.webhook_backoff_seconds <= 0 or self.webhook_timeout_seconds <= 0:
+            raise ValueError(
+                "RATCHET_WEBHOOK_MAX_ATTEMPTS, RATCHET_WEBHOOK_BACKOFF_SECONDS and RATCHET_WEBHOOK_TIMEOUT_SECONDS "
+                "must be positive"
+            )
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:
             raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
         for origin in self.api_cors_origin_values:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Agent, RunStatus, tool
-from orchestrator.errors import InvalidInputError, RunConflictError, RunNotFoundError
+from orchestrator.errors import ConfigurationError, InvalidInputError, RunConflictError, RunNotFoundError
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import Fault, ScriptConfig
@@ -237,3 +237,11 @@ def test_deleting_a_session_deletes_its_runs_deliveries(hooked: InMemoryDispatch
     assert hooked.sweep().webhooks == 0 and receiver.requests == []  # nothing left to send
     with pytest.raises(RunNotFoundError):
         hooked.client.webhook_deliveries(run.run_id)
+
+
+@pytest.mark.parametrize("setting", ["RATCHET_WEBHOOK_MAX_ATTEMPTS", "RATCHET_WEBHOOK_BACKOFF_SECONDS"])
+def test_webhook_settings_must_be_positive_and_the_secret_is_never_shown(setting: str) -> None:
+    with pytest.raises(ConfigurationError, match=setting):
+        Settings.from_env({setting: "0"})
+    shown = Settings.from_env({"RATCHET_WEBHOOK_SECRET": SECRET})
+    assert SECRET not in repr(shown) and SECRET not in str(shown.model_dump())
