@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrator import schedules, timeline, validation
+from orchestrator import schedules, timeline, validation, webhooks
 from orchestrator.control import RunControl
 from orchestrator.errors import DecisionKindError, InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
@@ -38,6 +38,7 @@ from orchestrator.store.metrics import MetricsSnapshot
 from orchestrator.store.retention import Deleted
 from orchestrator.store.schedule_rows import Schedule
 from orchestrator.timeline import Step
+from orchestrator.webhooks import WebhookDelivery
 
 #: A point in time as `Client.list_runs` takes it (see `validation.moment`).
 Moment = float | datetime | str
@@ -151,6 +152,7 @@ class Client:
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
@@ -178,7 +180,12 @@ class Client:
 
         `priority`: 0-9, higher first; a run without one is as 0. Every step of the run (and of
         its team members) is published with it, so under a backlog its steps are taken before
-        lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it)."""
+        lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it).
+
+        `webhook`: an http(s) URL POSTed a signed summary each time the run stops (COMPLETED,
+        ERROR, CANCELLED, PAUSED), at least once, from a durable outbox (`orchestrator.webhooks`).
+        Its host must resolve to public addresses unless RATCHET_WEBHOOK_ALLOW lists it;
+        RATCHET_WEBHOOK_SECRET must be set. A refused URL is InvalidInputError, nothing written."""
         run_id = self.control.start(
             agent,
             input=input,
@@ -188,6 +195,7 @@ class Client:
             user_id=user_id,
             session_state=session_state,
             priority=priority,
+            webhook=webhook,
         )
         return RunHandle(run_id, self)
 
@@ -296,6 +304,12 @@ class Client:
         """The run with its messages and member runs; RunNotFoundError if there is none."""
         return self.store.get_output(validation.known_run_id(run_id))
 
+    def webhook_deliveries(self, run_id: str) -> list[WebhookDelivery]:
+        """What the run's webhook was told, one delivery per stop, oldest first: pending (with
+        when it is tried next), delivered or failed (with the last error). RunNotFoundError if
+        there is no such run."""
+        return webhooks.deliveries(self.store, validation.known_run_id(run_id))
+
     def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
         """The session (its user and state) and its runs, oldest first. None if no run was ever
         started in it, or, with `user_id`, if it is not that user's (a session is its first run's
@@ -362,8 +376,8 @@ class Client:
 
     def delete_session(self, session_id: str) -> Deleted | None:
         """Delete the session and everything stored for it: its runs (member runs included), their
-        messages, tool starts, logs and live events (Redis streams too), in short batches. None
-        if there is no such session. RunLiveError naming the run, and nothing deleted, if a run
+        messages, tool starts, logs, live events (Redis streams too) and webhook deliveries, in
+        short batches. None if there is no such session. RunLiveError naming the run, and nothing deleted, if a run
         in it is live (QUEUED, RUNNING, WAITING or PAUSED): cancel it or let it stop first."""
         found = validation.session_id(session_id)
         return retention.delete_session(self.store, found, on_deleted=self._drop_streams)

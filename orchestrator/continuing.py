@@ -213,6 +213,7 @@ class Continuation:
                 priority=record.priority,
                 trace_context=trace_context,
                 definition_hash=self.definition_hash(record.agent_name),
+                webhook=record.webhook,  # the fork is told of its stops as its source was
             )
 
     @staticmethod

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator import limits, starting, validation
+from orchestrator import limits, starting, validation, webhooks
 from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
@@ -85,6 +85,7 @@ class RunControl:
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
@@ -93,7 +94,8 @@ class RunControl:
         statement or transaction that writes the run, so of two first runs racing for one
         session one user's is written. `session_state`: merged over the session's stored state,
         key by key, when the run is written (`orchestrator.state`). `priority`: 0-9, higher first
-        (None: none, as 0); every step of the run is published with it.
+        (None: none, as 0); every step of the run is published with it. `webhook`: a URL told of
+        each stop of the run (`orchestrator.webhooks`), checked here against RATCHET_WEBHOOK_ALLOW.
 
         A run_id that exists, for the same request (`orchestrator.idempotency`: user, agent, input,
         stream, priority, session_state, and the session if given), is the same start
@@ -107,6 +109,7 @@ class RunControl:
             stream=stream,
             priority=priority,
             session_state=session_state,
+            webhook=None if webhook is None else webhooks.check_url(webhook, self.settings),
         )
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         record = starting.write(self.store, self.settings, request, run_id)

@@ -40,6 +40,8 @@ class StartRequest:
     stream: bool = False
     priority: int | None = None
     session_state: Mapping[str, Any] | None = None
+    #: Checked by the caller (`webhooks.check_url`, which needs the settings).
+    webhook: str | None = None
 
     @classmethod
     def checked(
@@ -52,6 +54,7 @@ class StartRequest:
         stream: bool,
         priority: int | None,
         session_state: Mapping[str, Any] | None,
+        webhook: str | None = None,
     ) -> StartRequest:
         """A producer's start, each argument checked at the door (InvalidInputError)."""
         return cls(
@@ -62,6 +65,7 @@ class StartRequest:
             stream=validation.flag(stream, what="stream"),
             priority=None if priority is None else validation.priority(priority),
             session_state=None if session_state is None else validation.session_state(session_state),
+            webhook=webhook,
         )
 
     @property
@@ -82,7 +86,12 @@ class StartRequest:
                 f"run_id {run.run_id!r} is already a run of agent {run.agent_name!r} in session {run.session_id!r}; "
                 f"a run of agent {self.agent!r}{where} needs a run_id of its own"
             )
-        for name, stored, given in (("stream", run.stream, self.stream), ("priority", run.priority, self.priority)):
+        compared = (
+            ("stream", run.stream, self.stream),
+            ("priority", run.priority, self.priority),
+            ("webhook", run.webhook, self.webhook),
+        )
+        for name, stored, given in compared:
             if stored != given:
                 return _another(run, f"{name}={stored!r}", f"{name}={given!r}")
         if run.request_digest == self.digest:

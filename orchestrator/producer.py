@@ -67,10 +67,12 @@ class Agent(AgentDefinition):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> RunHandle:
         """Enqueue a run and return at once with its handle, whose `wait()` gives the content as
         this agent's `output_schema`. `user_id`, `session_state` (merged over the session's
-        stored state) and `priority` (0-9, higher first): see `Client.start`."""
+        stored state), `priority` (0-9, higher first) and `webhook` (a URL told of each stop):
+        see `Client.start`."""
         client = self.client
         started = client.start(
             self.name,
@@ -81,6 +83,7 @@ class Agent(AgentDefinition):
             user_id=user_id,
             session_state=session_state,
             priority=priority,
+            webhook=webhook,
         )
         return AgentRunHandle(started.run_id, client, self)
 

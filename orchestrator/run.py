@@ -70,6 +70,8 @@ class RunRecord:
     #: When the step last claimed was queued (the claim's copy of `updated_at` before it; None
     #: on a claim of a RUNNING run whose lease expired, or before migration 0018).
     queued_at: float | None = None
+    #: The URL told of each stop of the run (`orchestrator.webhooks`); None: none.
+    webhook: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

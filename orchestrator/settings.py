@@ -13,8 +13,9 @@ does not lose a claim). Keep the model timeout (plus backoff) under the soft lim
 is advice, since a model may set its own timeout.
 
 The settings that may hold a credential (`SECRET_SETTINGS`: the URLs, which may carry a password,
-the API's tokens and its JWT key) are read from a file too: RATCHET_<NAME>_FILE names a file holding the value
-(a compose or Kubernetes secret), read when the settings are, its trailing line break dropped.
+the API's tokens, its JWT key, the webhook secret) are read from a file too: RATCHET_<NAME>_FILE
+names a file holding the value (a compose or Kubernetes secret), read when the settings are, its
+trailing line break dropped.
 Setting both RATCHET_<NAME> and RATCHET_<NAME>_FILE, or naming a file that cannot be read or is
 empty, is a ConfigurationError that names the variable and the file, never the value. The
 provider's key (OPENAI_API_KEY) is not a setting; `env_secret` reads it, or OPENAI_API_KEY_FILE,
@@ -40,7 +41,9 @@ LEASE_HEARTBEATS = 3
 #: RATCHET_MODEL_TIMEOUT's default, also the timeout of a model call made outside a worker.
 DEFAULT_MODEL_TIMEOUT = 120.0
 #: The settings that may hold a credential, each read from RATCHET_<NAME>_FILE too.
-SECRET_SETTINGS = ("database_url", "broker_url", "redis_url", "limiter_url", "api_tokens", "jwt_key")
+SECRET_SETTINGS = (
+    "database_url", "broker_url", "redis_url", "limiter_url", "api_tokens", "jwt_key", "webhook_secret",
+)  # fmt: skip
 #: The JWT algorithms the API may verify with (RATCHET_JWT_ALGORITHMS): never `none`.
 JWT_ALGORITHMS = (
     "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
@@ -167,6 +170,20 @@ class Settings(BaseModel):
     jwt_audience: str | None = None
     #: The `iss` a token must carry (unset: not checked).
     jwt_issuer: str | None = None
+    #: The key webhook deliveries are signed with (HMAC-SHA256, `orchestrator.webhooks`). A
+    #: secret: masked, never logged, readable from RATCHET_WEBHOOK_SECRET_FILE. Unset, a start
+    #: with a webhook is refused: an unsigned delivery could not be told from a forged one.
+    webhook_secret: SecretStr | None = None
+    #: The hosts and networks webhooks may be sent to besides public addresses, comma-separated
+    #: (`hooks.internal`, `10.0.0.0/8`, `127.0.0.1`). Loopback, private, link-local (cloud
+    #: metadata included) and other non-public addresses are refused unless listed here.
+    webhook_allow: str | None = None
+    #: How many times a delivery is tried before it is marked failed.
+    webhook_max_attempts: int = 8
+    #: The first retry's delay in seconds; each next one doubles it (with jitter), up to an hour.
+    webhook_backoff_seconds: float = 5.0
+    #: How long one delivery's POST may take, in seconds.
+    webhook_timeout_seconds: float = 10.0
 
     @model_validator(mode="before")
     @classmethod
@@ -225,6 +242,11 @@ class Settings(BaseModel):
             raise ValueError("RATCHET_SWEEP_SECONDS and RATCHET_CATALOG_SEEN_SECONDS must be positive")
         if self.api_max_body_bytes < 1:
             raise ValueError("RATCHET_API_MAX_BODY_BYTES must be positive")
+        if self.webhook_max_attempts < 1 or self.webhook_backoff_seconds <= 0 or self.webhook_timeout_seconds <= 0:
+            raise ValueError(
+                "RATCHET_WEBHOOK_MAX_ATTEMPTS, RATCHET_WEBHOOK_BACKOFF_SECONDS and RATCHET_WEBHOOK_TIMEOUT_SECONDS "
+                "must be positive"
+            )
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:
             raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
         for origin in self.api_cors_origin_values:
@@ -363,6 +385,11 @@ class Settings(BaseModel):
         no trailing slash, no default port), so the guard and CORS match it alike; empty when unset."""
         parts = (_as_origin(p) for p in (self.api_cors_origins or "").split(","))
         return tuple(p for p in parts if p)
+
+    @property
+    def webhook_allow_values(self) -> tuple[str, ...]:
+        """RATCHET_WEBHOOK_ALLOW split at commas, stripped; empty when unset."""
+        return tuple(p.strip() for p in (self.webhook_allow or "").split(",") if p.strip())
 
     @property
     def is_embedded_broker(self) -> bool:

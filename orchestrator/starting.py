@@ -81,6 +81,7 @@ def _create(store: Store, settings: Settings, request: StartRequest, run_id: str
             trace_context=trace_context,
             request_digest=request.digest,
             definition_hash=definition_hash,
+            webhook=request.webhook,
         )
 
 

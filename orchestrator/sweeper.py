@@ -23,6 +23,9 @@ One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sw
   and one whose run this database does not hold is left to expire (a Redis may serve several);
 - a schedule whose next tick passed starts the run of its latest tick, its id derived from the
   schedule and the tick, so two sweepers at once start one (`orchestrator.schedules`).
+- the webhook deliveries due (a run's stop, a retry whose backoff passed) are POSTed, one at a
+  time, at most `webhooks.BATCH` a pass, each bounded by RATCHET_WEBHOOK_TIMEOUT_SECONDS
+  (`orchestrator.webhooks`). Steps never wait for them: only the sweeper's pass does.
 
 Every write is a guarded move, so two sweepers at once, or a sweeper racing a worker, are safe.
 """
@@ -46,6 +49,7 @@ from orchestrator.status import RunStatus
 from orchestrator.steps import StepRunner
 from orchestrator.store.schedule_rows import Schedule
 from orchestrator.untrusted import storable_text
+from orchestrator.webhooks import deliver_due
 
 log = logging.getLogger("ratchet.sweeper")
 S = RunStatus
@@ -66,6 +70,8 @@ class SweepReport:
     timed_out: list[str] = field(default_factory=list)
     #: Runs started by schedules whose tick passed (run ids: "<schedule id>:<tick>").
     scheduled: list[str] = field(default_factory=list)
+    #: Webhook deliveries tried (delivered, failed or to be tried again).
+    webhooks: int = 0
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
 
@@ -105,6 +111,10 @@ class Sweeper:
         self._free_places(report)
         for schedule in self.store.schedules.due(now):
             self._each(report, schedule.schedule_id, self._schedule, schedule, now)
+        try:
+            report.webhooks = deliver_due(self.store, self.settings)
+        except Exception:
+            log.exception("sweep: webhook deliveries could not be read or settled; the next pass tries again")
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "

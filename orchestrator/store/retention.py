@@ -2,9 +2,9 @@
 time (`prune`).
 
 A run goes with everything stored for it: its messages, its at-most-once tool starts, its log
-(`ratchet_events`) and its live events in `ratchet_deltas`; a team run goes with its member runs,
-recursively. Redis streams are not the store's: it reports which deleted runs were streamed, and
-`Client` drops their streams through the delta sink.
+(`ratchet_events`), its live events in `ratchet_deltas` and its webhook deliveries (sent or not); a
+team run goes with its member runs, recursively. Redis streams are not the store's: it reports
+which deleted runs were streamed, and `Client` drops their streams through the delta sink.
 
 A prune leaves the sessions' rows (id, user, state), so a conversation can go on after its old
 runs went, and a run started meanwhile in an old session never meets a session half deleted.
@@ -36,7 +36,16 @@ from orchestrator.status import RunStatus
 from orchestrator.store import metrics
 from orchestrator.store.listing import RunFilter, ordered
 from orchestrator.store.store import Store
-from orchestrator.store.tables import deltas, events, messages, requirements, runs, sessions, tool_starts
+from orchestrator.store.tables import (
+    deltas,
+    events,
+    messages,
+    requirements,
+    runs,
+    sessions,
+    tool_starts,
+    webhook_deliveries,
+)
 from orchestrator.store.teams import LIVE
 
 #: Statuses a run may be deleted in: it stopped and waits on nobody.
@@ -213,7 +222,7 @@ def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
     rows added to the metrics' counters stays counted (`metrics.keep_counted`)."""
     for part in _parts(list(run_ids)):
         metrics.keep_counted(conn, part)
-        for table in (messages, tool_starts, requirements, events, deltas):
+        for table in (messages, tool_starts, requirements, events, deltas, webhook_deliveries):
             conn.execute(delete(table).where(table.c.run_id.in_(part)))
         conn.execute(delete(runs).where(runs.c.run_id.in_(part)))
 

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.status import RunStatus
-from orchestrator.store import claims, deciding, direct, sessions, statements, writes
+from orchestrator.store import claims, deciding, direct, sessions, statements, webhook_rows, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.claims import Claim
 from orchestrator.store.database import SQLITE_READS, open_engine
@@ -82,6 +82,7 @@ class SqliteBackend(Backend):
         record = RunRecord.from_row(row)
         if final:
             note_final(conn, record.run_id)
+            webhook_rows.enqueue(conn, record)
         if params["b_status"] == RunStatus.COMPLETED.value:  # what the metrics count as completed
             logged = {"b_run_id": record.run_id, "b_now": params["b_now"], "b_step": seq}
             direct.many(conn, statements.LOG_COMPLETED, [logged])

@@ -47,6 +47,7 @@ from orchestrator.messages import Message
 from orchestrator.status import RunStatus, transition
 from orchestrator.store.notify import CHANNEL
 from orchestrator.store.tables import events, messages, runs, sessions
+from orchestrator.store.webhook_rows import stopped_pg
 from orchestrator.usage import TIMING_COLUMNS, USAGE_COLUMNS
 
 S = RunStatus
@@ -204,6 +205,8 @@ def _commit_pg(notify: bool, completed: bool = False) -> Select[Any]:
         started=bindparam("b_started", type_=Float),
         queued=bindparam("b_queued", type_=Float),
     )
+    if notify:  # a stop: the delivery its webhook is owed, in the same statement (nothing without one)
+        ctes.append(stopped_pg(moved))
     return select(*columns).add_cte(appended, *ctes)
 
 
@@ -221,7 +224,8 @@ def _completed(source: Any) -> Select[Any]:
 #: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time), `b_queued` (when
 #: the step was queued) and `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
-#: The same for a move to a final status, which also wakes the run's waiters when it commits.
+#: The same for a move to a final status, which also wakes the run's waiters when it commits and
+#: writes the delivery its webhook is owed (`webhook_rows`).
 COMMIT_PG_FINAL = _commit_pg(notify=True)
 #: The same for a move to COMPLETED, which also logs the run's "completed" event (one statement still).
 COMMIT_PG_COMPLETED = _commit_pg(notify=True, completed=True)

@@ -35,7 +35,7 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import catalog_rows, leases, metrics, reads, sessions, writes
+from orchestrator.store import catalog_rows, leases, metrics, reads, sessions, webhook_rows, writes
 from orchestrator.store import history as session_history
 from orchestrator.store.backend import Backend
 from orchestrator.store.catalog_rows import CatalogRow, Served
@@ -53,6 +53,7 @@ from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
+from orchestrator.store.webhook_rows import WebhookOutbox
 
 S = RunStatus
 T = TypeVar("T")
@@ -79,6 +80,8 @@ class Store(reads.Reader):
         self.teams = Teams(self, self._backend)
         #: What paused runs ask of a person, and the decisions (`store/paused.py`).
         self.requirements = Requirements(self, self._backend)
+        #: The webhook outbox's deliveries (`webhook_rows`): what the sweeper sends and settles.
+        self.webhooks = WebhookOutbox(self.engine)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
         self.endings = Endings(self)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
@@ -148,6 +151,7 @@ class Store(reads.Reader):
         trace_context: str | None = None,
         request_digest: str | None = None,
         definition_hash: str | None = None,
+        webhook: str | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
@@ -170,6 +174,7 @@ class Store(reads.Reader):
             trace_context=trace_context,
             request_digest=request_digest,
             definition_hash=definition_hash,
+            webhook=webhook,
         )
         values = writes.new_run(fields, now=self.clock(), n_messages=len(input_messages), publish_grace=publish_grace)
         changes = [StateChange(set=dict(session_state))] if session_state else []
@@ -265,6 +270,7 @@ class Store(reads.Reader):
                 self.log_event(c, run_id, event, record.seq, to=dst.value, **writes.position(record))
             if dst.is_final:
                 self._backend.on_final(c, run_id)
+                webhook_rows.enqueue(c, record)
             return record
 
     def mark_due(self, run_id: str, *, epoch: int, publish_grace: float | None = None) -> bool:

@@ -102,6 +102,10 @@ runs = Table(
     # as it was (the move to QUEUED) before the claim overwrites it; NULL on a claim of a RUNNING
     # run whose lease expired. Its commit stamps it on its messages (`step_queued_at`).
     Column("queued_at", Float, nullable=True),
+    # The URL its producer asked to be told at, each time the run stops (`orchestrator.webhooks`,
+    # migration 0021); NULL: none. Each move to a final status writes a `ratchet_webhook_deliveries`
+    # row in the same transaction.
+    Column("webhook", Text, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -321,3 +325,36 @@ schedules = Table(
     Column("last_run_id", String(64), nullable=True),
 )
 Index("ix_ratchet_schedules_next", schedules.c.next_at)
+
+# The webhook outbox (migration 0021, `store/webhook_rows.py`): one row per stop of a run that has
+# a webhook, written in the transaction of the move, delivered (and retried) by the sweeper.
+webhook_deliveries = Table(
+    "ratchet_webhook_deliveries",
+    metadata,
+    # "<run_id>.<epoch>.<status>": one stop of a run (every move out of a stop bumps the epoch or
+    # the status), so a commit sent twice writes one row; the receiver de-duplicates on it.
+    Column("delivery_id", String(128), primary_key=True),
+    Column("run_id", String(64), nullable=False),
+    Column("session_id", String(128), nullable=False),
+    Column("agent_name", String(256), nullable=False),
+    Column("url", Text, nullable=False),
+    # The run as it stopped: what the POST's body says of it.
+    Column("run_status", String(16), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("content", Text, nullable=True),
+    Column("error_type", String(128), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    # "pending" | "delivered" | "failed" (attempts spent, a 410, or a refused address).
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", Float, nullable=True),
+)
+Index("ix_ratchet_webhook_deliveries_run", webhook_deliveries.c.run_id)
+_UNSENT = text("state = 'pending'")
+Index(
+    "ix_ratchet_webhook_deliveries_due", webhook_deliveries.c.next_attempt_at,
+    postgresql_where=_UNSENT, sqlite_where=_UNSENT,
+)  # fmt: skip

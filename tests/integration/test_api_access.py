@@ -347,6 +347,7 @@ CHECKS: dict[tuple[str, str], Callable[[World], object]] = {
     ("GET", "/runs/{run_id}/events"): _events,
     ("GET", "/runs/{run_id}/log"): lambda w: w.owned("GET", "/runs/{run}/log", 200),
     ("GET", "/runs/{run_id}/steps"): lambda w: w.owned("GET", "/runs/{run}/steps", 200),
+    ("GET", "/runs/{run_id}/webhooks"): lambda w: w.owned("GET", "/runs/{run}/webhooks", 200),
     ("GET", "/sessions/{session_id}"): _session("/sessions/{session}"),
     ("GET", "/sessions/{session_id}/runs"): _session("/sessions/{session}/runs"),
     ("DELETE", "/sessions/{session_id}"): _delete_session,

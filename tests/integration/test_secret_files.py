@@ -42,6 +42,7 @@ def secret(tmp_path: Path, value: str, name: str = "secret") -> str:
         ("REDIS_URL", "redis://:s3cret-pw@events.internal:6379/1", lambda s: s.redis_url),
         ("LIMITER_URL", "redis://:s3cret-pw@limits.internal:6379/2", lambda s: s.limiter_url),
         ("API_TOKENS", "tok-a, tok-b", lambda s: s.api_token_values),
+        ("WEBHOOK_SECRET", "whsec-0123456789", lambda s: s.webhook_secret.get_secret_value()),
     ],
 )
 def test_each_setting_that_may_hold_a_credential_is_read_from_its_file(
@@ -53,7 +54,9 @@ def test_each_setting_that_may_hold_a_credential_is_read_from_its_file(
 
 
 def test_the_settings_read_from_files_are_those_that_may_hold_a_credential() -> None:
-    assert set(SECRET_SETTINGS) == {"database_url", "broker_url", "redis_url", "limiter_url", "api_tokens"}
+    assert set(SECRET_SETTINGS) == {
+        "database_url", "broker_url", "redis_url", "limiter_url", "api_tokens", "jwt_key", "webhook_secret",
+    }  # fmt: skip
     with pytest.raises(ConfigurationError, match="unknown setting RATCHET_APP_FILE;.*read from a file: .*"):
         Settings.from_env({"RATCHET_APP_FILE": "agents.txt"})
 

@@ -46,6 +46,7 @@ SCOPES = frozenset({READ, WRITE, DECIDE, ADMIN})
 ROUTE_SCOPES = {
     "startRun": WRITE,
     "getRun": READ,
+    "listRunWebhooks": READ,
     "waitForRun": READ,
     "continueRun": WRITE,
     "cancelRun": WRITE,

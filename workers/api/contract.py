@@ -137,6 +137,12 @@ class StartRequest(BaseModel):
         strict=True,
         description="0-9, higher first: under a backlog its steps go before lower ones' (default: none, as 0)",
     )
+    webhook: str | None = Field(
+        default=None,
+        json_schema_extra={"minLength": 1, "maxLength": 2048, "pattern": r"^https?://\S+$"},
+        description="an http(s) URL POSTed a signed summary each time the run stops (COMPLETED, ERROR, CANCELLED, "
+        "PAUSED); its host must resolve to public addresses unless RATCHET_WEBHOOK_ALLOW lists it",
+    )
 
 
 #: What a decision is: its kind, by name (`orchestrator.requirements.Decision`).

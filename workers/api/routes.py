@@ -57,6 +57,7 @@ from orchestrator.errors import (
 from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
+from orchestrator.webhooks import WebhookDelivery
 from workers.api import agents, checks, decisions, problems, records, schedule_routes, ui
 from workers.api.access import DECIDE, CallerDep, Verifier, declare_scopes, own_run, starting_user
 from workers.api.contract import (
@@ -211,6 +212,7 @@ def start_run(
             user_id=user_id,
             session_state=body.session_state,
             priority=body.priority,
+            webhook=body.webhook,
         )
     except SessionOwnedError:  # about the session, not the key: said as it is
         raise
@@ -256,6 +258,20 @@ def get_run(run_id: RunId, client: ClientDep, caller: CallerDep) -> RunOutput:
     """The run with its messages and member runs."""
     own_run(client, caller, run_id)
     return client.get_run(run_id)
+
+
+@router.get(
+    "/runs/{run_id}/webhooks",
+    operation_id="listRunWebhooks",
+    summary="List a run's webhook deliveries",
+    response_model=list[WebhookDelivery],
+    tags=["runs"],
+    responses=refusals(401, 404, 422),
+)
+def list_run_webhooks(run_id: RunId, client: ClientDep, caller: CallerDep) -> list[WebhookDelivery]:
+    """What the run's webhook was told: one delivery per stop, pending, delivered or failed."""
+    own_run(client, caller, run_id)
+    return client.webhook_deliveries(run_id)
 
 
 @router.get(

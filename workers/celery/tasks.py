@@ -5,7 +5,7 @@
   Either goes to the queue its agent or tool names instead (`orchestrator.routing`); one sent
   with `reroute=True` (by a producer that does not define its agent) is sent on to that queue.
 - `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, user_id=None,
-  session_state=None, priority=None)` and
+  session_state=None, priority=None, webhook=None)` and
   `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
@@ -159,6 +159,7 @@ def _register_control(app: Celery) -> None:
         user_id: str | None = None,
         session_state: dict[str, Any] | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
@@ -172,6 +173,7 @@ def _register_control(app: Celery) -> None:
             user_id=user_id,
             session_state=session_state,
             priority=priority,
+            webhook=webhook,
         )
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))

@@ -2,7 +2,7 @@
 Python code does.
 
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
-                [--priority 0-9] [--wait | --stream] [--timeout T] [--app MODULE] [--json]
+                [--priority 0-9] [--webhook URL] [--wait | --stream] [--timeout T] [--app MODULE] [--json]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
     ratchet show RUN_ID [--log] [--steps] [--json]
@@ -61,6 +61,7 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
     p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
     p.add_argument("--priority", type=int, metavar="0-9", help="the run's priority, higher first (default: none, as 0)")
+    p.add_argument("--webhook", metavar="URL", help="POST a signed summary to URL each time the run stops")
     p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
     p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
     p.set_defaults(func=cmd_run)
@@ -126,6 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         user_id=args.user_id,
         session_state=args.session_state,
         priority=args.priority,
+        webhook=args.webhook,
     )
     with about(handle.run_id):
         if args.stream:
