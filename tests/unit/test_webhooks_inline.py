@@ -245,3 +245,36 @@ def test_webhook_settings_must_be_positive_and_the_secret_is_never_shown(setting
         Settings.from_env({setting: "0"})
     shown = Settings.from_env({"RATCHET_WEBHOOK_SECRET": SECRET})
     assert SECRET not in repr(shown) and SECRET not in str(shown.model_dump())
+
+
+def test_a_team_paused_twice_in_one_epoch_owes_two_deliveries_with_distinct_ids(db_url: str) -> None:
+    """A team goes PAUSED -> WAITING without a new epoch: its second pause is the same run,
+    epoch and status as its first, and must not collide with it (the move rolled back)."""
+    from orchestrator.messages import Message
+    from orchestrator.store import Store
+
+    store = Store.open(db_url)
+    run_id = f"team-{uuid.uuid4().hex[:8]}"
+    store.create_run(
+        run_id=run_id,
+        session_id=f"s-{run_id}",
+        agent_name="a",
+        kind="team",
+        input_messages=[Message(role="user", content="x")],
+        publish_grace=0,
+        webhook="https://example.com/h",
+    )
+    steps = [
+        (RunStatus.QUEUED, RunStatus.RUNNING),
+        (RunStatus.RUNNING, RunStatus.WAITING),
+        (RunStatus.WAITING, RunStatus.PAUSED),
+        (RunStatus.PAUSED, RunStatus.WAITING),
+        (RunStatus.WAITING, RunStatus.PAUSED),
+    ]
+    try:
+        for src, dst in steps:
+            assert store.move(run_id, src=(src,), dst=dst) is not None
+        paused = [d for d in store.webhooks.of_run(run_id) if d["run_status"] == RunStatus.PAUSED.value]
+    finally:
+        store.engine.dispose()
+    assert len(paused) == 2 and paused[0]["delivery_id"] != paused[1]["delivery_id"]
