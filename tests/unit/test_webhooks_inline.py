@@ -17,7 +17,7 @@ from orchestrator.errors import ConfigurationError, InvalidInputError, RunConfli
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import Fault, ScriptConfig
-from orchestrator.webhooks import Outcome, check_url, deliver_due, verify
+from orchestrator.webhooks import Outcome, check_url, deliver_due, post, verify
 from tests.support import Clock, CountingModel
 from tests.webhook_support import SECRET, Receiver, hook_settings, receiving
 
@@ -156,12 +156,17 @@ def test_a_start_with_another_webhook_under_the_same_run_id_is_another_request(
 @pytest.mark.parametrize(
     ("url", "allow", "said"),
     [
-        ("http://127.0.0.1:9/h", None, "127.0.0.1, which is not a public address"),
+        ("http://127.0.0.1:9/h", None, "'127.0.0.1' is not a public address"),
         ("http://169.254.169.254/latest/meta-data", "127.0.0.1", "169.254.169.254"),
         ("http://[fe80::1]/h", None, "fe80::1"),
         ("http://10.1.2.3/h", "192.168.0.0/16", "10.1.2.3"),
         ("http://[::ffff:10.0.0.1]/h", None, "not a public address"),
+        ("http://[2002:7f00:1::]/h", None, "not a public address"),  # 6to4 of 127.0.0.1
+        ("http://[64:ff9b::7f00:1]/h", None, "not a public address"),  # NAT64 of 127.0.0.1
+        ("http://[::127.0.0.1]/h", None, "not a public address"),  # IPv4-compatible
+        ("http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/h", None, "not a public address"),  # Teredo of 10.0.0.1
         ("http://metadata.google.internal/computeMetadata/v1/", None, "cloud metadata"),
+        ("http://metadata.google.internal./computeMetadata/v1/", None, "cloud metadata"),
         ("http://localhost:9/h", None, "not a public address"),
         ("ftp://example.com/h", None, "http:// or https://"),
         ("http:///nohost", None, "with a host"),
@@ -176,10 +181,32 @@ def test_a_webhook_outside_the_allow_list_is_refused_at_start_saying_what_to_set
     assert said in str(refused.value)
 
 
+def test_a_refused_host_name_is_not_told_the_address_it_resolves_to() -> None:
+    with pytest.raises(InvalidInputError, match="'localhost' is not a public address") as refused:
+        check_url("http://localhost:9/h", hook_settings("sqlite://", webhook_allow=None))
+    assert "127.0.0.1" not in str(refused.value) and "::1" not in str(refused.value)
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "fd00::/129", "10.0.0.300"])
+def test_a_malformed_allow_list_network_is_refused_naming_the_setting(entry: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"RATCHET_WEBHOOK_ALLOW entry '{entry}'"):
+        Settings.from_env({"RATCHET_WEBHOOK_ALLOW": f"example.com,{entry}"})
+
+
+def test_a_host_that_does_not_resolve_at_delivery_is_tried_again_later(tmp_path: Path) -> None:
+    settings = hook_settings(f"sqlite:///{tmp_path / 'runs.db'}", webhook_max_attempts=3)
+    outcome = post("http://no-such-host.invalid/h", b"{}", {}, settings)
+    assert outcome.status is None and outcome.error is not None
+    assert "does not resolve" in outcome.error and not outcome.error.startswith("refused:")
+
+
 def test_the_allow_list_admits_its_hosts_and_networks_and_a_start_needs_the_secret() -> None:
     assert check_url("http://10.1.2.3:8080/h", hook_settings("sqlite://", webhook_allow="10.0.0.0/8"))
     assert check_url("http://127.0.0.1/h", hook_settings("sqlite://", webhook_allow="127.0.0.1"))
     assert check_url("http://localhost/h", hook_settings("sqlite://", webhook_allow="localhost"))
+    assert check_url("http://localhost./h", hook_settings("sqlite://", webhook_allow="localhost."))
+    assert check_url("http://[2002:5db8:d70e::]/h", hook_settings("sqlite://"))  # 6to4 of a public address
+    assert check_url("http://[64:ff9b::7f00:1]/h", hook_settings("sqlite://", webhook_allow="127.0.0.0/8"))
     assert check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_allow=None))  # a public address
     with pytest.raises(InvalidInputError, match="RATCHET_WEBHOOK_SECRET"):
         check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_secret=None))
