@@ -33,6 +33,7 @@ import logging
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -308,15 +309,47 @@ def post(url: str, body: bytes, headers: dict[str, str], settings: Settings) -> 
         if parts.scheme == "https"
         else _PinnedHTTP(host, port, str(address), timeout)
     )
+    # The socket's timeout bounds each read, not the request: a receiver dripping a byte a
+    # little faster would hold the sweeper for hours. The watchdog cuts the connection once
+    # RATCHET_WEBHOOK_TIMEOUT_SECONDS have passed in all.
+    watchdog = _Watchdog(conn, timeout)
     try:
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
         response.read(65536)
+        if watchdog.cut:
+            raise TimeoutError("the connection was cut")
         return Outcome(response.status)
     except Exception as exc:  # a refused connection, a timeout, a reply that is not HTTP: try again later
+        if watchdog.cut:
+            return Outcome(None, f"TimeoutError: the receiver took longer than {timeout:g} s in all")
         return Outcome(None, f"{type(exc).__name__}: {exc}")
     finally:
+        watchdog.cancel()
         conn.close()
+
+
+class _Watchdog:
+    """Shuts the connection's socket down `seconds` from now (its blocked read then ends),
+    unless cancelled first; `cut` says whether it did."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.conn, self.cut = conn, False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.cut = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class _PinnedHTTP(http.client.HTTPConnection):

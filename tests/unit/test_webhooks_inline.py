@@ -305,3 +305,37 @@ def test_a_team_paused_twice_in_one_epoch_owes_two_deliveries_with_distinct_ids(
     finally:
         store.engine.dispose()
     assert len(paused) == 2 and paused[0]["delivery_id"] != paused[1]["delivery_id"]
+
+
+def test_a_receiver_dripping_its_answer_is_cut_off_at_the_total_timeout(tmp_path: Path) -> None:
+    """The socket's timeout bounds each read: RATCHET_WEBHOOK_TIMEOUT_SECONDS bounds the POST."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n")
+            while not done.wait(0.2):  # a byte every 0.2 s, well inside the per-read timeout
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    settings = hook_settings(f"sqlite:///{tmp_path / 'runs.db'}", webhook_timeout_seconds=1.0)
+    try:
+        began = time.monotonic()
+        outcome = post(f"http://127.0.0.1:{server.getsockname()[1]}/h", b"{}", {}, settings)
+        took = time.monotonic() - began
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+    assert outcome.status is None and "1 s in all" in (outcome.error or "")
+    assert took < 3.0
