@@ -24,6 +24,7 @@ at each call.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import os
 from collections.abc import Iterator, Mapping
@@ -247,6 +248,8 @@ class Settings(BaseModel):
                 "RATCHET_WEBHOOK_MAX_ATTEMPTS, RATCHET_WEBHOOK_BACKOFF_SECONDS and RATCHET_WEBHOOK_TIMEOUT_SECONDS "
                 "must be positive"
             )
+        for entry in self.webhook_allow_values:
+            _check_allow_entry(entry)
         if self.stream_ttl <= 0 or self.stream_maxlen < 1:
             raise ValueError("RATCHET_STREAM_TTL and RATCHET_STREAM_MAXLEN must be positive")
         for origin in self.api_cors_origin_values:
@@ -469,3 +472,17 @@ def secret_from_file(name: str, env: Mapping[str, str]) -> str | None:
 def env_value(name: str) -> str | None:
     """Read a non-Ratchet variable that a third-party convention defines (OPENAI_BASE_URL)."""
     return os.environ.get(name) or None
+
+
+def _check_allow_entry(entry: str) -> None:
+    """An entry of RATCHET_WEBHOOK_ALLOW that looks like an address or a network must be one: a
+    typo (`10.0.0.0/33`) would otherwise be taken for a host name and allow nothing it meant to."""
+    if "/" not in entry and ":" not in entry and not entry.replace(".", "").isdigit():
+        return  # a host name
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError as exc:
+        raise ValueError(
+            f"RATCHET_WEBHOOK_ALLOW entry {entry!r} is not an address or network ({exc}): write an address, "
+            "a network such as 10.0.0.0/8 or fd00::/8, or a host name"
+        ) from None

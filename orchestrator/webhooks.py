@@ -33,6 +33,7 @@ import logging
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -103,18 +104,20 @@ def resolve_checked(url: str, settings: Settings) -> tuple[str, int, IPAddress]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise InvalidInputError(f"webhook {url!r} has a port that is not a number from 0 to 65535") from None
-    host = parts.hostname.lower()
+    host = parts.hostname.lower().rstrip(".")
     allowed = settings.webhook_allow_values
-    if host in METADATA_HOSTS and host not in allowed:
+    if host in METADATA_HOSTS and not _names(host, allowed):
         raise InvalidInputError(
             f"webhook host {host!r} is a cloud metadata service: refused unless RATCHET_WEBHOOK_ALLOW lists it"
         )
     addresses = _addresses(host, port)
     for address in addresses:
         if not _allowed(host, address, allowed):
+            # The address stays in the server's log: a caller is not told what an internal name resolves to.
+            log.warning("webhook host %r refused: it resolves to %s", host, address)
             raise InvalidInputError(
-                f"webhook host {host!r} resolves to {address}, which is not a public address (loopback, private, "
-                "link-local or reserved): add the host or a network holding it to RATCHET_WEBHOOK_ALLOW to allow it"
+                f"webhook host {host!r} is not a public address (loopback, private, link-local or reserved): "
+                "add the host or a network holding it to RATCHET_WEBHOOK_ALLOW to allow it"
             )
     return host, port, addresses[0]
 
@@ -127,23 +130,56 @@ def _addresses(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise InvalidInputError(f"webhook host {host!r} does not resolve ({exc}): check the URL") from None
+        raise UnresolvedHostError(f"webhook host {host!r} does not resolve ({exc}): check the URL") from None
     found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     return list(dict.fromkeys(found))
 
 
+class UnresolvedHostError(InvalidInputError):
+    """The host did not resolve: refused at a start, but at a delivery only tried again later
+    (a DNS failure is often temporary; only an address the policy refuses is final)."""
+
+
+def _names(host: str, allowed: Sequence[str]) -> bool:
+    return any(entry.lower().rstrip(".") == host for entry in allowed)
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one wraps (mapped, 6to4, Teredo's client, NAT64's 64:ff9b::/96,
+    IPv4-compatible ::/96), so that the check sees where the packets really go."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    packed = int(address)
+    if address in _NAT64 or (packed >> 32 == 0 and packed > 1):  # not :: or ::1, which are checked as IPv6
+        return ipaddress.IPv4Address(packed & 0xFFFFFFFF)
+    return None
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
 def _allowed(host: str, address: IPAddress, allowed: Sequence[str]) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if _names(host, allowed) or _in_networks(address, allowed):
+        return True
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = _embedded_ipv4(address)
+        if inner is not None:  # judged by the IPv4 address it wraps
+            return _in_networks(inner, allowed) or (inner.is_global and not inner.is_multicast)
+    return address.is_global and not address.is_multicast
+
+
+def _in_networks(address: IPAddress, allowed: Sequence[str]) -> bool:
     for entry in allowed:
-        if entry.lower() == host:
-            return True
         try:
             if address in ipaddress.ip_network(entry, strict=False):
                 return True
         except ValueError:
-            continue  # a host name, not this one
-    return address.is_global and not address.is_multicast
+            continue  # a host name (settings refuse a malformed network)
+    return False
 
 
 class WebhookDelivery(BaseModel):
@@ -257,9 +293,12 @@ def backoff(base: float, attempts: int) -> float:
 
 def post(url: str, body: bytes, headers: dict[str, str], settings: Settings) -> Outcome:
     """POST `body` to `url` at the address its host resolves to now, checked again (a refused
-    one fails the delivery for good, its error starting "refused:")."""
+    one fails the delivery for good, its error starting "refused:"; a host that does not resolve
+    is tried again later)."""
     try:
         host, port, address = resolve_checked(url, settings)
+    except UnresolvedHostError as exc:  # perhaps a passing DNS failure: tried again with the backoff
+        return Outcome(None, str(exc))
     except InvalidInputError as exc:
         return Outcome(None, f"refused: {exc}")
     parts = urlsplit(url)
@@ -270,15 +309,47 @@ def post(url: str, body: bytes, headers: dict[str, str], settings: Settings) -> 
         if parts.scheme == "https"
         else _PinnedHTTP(host, port, str(address), timeout)
     )
+    # The socket's timeout bounds each read, not the request: a receiver dripping a byte a
+    # little faster would hold the sweeper for hours. The watchdog cuts the connection once
+    # RATCHET_WEBHOOK_TIMEOUT_SECONDS have passed in all.
+    watchdog = _Watchdog(conn, timeout)
     try:
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
         response.read(65536)
+        if watchdog.cut:
+            raise TimeoutError("the connection was cut")
         return Outcome(response.status)
     except Exception as exc:  # a refused connection, a timeout, a reply that is not HTTP: try again later
+        if watchdog.cut:
+            return Outcome(None, f"TimeoutError: the receiver took longer than {timeout:g} s in all")
         return Outcome(None, f"{type(exc).__name__}: {exc}")
     finally:
+        watchdog.cancel()
         conn.close()
+
+
+class _Watchdog:
+    """Shuts the connection's socket down `seconds` from now (its blocked read then ends),
+    unless cancelled first; `cut` says whether it did."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.conn, self.cut = conn, False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.cut = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class _PinnedHTTP(http.client.HTTPConnection):

@@ -9,6 +9,7 @@ in its one statement (`STOPPED_PG`), so a run without a webhook costs no round t
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, String, bindparam, func, insert, literal, select, update
@@ -23,8 +24,11 @@ PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 
 
 def delivery_id(run_id: str, epoch: int, status: str) -> str:
-    """One stop's id: every move out of a stop bumps the epoch or changes the status."""
-    return f"{run_id}.{epoch}.{status}"
+    """One stop's id, readable (`run.epoch.status.`) and made unique by a random tail: the run,
+    epoch and status alone repeat (a team goes PAUSED -> WAITING without a new epoch, so its next
+    pause is the same triple). The guarded move writes each stop once, so a random tail never
+    makes two rows of one stop."""
+    return f"{run_id}.{epoch}.{status}.{uuid.uuid4().hex[:16]}"
 
 
 def enqueue(conn: Connection, record: RunRecord) -> None:
@@ -55,7 +59,8 @@ def stopped_pg(moved: Any) -> Any:
     """PostgreSQL: the INSERT of the delivery the run `moved` (a CTE returning the moved row)
     owes, as a CTE of the same statement; it writes nothing for a run without a webhook."""
     now = bindparam("b_now", type_=Float)
-    ident = func.concat(moved.c.run_id, ".", moved.c.epoch, ".", moved.c.status)
+    tail = func.substr(func.replace(func.cast(func.gen_random_uuid(), String), "-", ""), 1, 16)
+    ident = func.concat(moved.c.run_id, ".", moved.c.epoch, ".", moved.c.status, ".", tail)  # as `delivery_id`
     rows = select(
         ident,
         moved.c.run_id,

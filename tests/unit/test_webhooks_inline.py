@@ -17,7 +17,7 @@ from orchestrator.errors import ConfigurationError, InvalidInputError, RunConfli
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import Fault, ScriptConfig
-from orchestrator.webhooks import Outcome, check_url, deliver_due, verify
+from orchestrator.webhooks import Outcome, check_url, deliver_due, post, verify
 from tests.support import Clock, CountingModel
 from tests.webhook_support import SECRET, Receiver, hook_settings, receiving
 
@@ -156,12 +156,17 @@ def test_a_start_with_another_webhook_under_the_same_run_id_is_another_request(
 @pytest.mark.parametrize(
     ("url", "allow", "said"),
     [
-        ("http://127.0.0.1:9/h", None, "127.0.0.1, which is not a public address"),
+        ("http://127.0.0.1:9/h", None, "'127.0.0.1' is not a public address"),
         ("http://169.254.169.254/latest/meta-data", "127.0.0.1", "169.254.169.254"),
         ("http://[fe80::1]/h", None, "fe80::1"),
         ("http://10.1.2.3/h", "192.168.0.0/16", "10.1.2.3"),
         ("http://[::ffff:10.0.0.1]/h", None, "not a public address"),
+        ("http://[2002:7f00:1::]/h", None, "not a public address"),  # 6to4 of 127.0.0.1
+        ("http://[64:ff9b::7f00:1]/h", None, "not a public address"),  # NAT64 of 127.0.0.1
+        ("http://[::127.0.0.1]/h", None, "not a public address"),  # IPv4-compatible
+        ("http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/h", None, "not a public address"),  # Teredo of 10.0.0.1
         ("http://metadata.google.internal/computeMetadata/v1/", None, "cloud metadata"),
+        ("http://metadata.google.internal./computeMetadata/v1/", None, "cloud metadata"),
         ("http://localhost:9/h", None, "not a public address"),
         ("ftp://example.com/h", None, "http:// or https://"),
         ("http:///nohost", None, "with a host"),
@@ -176,10 +181,32 @@ def test_a_webhook_outside_the_allow_list_is_refused_at_start_saying_what_to_set
     assert said in str(refused.value)
 
 
+def test_a_refused_host_name_is_not_told_the_address_it_resolves_to() -> None:
+    with pytest.raises(InvalidInputError, match="'localhost' is not a public address") as refused:
+        check_url("http://localhost:9/h", hook_settings("sqlite://", webhook_allow=None))
+    assert "127.0.0.1" not in str(refused.value) and "::1" not in str(refused.value)
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "fd00::/129", "10.0.0.300"])
+def test_a_malformed_allow_list_network_is_refused_naming_the_setting(entry: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"RATCHET_WEBHOOK_ALLOW entry '{entry}'"):
+        Settings.from_env({"RATCHET_WEBHOOK_ALLOW": f"example.com,{entry}"})
+
+
+def test_a_host_that_does_not_resolve_at_delivery_is_tried_again_later(tmp_path: Path) -> None:
+    settings = hook_settings(f"sqlite:///{tmp_path / 'runs.db'}", webhook_max_attempts=3)
+    outcome = post("http://no-such-host.invalid/h", b"{}", {}, settings)
+    assert outcome.status is None and outcome.error is not None
+    assert "does not resolve" in outcome.error and not outcome.error.startswith("refused:")
+
+
 def test_the_allow_list_admits_its_hosts_and_networks_and_a_start_needs_the_secret() -> None:
     assert check_url("http://10.1.2.3:8080/h", hook_settings("sqlite://", webhook_allow="10.0.0.0/8"))
     assert check_url("http://127.0.0.1/h", hook_settings("sqlite://", webhook_allow="127.0.0.1"))
     assert check_url("http://localhost/h", hook_settings("sqlite://", webhook_allow="localhost"))
+    assert check_url("http://localhost./h", hook_settings("sqlite://", webhook_allow="localhost."))
+    assert check_url("http://[2002:5db8:d70e::]/h", hook_settings("sqlite://"))  # 6to4 of a public address
+    assert check_url("http://[64:ff9b::7f00:1]/h", hook_settings("sqlite://", webhook_allow="127.0.0.0/8"))
     assert check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_allow=None))  # a public address
     with pytest.raises(InvalidInputError, match="RATCHET_WEBHOOK_SECRET"):
         check_url("http://93.184.215.14/h", hook_settings("sqlite://", webhook_secret=None))
@@ -245,3 +272,70 @@ def test_webhook_settings_must_be_positive_and_the_secret_is_never_shown(setting
         Settings.from_env({setting: "0"})
     shown = Settings.from_env({"RATCHET_WEBHOOK_SECRET": SECRET})
     assert SECRET not in repr(shown) and SECRET not in str(shown.model_dump())
+
+
+def test_a_team_paused_twice_in_one_epoch_owes_two_deliveries_with_distinct_ids(db_url: str) -> None:
+    """A team goes PAUSED -> WAITING without a new epoch: its second pause is the same run,
+    epoch and status as its first, and must not collide with it (the move rolled back)."""
+    from orchestrator.messages import Message
+    from orchestrator.store import Store
+
+    store = Store.open(db_url)
+    run_id = f"team-{uuid.uuid4().hex[:8]}"
+    store.create_run(
+        run_id=run_id,
+        session_id=f"s-{run_id}",
+        agent_name="a",
+        kind="team",
+        input_messages=[Message(role="user", content="x")],
+        publish_grace=0,
+        webhook="https://example.com/h",
+    )
+    steps = [
+        (RunStatus.QUEUED, RunStatus.RUNNING),
+        (RunStatus.RUNNING, RunStatus.WAITING),
+        (RunStatus.WAITING, RunStatus.PAUSED),
+        (RunStatus.PAUSED, RunStatus.WAITING),
+        (RunStatus.WAITING, RunStatus.PAUSED),
+    ]
+    try:
+        for src, dst in steps:
+            assert store.move(run_id, src=(src,), dst=dst) is not None
+        paused = [d for d in store.webhooks.of_run(run_id) if d["run_status"] == RunStatus.PAUSED.value]
+    finally:
+        store.engine.dispose()
+    assert len(paused) == 2 and paused[0]["delivery_id"] != paused[1]["delivery_id"]
+
+
+def test_a_receiver_dripping_its_answer_is_cut_off_at_the_total_timeout(tmp_path: Path) -> None:
+    """The socket's timeout bounds each read: RATCHET_WEBHOOK_TIMEOUT_SECONDS bounds the POST."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n")
+            while not done.wait(0.2):  # a byte every 0.2 s, well inside the per-read timeout
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    settings = hook_settings(f"sqlite:///{tmp_path / 'runs.db'}", webhook_timeout_seconds=1.0)
+    try:
+        began = time.monotonic()
+        outcome = post(f"http://127.0.0.1:{server.getsockname()[1]}/h", b"{}", {}, settings)
+        took = time.monotonic() - began
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+    assert outcome.status is None and "1 s in all" in (outcome.error or "")
+    assert took < 3.0
