@@ -91,14 +91,18 @@ def test_a_local_time_the_clocks_skip_fires_once_an_hour_later() -> None:
     ]
 
 
-def test_a_local_time_that_happens_twice_fires_once_at_its_first() -> None:
+def test_a_local_time_that_happens_twice_fires_once_for_a_fixed_hour_and_twice_for_every_hour() -> None:
     # New York repeats 01:00-02:00 on 1 November 2026: 01:30 EDT (05:30 UTC), then 01:30 EST
-    # (06:30 UTC), which does not fire again.
+    # (06:30 UTC), which a daily job does not fire at again.
     assert ticks("30 1 * * *", "America/New_York", "2026-10-31 12:00", 2) == ["2026-11-01 05:30", "2026-11-02 06:30"]
-    # Every 30 minutes: the repeated hour's times fire once, so 01:00 and 01:30 EST are skipped.
-    assert ticks("*/30 * * * *", "America/New_York", "2026-11-01 00:45", 3) == [
-        "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 07:00",
+    # Every 30 minutes (hour `*`): every half hour of real time, the repeated hour's both times.
+    assert ticks("*/30 * * * *", "America/New_York", "2026-11-01 00:45", 5) == [
+        "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 06:00", "2026-11-01 06:30", "2026-11-01 07:00",
     ]  # fmt: skip
+    # The latest tick passed (what a pass fires) sees the second occurrence too.
+    parsed, tz = cron.parse("*/30 * * * *"), cron.zone("America/New_York")
+    latest = cron.latest_tick(parsed, tz, at("2026-11-01 06:40", "UTC"), not_before=at("2026-11-01 05:10", "UTC"))
+    assert latest is not None and utc(latest) == "2026-11-01 06:30"
 
 
 @pytest.mark.parametrize(
