@@ -277,7 +277,9 @@ class Client:
         `session_id` if given (else a new session each), for `user_id`. The sweeper fires it
         (`orchestrator.schedules`: exactly one run per tick, missed ticks, clock changes).
         `schedule_id`: 1-40 characters of A-Z, a-z, 0-9, '.', '_' and '-' (default: a new one);
-        ScheduleConflictError if it is taken, InvalidInputError for an argument that cannot be taken."""
+        ScheduleConflictError if it is taken, InvalidInputError for an argument that cannot be taken;
+        AgentNotFoundError for an agent nothing here defines and no worker served (as `ratchet run`),
+        SessionOwnedError for a `session_id` of another user: nothing written."""
         return schedules.create(
             self.store,
             agent,

@@ -16,7 +16,9 @@ the clocks change:
   02:00 to 03:00 fires at 03:30 EDT; another tick landing on the same instant (03:30) is that
   same tick, fired once;
 - a local time that happens twice (the hour repeated in autumn) fires once, at its first
-  occurrence.
+  occurrence, when the hour field names hours ("30 1 * * *": a daily job runs once that day);
+  when it is every hour (`*`, an interval like "*/30 * * * *"), it fires at both occurrences,
+  every tick of real time: 01:00 and 01:30 EDT, then 01:00 and 01:30 EST.
 
 A tick is an instant (UNIX seconds, on the minute): what a schedule's run id is derived from.
 """
@@ -69,6 +71,8 @@ class Cron:
     weekdays: frozenset[int]  # 0 is Sunday
     #: Whether both day fields are restricted: then a day matching either fires (cron's rule).
     either_day: bool
+    #: Whether every hour fires (`*`): an interval, which fires in a repeated hour too.
+    every_hour: bool = False
 
     def day_matches(self, day: dt.date) -> bool:
         """Whether the expression fires on `day` (at its hours and minutes)."""
@@ -96,6 +100,7 @@ def parse(text: object) -> Cron:
         months=frozenset(values[3]),
         weekdays=weekdays,
         either_day=not fields[2].startswith("*") and not fields[4].startswith("*"),
+        every_hour=len(values[1]) == 24,
     )
 
 
@@ -136,14 +141,19 @@ def latest_tick(cron: Cron, tz: ZoneInfo, at_or_before: float, *, not_before: fl
 
 
 def _ticks_of(cron: Cron, tz: ZoneInfo, day: dt.date) -> list[float]:
-    """The instants the expression fires at on local `day` (each local time at its first occurrence)."""
+    """The instants the expression fires at on local `day`: each local time at its first
+    occurrence, and for an expression of every hour also at its second (the hour repeated)."""
     if not cron.day_matches(day):
         return []
-    return [
-        dt.datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz).timestamp()
-        for hour in cron.hours
-        for minute in cron.minutes
-    ]
+    found: list[float] = []
+    for hour in cron.hours:
+        for minute in cron.minutes:
+            first = dt.datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz)
+            found.append(first.timestamp())
+            second = first.replace(fold=1).timestamp()  # later only for a time the clocks repeat
+            if cron.every_hour and second > found[-1]:
+                found.append(second)
+    return found
 
 
 def _field(text: str, name: str, low: int, high: int, names: dict[str, int], whole: str) -> set[int]:

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator import cron, starting, validation
+from orchestrator import catalog, cron, starting, validation
 from orchestrator.errors import (
+    AgentNotFoundError,
     InvalidInputError,
     RunConflictError,
     ScheduleConflictError,
@@ -47,6 +48,7 @@ from orchestrator.ports import StepRef
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.schedule_rows import Schedule
+from orchestrator.store.sessions import refused
 
 log = logging.getLogger("ratchet.schedules")
 
@@ -92,7 +94,10 @@ def create(
     new_id: str | None = None,
 ) -> Schedule:
     """Check and store a schedule; its first tick is the first after now. InvalidInputError for
-    an argument that cannot be taken, ScheduleConflictError if `new_id` is taken."""
+    an argument that cannot be taken, ScheduleConflictError if `new_id` is taken. Refused before
+    anything is written, as each tick's start would fail: AgentNotFoundError for an agent that
+    nothing here defines and no worker ever served (`catalog.known`), SessionOwnedError for a
+    session of another user than `user_id`."""
     expression, tz = cron.parse(cron_text), cron.zone(timezone)
     now = store.clock()
     schedule = Schedule(
@@ -106,6 +111,7 @@ def create(
         created_at=now,
         next_at=cron.next_tick(expression, tz, now),
     )
+    _runnable(store, schedule)
     try:
         store.schedules.add(schedule)
     except IntegrityError:
@@ -113,6 +119,22 @@ def create(
             f"schedule {schedule.schedule_id} exists already: delete it first (ratchet schedule rm), or give another id"
         ) from None
     return schedule
+
+
+def _runnable(store: Store, schedule: Schedule) -> None:
+    """Refuse a schedule whose every tick would start a run that fails or is refused: an agent
+    nothing serves (a run erroring under a made-up name each tick), or a session another user
+    owns (a session is its first run's user's: each tick would be SessionOwnedError)."""
+    if not catalog.known(store, schedule.agent_name):
+        raise AgentNotFoundError(
+            f"no agent or team named {schedule.agent_name!r} is known here: no module this process imported defines "
+            "it and no worker has served it (`ratchet agents` lists those that have); start a worker whose module "
+            "defines it, then add the schedule; nothing was written"
+        )
+    if schedule.session_id is not None:
+        session = store.get_session(schedule.session_id)
+        if session is not None and session.user_id != schedule.user_id:
+            raise refused(schedule.session_id)
 
 
 def delete(store: Store, schedule: str) -> None:

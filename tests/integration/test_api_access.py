@@ -307,6 +307,8 @@ def _create_schedule(w: World) -> None:
     assert "has 4 fields" in bad["message"]
     taken = {**body, "schedule_id": made.json()["schedule_id"]}
     error_of(w.as_alice("POST", "/schedules", json=taken), 409, "ScheduleConflictError")
+    error_of(w.as_alice("POST", "/schedules", json={**body, "agent": "made-up"}), 404, "AgentNotFoundError")
+    error_of(w.as_alice("POST", "/schedules", json={**body, "session_id": "s-bob"}), 409, "SessionOwnedError")
 
 
 def _list_schedules(w: World) -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import Agent
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from tests.conftest import make_settings, settings_env
+from tests.support import CountingModel
 from workers.cli.commands import main
 
 
@@ -25,6 +27,9 @@ def store(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> St
 
 
 def test_schedule_add_list_rm_and_the_errors_exit_status(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    Agent(name="reporter", model=CountingModel())  # defined in this process, as an imported module would
+    assert main(["schedule", "add", "no-such-agent", "--cron", "@daily", "--input", "x", "--json"]) == 1
+    assert json.loads(capsys.readouterr().err)["error"]["type"] == "AgentNotFoundError"
     add = ["schedule", "add", "reporter", "--cron", "0 9 * * mon-fri", "--input", "the report"]
     assert main([*add, "--timezone", "Europe/Paris", "--id", "weekday-report", "--json"]) == 0
     made = json.loads(capsys.readouterr().out)

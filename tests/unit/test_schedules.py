@@ -13,7 +13,13 @@ from typing import cast
 import pytest
 
 from orchestrator import Agent, RunStatus, cron, schedules, starting
-from orchestrator.errors import InvalidInputError, ScheduleConflictError, ScheduleNotFoundError
+from orchestrator.errors import (
+    AgentNotFoundError,
+    InvalidInputError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    SessionOwnedError,
+)
 from orchestrator.idempotency import StartRequest
 from orchestrator.ports import StepRef
 from orchestrator.store import Store
@@ -85,14 +91,18 @@ def test_a_local_time_the_clocks_skip_fires_once_an_hour_later() -> None:
     ]
 
 
-def test_a_local_time_that_happens_twice_fires_once_at_its_first() -> None:
+def test_a_local_time_that_happens_twice_fires_once_for_a_fixed_hour_and_twice_for_every_hour() -> None:
     # New York repeats 01:00-02:00 on 1 November 2026: 01:30 EDT (05:30 UTC), then 01:30 EST
-    # (06:30 UTC), which does not fire again.
+    # (06:30 UTC), which a daily job does not fire at again.
     assert ticks("30 1 * * *", "America/New_York", "2026-10-31 12:00", 2) == ["2026-11-01 05:30", "2026-11-02 06:30"]
-    # Every 30 minutes: the repeated hour's times fire once, so 01:00 and 01:30 EST are skipped.
-    assert ticks("*/30 * * * *", "America/New_York", "2026-11-01 00:45", 3) == [
-        "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 07:00",
+    # Every 30 minutes (hour `*`): every half hour of real time, the repeated hour's both times.
+    assert ticks("*/30 * * * *", "America/New_York", "2026-11-01 00:45", 5) == [
+        "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 06:00", "2026-11-01 06:30", "2026-11-01 07:00",
     ]  # fmt: skip
+    # The latest tick passed (what a pass fires) sees the second occurrence too.
+    parsed, tz = cron.parse("*/30 * * * *"), cron.zone("America/New_York")
+    latest = cron.latest_tick(parsed, tz, at("2026-11-01 06:40", "UTC"), not_before=at("2026-11-01 05:10", "UTC"))
+    assert latest is not None and utc(latest) == "2026-11-01 06:30"
 
 
 @pytest.mark.parametrize(
@@ -156,6 +166,22 @@ def test_a_tick_starts_one_run_named_by_the_schedule_and_the_tick(
         client.unschedule("report")
 
 
+def test_a_schedule_of_an_unknown_agent_or_on_another_users_session_is_refused_and_not_stored(
+    inline: InMemoryDispatcher, agent: Agent
+) -> None:
+    client = inline.client
+    with pytest.raises(AgentNotFoundError, match="no worker has served it"):
+        client.schedule("made-up-agent", cron="* * * * *", input="x")
+    client.start(agent.name, input="hi", session_id="bobs", user_id="bob")  # the session is bob's
+    for other in ("alice", None):
+        with pytest.raises(SessionOwnedError, match="belongs to another user"):
+            client.schedule(agent.name, cron="* * * * *", input="x", session_id="bobs", user_id=other)
+    assert client.schedules() == []
+    client.schedule(agent.name, cron="* * * * *", input="x", session_id="bobs", user_id="bob")  # the owner's
+    client.schedule(agent.name, cron="* * * * *", input="x", session_id="new-one", user_id="alice")  # no session yet
+    assert len(client.schedules()) == 2
+
+
 def test_after_an_outage_only_the_latest_missed_tick_fires(
     inline: InMemoryDispatcher, clock: Clock, agent: Agent
 ) -> None:
@@ -196,7 +222,7 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 
 def test_two_sweepers_firing_one_tick_at_once_on_postgresql_start_one_run(pg_store: Store, redis_url: str) -> None:
     settings = make_settings(str(pg_store.engine.url.render_as_string(hide_password=False)), redis_url)
-    name = f"sched-{uuid.uuid4().hex[:8]}"
+    name = Agent(name=f"sched-{uuid.uuid4().hex[:8]}", model=CountingModel()).name  # defined here: known
     made = schedules.create(pg_store, name, cron_text="* * * * *", timezone="UTC", input="race", new_id="race")
     now = made.next_at + 1
     row: Schedule = pg_store.schedules.due(now)[0]

@@ -89,10 +89,11 @@ class ScheduleList(BaseModel):
     status_code=201,
     response_model=ScheduleBody,
     tags=["schedules"],
-    responses=refusals(401, 409, 422),
+    responses=refusals(401, 404, 409, 422),
 )
 def create_schedule(body: ScheduleRequest, client: ClientDep, caller: CallerDep) -> ScheduleBody:
-    """Store a schedule; its first tick is the first after now. 409 if `schedule_id` is taken,
+    """Store a schedule; its first tick is the first after now. 404 for an agent nothing here
+    serves (as `POST /runs`), 409 if `schedule_id` is taken or `session_id` is another user's,
     422 for a cron, zone or input that cannot be taken (the message says which field)."""
     made = client.schedule(
         body.agent,
