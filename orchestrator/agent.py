@@ -156,7 +156,7 @@ class AgentDefinition:
         self.model = model
         #: Agno's two ways to name the models tried when `model` fails for good, then them numbered.
         self.fallback_models, self.fallback_config = list(fallback_models or ()), fallback_config
-        self.fallback = FallbackChain.of(name, model, fallback_models, fallback_config)
+        self._fallback = FallbackChain.of(name, model, fallback_models, fallback_config)
         self.tools, self._toolkit_instructions = _tools_of(name, tools)
         self.instructions, self.description = instructions, description
         #: What this agent does, shown to a team leader that may delegate to it.
@@ -199,6 +199,14 @@ class AgentDefinition:
     def all_tools(self) -> list[Tool]:
         """Every tool the model is offered (a team adds its delegation tools)."""
         return list(self.tools)
+
+    @property
+    def fallback(self) -> FallbackChain:
+        """The agent's model, then its fallback models, numbered as a step's `model_index` counts
+        them; led by `model` as it is now, so a model set after the agent was defined is the one
+        called (as before fallbacks existed)."""
+        self._fallback = self._fallback.led_by(self.model)
+        return self._fallback
 
     def tool_specs(self) -> list[ToolSpec]:
         """The tools as the model sees them."""

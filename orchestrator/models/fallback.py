@@ -122,6 +122,11 @@ class FallbackChain:
     def __len__(self) -> int:
         return len(self.models)
 
+    def led_by(self, model: Model) -> FallbackChain:
+        """This chain with `model` first: the agent's own model as it is now (a test, or a
+        producer, may set `agent.model` after the agent was defined)."""
+        return self if self.models[0] is model else FallbackChain((model, *self.models[1:]), self.spans)
+
     def model(self, index: int) -> Model:
         """The model at `index`; the agent's own for an index this chain does not have (a run
         stored by a deploy that had more fallbacks)."""

@@ -245,3 +245,18 @@ def test_a_cost_budget_refuses_a_fallback_model_without_prices() -> None:
     priced = model("a", prices=Prices(input=1.0, output=1.0))
     with pytest.raises(ConfigurationError, match="its fallback model .*has no prices"):
         Agent(name=name(), model=priced, fallback_models=[model("b")], max_cost=1.0)
+
+
+def test_a_model_set_after_the_agent_was_defined_is_the_one_called_and_its_fallbacks_stay(
+    inline: InMemoryDispatcher,
+) -> None:
+    # The README's unit test sets `team.model` to a scripted model in a test: the chain follows it.
+    backup = model("backup")
+    agent = Agent(name=name(), model=model("defined"), fallback_models=[backup])
+    agent.model = replaced = model("replaced", Fault(status=500, times=None))
+
+    out = agent.run("hello")
+
+    assert out.status == S.COMPLETED and out.content == "backup says hi"
+    assert replaced.calls_for(out.run_id) and backup.calls_for(out.run_id)
+    assert agent.fallback.models == (replaced, backup)
