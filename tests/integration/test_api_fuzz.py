@@ -54,7 +54,11 @@ def test_the_api_holds_to_its_schema_under_fuzzing_with_no_server_error_and_no_r
     pg_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     settings: Settings = make_settings(pg_url, redis_url)
-    server = start_api(settings, tmp_path / "api.log", env={"RATCHET_API_TOKENS": TOKEN})
+    server = start_api(
+        settings,
+        tmp_path / "api.log",
+        env={"RATCHET_API_TOKENS": TOKEN, "RATCHET_WEBHOOK_SECRET": "fuzz-webhook-secret"},
+    )
     (tmp_path / "schemathesis.toml").write_text(CONFIG)
     command = [
         sys.executable, "-m", "schemathesis.cli", "--config-file", str(tmp_path / "schemathesis.toml"), "run",

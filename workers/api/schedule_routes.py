@@ -21,12 +21,14 @@ from orchestrator import validation as v
 from orchestrator.errors import ScheduleNotFoundError
 from orchestrator.store.schedule_rows import Schedule
 from workers.api.access import CallerDep, listed_user, starting_user
-from workers.api.contract import INPUT_TEXT, name, refusals, text
+from workers.api.contract import INPUT_TEXT, name, pattern, refusals, text
 from workers.api.deps import ClientDep, token_router
 
 router = token_router()
 
-ScheduleId = Annotated[str, Path(description="a schedule's id"), text(name(schedules.SCHEDULE_ID_MAX))]
+#: A schedule id as the schema states it: the rule `schedules.schedule_id` checks.
+SCHEDULE_ID = pattern(rf"^[A-Za-z0-9._-]{{1,{schedules.SCHEDULE_ID_MAX}}}$")
+ScheduleId = Annotated[str, Path(description="a schedule's id"), text(SCHEDULE_ID)]
 
 
 class ScheduleRequest(BaseModel):
@@ -52,7 +54,7 @@ class ScheduleRequest(BaseModel):
     schedule_id: str | None = Field(
         default=None,
         description=f"the schedule's id: {schedules.SCHEDULE_ID_RULE} (default: a new one)",
-        json_schema_extra=name(schedules.SCHEDULE_ID_MAX),
+        json_schema_extra=SCHEDULE_ID,
     )
 
 
