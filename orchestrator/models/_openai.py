@@ -22,7 +22,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
@@ -91,16 +90,6 @@ class OpenAIModel(Model):
     def resolved_base_url(self) -> str:
         """The base URL calls go to: the argument, else OPENAI_BASE_URL, else OpenAI's."""
         return self.base_url or env_value(BASE_URL_VAR) or DEFAULT_BASE_URL
-
-    def describe(self) -> str:
-        """Class, model id and (if set) a credential-free base URL; never the key."""
-        if not self.base_url:
-            return super().describe()
-        parts = urlsplit(self.base_url)
-        # Userinfo and query strings are where credentials hide in URLs.
-        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        safe = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-        return f"{type(self).__name__}(id={self.id!r}, base_url={safe!r})"
 
     def span_attributes(self) -> dict[str, Any]:
         """The server, the API and the sampling settings (`orchestrator.models._spans`)."""

@@ -28,7 +28,6 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
@@ -124,15 +123,6 @@ class Claude(Model):
     def resolved_base_url(self) -> str:
         """The base URL calls go to: the argument, else ANTHROPIC_BASE_URL, else Anthropic's."""
         return self.base_url or env_value(BASE_URL_VAR) or DEFAULT_BASE_URL
-
-    def describe(self) -> str:
-        """Class, model id and (if set) a credential-free base URL; never the key."""
-        if not self.base_url:
-            return super().describe()
-        parts = urlsplit(self.base_url)
-        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        safe = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-        return f"{type(self).__name__}(id={self.id!r}, base_url={safe!r})"
 
     def span_attributes(self) -> dict[str, Any]:
         """The server, the API and the sampling settings, as OpenAI's adapters say them."""

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message, ToolCall
@@ -119,15 +120,29 @@ class Model(ABC):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call. Raise `ModelCallError` (retryable or final) when it fails."""
 
+    #: Where calls go when the model was given a server of its own (`base_url=`); None: its
+    #: provider's, or its SDK's variable.
+    base_url: str | None = None
+
     def describe(self) -> str:
-        """A short, secret-free description for logs and `ratchet show`."""
-        return f"{type(self).__name__}(id={self.id!r})"
+        """A short, secret-free description for logs and `ratchet show`: the class, the model id
+        and, if set, the base URL without what may carry a credential."""
+        if not self.base_url:
+            return f"{type(self).__name__}(id={self.id!r})"
+        return f"{type(self).__name__}(id={self.id!r}, base_url={credential_free(self.base_url)!r})"
 
     def span_attributes(self) -> dict[str, Any]:
         """What the span of a call says about the request besides the model id (`orchestrator.tracing`),
         keyed as OpenTelemetry's GenAI conventions say: the server, sampling settings. Never a key
         or the prompt."""
         return {}
+
+
+def credential_free(url: str) -> str:
+    """`url` without its userinfo, query and fragment: where credentials hide in URLs."""
+    parts = urlsplit(url)
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 __all__ = [
