@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ToolArgumentsError,
         ToolBatchLimitError,
         ToolInterruptedError,
+        UnresolvedHostError,
     )
     from orchestrator.events import RunEvent
     from orchestrator.messages import Message
@@ -108,6 +109,7 @@ __all__ = [
     "ToolContext",
     "Toolkit",
     "ToolInterruptedError",
+    "UnresolvedHostError",
     "tool",
 ]
 __version__ = "0.1.0"
@@ -134,6 +136,7 @@ _HOMES: dict[str, str] = {
     "RunBusyError": "orchestrator.errors",
     "RunConflictError": "orchestrator.errors",
     "RunLiveError": "orchestrator.errors",
+    "UnresolvedHostError": "orchestrator.errors",
     "ScheduleConflictError": "orchestrator.errors",
     "ScheduleNotFoundError": "orchestrator.errors",
     "Schedule": "orchestrator.store.schedule_rows",

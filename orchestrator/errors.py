@@ -3,6 +3,7 @@
     RatchetError
     ├── ConfigurationError        settings or an agent definition are wrong
     │   └── InvalidInputError     a producer's argument cannot be taken (an id, a name, the input)
+    │       └── UnresolvedHostError  a webhook's host did not resolve (at a delivery: tried again)
     ├── AgentNotFoundError        no agent or team is registered under that name
     ├── RunNotFoundError          no run has that run_id
     ├── RunConflictError          that run_id is taken by another request's run (or another user's)
@@ -57,6 +58,11 @@ class InvalidInputError(ConfigurationError):
 
     Nothing was written. The message names the argument and the rule; fix the call and send it
     again. (A ConfigurationError, as the empty-input check was before this class existed.)"""
+
+
+class UnresolvedHostError(InvalidInputError):
+    """A webhook's host did not resolve: refused at a start, but at a delivery only tried again
+    later (a DNS failure is often temporary; only an address the policy refuses is final)."""
 
 
 class AgentNotFoundError(RatchetError):

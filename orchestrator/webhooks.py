@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from orchestrator.errors import InvalidInputError
+from orchestrator.errors import InvalidInputError, UnresolvedHostError
 from orchestrator.settings import Settings
 from orchestrator.store import Store, webhook_rows
 from orchestrator.untrusted import clip
@@ -133,11 +133,6 @@ def _addresses(host: str, port: int) -> list[IPAddress]:
         raise UnresolvedHostError(f"webhook host {host!r} does not resolve ({exc}): check the URL") from None
     found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     return list(dict.fromkeys(found))
-
-
-class UnresolvedHostError(InvalidInputError):
-    """The host did not resolve: refused at a start, but at a delivery only tried again later
-    (a DNS failure is often temporary; only an address the policy refuses is final)."""
 
 
 def _names(host: str, allowed: Sequence[str]) -> bool:
@@ -333,15 +328,15 @@ class _Watchdog:
     """Shuts the connection's socket down `seconds` from now (its blocked read then ends),
     unless cancelled first; `cut` says whether it did."""
 
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
-        self.conn, self.cut = conn, False
+    def __init__(self, link: http.client.HTTPConnection, seconds: float) -> None:
+        self.link, self.cut = link, False
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
         self.cut = True
-        sock = self.conn.sock
+        sock = self.link.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
