@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
-from orchestrator.requirements import PausePolicy
 from orchestrator.tools.mcp_session import IDEMPOTENCY_META_KEY, MCPConnection, MCPToolError, Transport, require_sdk
-from orchestrator.tools.tool import Tool, ToolContext, queue_name
+from orchestrator.tools.tool import Tool, ToolContext
 from orchestrator.tools.toolkit import Toolkit
 from orchestrator.untrusted import clip
 
@@ -149,32 +148,23 @@ class MCPTool(Tool):
         self.connection = connection
         self.server_tool = server_tool
         self.server_name = server_tool.name
-        self.name = name or server_tool.name
-        self.description = description or server_tool.description or self.name
-        self.at_most_once = at_most_once
-        self.queue = None if queue is None else queue_name(queue, f"tool {self.name}")
-        self.requires_confirmation = bool(requires_confirmation)
-        self.requires_user_input = False
-        self.external_execution = bool(external_execution)
+        name = name or server_tool.name
+        self._settle(
+            name=name,
+            description=description or server_tool.description or name,
+            at_most_once=at_most_once,
+            queue=queue,
+            requires_confirmation=requires_confirmation,
+            requires_user_input=False,
+            external_execution=external_execution,
+            pause_timeout=pause_timeout,
+            on_timeout=on_timeout,
+        )
         self.user_input_fields = []
-        self.pause_policy: PausePolicy | None = None
-        if pause_timeout is not None or on_timeout is not None:
-            self.pause_policy = PausePolicy.of(f"tool {self.name}", pause_timeout, on_timeout)
         self._schema: dict[str, Any] = dict(server_tool.input_schema or {"type": "object"})
         self._schema.setdefault("properties", {})
 
-    def with_flags(self, **changes: Any) -> MCPTool:
-        settings: dict[str, Any] = dict(
-            name=self.name,
-            description=self.description,
-            at_most_once=self.at_most_once,
-            queue=self.queue,
-            requires_confirmation=self.requires_confirmation,
-            external_execution=self.external_execution,
-            pause_timeout=self.pause_policy.timeout if self.pause_policy else None,
-            on_timeout=self.pause_policy.on_timeout if self.pause_policy else None,
-        )
-        settings.update(changes)
+    def _rebuilt(self, settings: dict[str, Any]) -> MCPTool:
         return MCPTool(self.connection, self.server_tool, **settings)
 
     @property

@@ -88,21 +88,48 @@ class Tool:
         on_timeout: str | None = None,
     ) -> None:
         self.fn = fn
-        self.name = name or fn.__name__
         summary, params = docstring_parts(fn.__doc__)
-        self.description = description or summary or self.name
+        name = name or fn.__name__
+        self._settle(
+            name=name,
+            description=description or summary or name,
+            at_most_once=at_most_once,
+            queue=queue,
+            requires_confirmation=requires_confirmation,
+            requires_user_input=requires_user_input,
+            external_execution=external_execution,
+            pause_timeout=pause_timeout,
+            on_timeout=on_timeout,
+        )
+        self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext, STATE_PARAM)
+        self._wants_state = STATE_PARAM in inspect.signature(fn).parameters and self._context_param != STATE_PARAM
+        self.user_input_fields = self._user_fields(user_input_fields) if self.requires_user_input else []
+
+    def _settle(
+        self,
+        *,
+        name: str,
+        description: str,
+        at_most_once: bool,
+        queue: str | None,
+        requires_confirmation: bool,
+        requires_user_input: bool,
+        external_execution: bool,
+        pause_timeout: float | None,
+        on_timeout: str | None,
+    ) -> None:
+        """The settings of every tool, whatever it calls (a function, an MCP server's tool)."""
+        self.name = name
+        self.description = description
         #: If True, a call that started and never finished is not run again (docs/guarantees.md).
         self.at_most_once = at_most_once
         #: The queue of the tool batches that call it (workers that can run it consume it: a GPU
         #: host, a private network); None: the agent's queue, or the default tools queue.
         self.queue = None if queue is None else queue_name(queue, f"tool {self.name}")
-        self._context_param, self._args_model = signature_model(fn, self.name, params, ToolContext, STATE_PARAM)
-        self._wants_state = STATE_PARAM in inspect.signature(fn).parameters and self._context_param != STATE_PARAM
         #: Agno's human-in-the-loop flags (see the module's docstring).
         self.requires_confirmation = bool(requires_confirmation)
         self.requires_user_input = bool(requires_user_input)
         self.external_execution = bool(external_execution)
-        self.user_input_fields = self._user_fields(user_input_fields) if self.requires_user_input else []
         #: Its own deadline for a pause (None: the agent's, if any).
         self.pause_policy = (
             PausePolicy.of(f"tool {self.name}", pause_timeout, on_timeout)
@@ -162,6 +189,10 @@ class Tool:
             on_timeout=self.pause_policy.on_timeout if self.pause_policy else None,
         )
         settings.update(changes)
+        return self._rebuilt(settings)
+
+    def _rebuilt(self, settings: dict[str, Any]) -> Tool:
+        """A tool like this one with `with_flags`'s settings."""
         return Tool(self.fn, **settings)
 
     @functools.cached_property
