@@ -45,9 +45,9 @@ class Stops:
             self._observer = observer
 
     def note(self, conn: Connection, record: RunRecord) -> None:
-        """The caller's transaction stops the run (handed on if it commits); nothing while
-        nobody observes."""
-        if self._observer is not None:
+        """The caller's transaction moves the run to `record.status`: a stop, if that is final,
+        handed on if the transaction commits; nothing while nobody observes."""
+        if self._observer is not None and record.status.is_final:
             conn.info.setdefault(_NOTED, []).append(record)
 
 

@@ -363,8 +363,7 @@ class Store(reads.Reader):
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
         sessions.apply(conn, record, state_changes)
-        if status.is_final:
-            self.stops.note(conn, record)
+        self.stops.note(conn, record)
         return record
 
     def append_tool_result(self, claim: Claim, message: Message, change: StateChange | None = None) -> None:
