@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
@@ -157,6 +158,7 @@ class Continuation:
             error_type=None,
             error_message=None,
             publish_grace=self.settings.publish_grace_seconds,
+            **_next_stretch(record, self.store.clock()),
         )
         if moved is None:
             return None
@@ -261,6 +263,7 @@ class Continuation:
             lease_expires_at=None,
             error_type=None,
             error_message=None,
+            **_next_stretch(team, self.store.clock()),
         )
         if moved is not None:
             woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)
@@ -272,3 +275,9 @@ class Continuation:
         if broker_down is not None:
             raise broker_down
         return moved is not None
+
+
+def _next_stretch(record: RunRecord, now: float) -> dict[str, Any]:
+    """A run continued after ERROR starts a new stretch of its trace (`tracing.resumed`): the
+    ERROR ended its span; a RUNNING run whose lease expired stays in the stretch it was in."""
+    return {"trace_context": tracing.resumed(record, now)} if record.status == S.ERROR else {}

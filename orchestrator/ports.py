@@ -36,6 +36,24 @@ class StepRef:
     queue: str | None = None
     priority: int | None = None
     routed: bool = True
+    #: The run's stored trace context (`RunRecord.trace_context`), for the publish's span and headers.
+    trace_context: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """How a step's message reached the process running it, for the step's span
+    (`orchestrator.tracing`: OpenTelemetry's messaging attributes)."""
+
+    #: `messaging.system`: the dispatcher's ("celery" from a Celery worker, "inline" in memory).
+    system: str
+    #: The queue it was taken from (None: not known).
+    queue: str | None = None
+    #: The message's id (a Celery task id).
+    message_id: str | None = None
+    #: The span current while the step runs is the messaging instrumentation's own for this
+    #: delivery (Celery's `run/<task>`, with its instrumentation on): the step's span is its child.
+    in_delivery_span: bool = False
 
 
 class Dispatcher(Protocol):

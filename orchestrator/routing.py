@@ -79,10 +79,17 @@ def step_of(
             countdown=countdown,
             priority=record.priority,
             routed=False,
+            trace_context=record.trace_context,
         )
     queue = queue_for(agent, kind, calls if callable(calls) else lambda: calls)
     return StepRef(
-        run_id=record.run_id, seq=record.seq, kind=kind, countdown=countdown, queue=queue, priority=record.priority
+        run_id=record.run_id,
+        seq=record.seq,
+        kind=kind,
+        countdown=countdown,
+        queue=queue,
+        priority=record.priority,
+        trace_context=record.trace_context,
     )
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from orchestrator import tracing
 from orchestrator.errors import ConfigurationError
 from orchestrator.limits import LocalLimiter
 from orchestrator.ports import DeltaSink, Dispatcher, FinalChannel, Limiter
@@ -122,6 +123,8 @@ def build(
     `current` has them): what a worker brings its own dispatcher to, or a test its own store."""
     with _lock:
         store = store if store is not None else open_store(settings)
+        if tracing.available():  # each run's span is emitted where its stop commits
+            store.stops.observe(tracing.stopped)
         return Runtime(
             settings=settings,
             store=store,

@@ -21,7 +21,7 @@ from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import DeltaSink, Dispatcher, StepRef
+from orchestrator.ports import Delivery, DeltaSink, Dispatcher, StepRef
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.runtime import Runtime
@@ -85,21 +85,30 @@ class StepRunner:
         """Where streamed runs' live events go (RATCHET_REDIS_URL's streams, or the store's table)."""
         return self.runtime.deltas
 
-    def model_step(self, run_id: str, seq: int, *, owner: str) -> str:
-        """One model call for the run. Returns what happened (for logs and tests)."""
-        return self._run(run_id, seq, "model", owner, self._model.run)
+    def model_step(self, run_id: str, seq: int, *, owner: str, delivery: Delivery | None = None) -> str:
+        """One model call for the run. Returns what happened (for logs and tests). `delivery`:
+        how its message came, for its span."""
+        return self._run(run_id, seq, "model", owner, self._model.run, delivery)
 
-    def tool_step(self, run_id: str, seq: int, *, owner: str) -> str:
+    def tool_step(self, run_id: str, seq: int, *, owner: str, delivery: Delivery | None = None) -> str:
         """Run the tool calls the last assistant message still owes, committing each result."""
-        return self._run(run_id, seq, "tools", owner, self._tools.run)
+        return self._run(run_id, seq, "tools", owner, self._tools.run, delivery)
 
-    def _run(self, run_id: str, seq: int, kind: str, owner: str, body: Callable[[Claim, InFlight], str]) -> str:
+    def _run(
+        self,
+        run_id: str,
+        seq: int,
+        kind: str,
+        owner: str,
+        body: Callable[[Claim, InFlight], str],
+        delivery: Delivery | None,
+    ) -> str:
         claim = self._claim(run_id, seq, kind, owner)
         if claim is None:
             return "dropped"
         flight = self.inflight.begin(claim)
         self.heartbeat.wake()
-        with tracing.step(claim.record, kind) as span:  # nothing, unless a tracer provider is set
+        with tracing.step(claim.record, kind, delivery) as span:  # nothing, unless a tracer provider is set
             try:
                 outcome = body(claim, flight)
             except BaseException as exc:

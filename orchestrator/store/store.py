@@ -50,6 +50,7 @@ from orchestrator.store.paused import Requirements
 from orchestrator.store.postgres import PostgresBackend
 from orchestrator.store.schedule_rows import Schedules
 from orchestrator.store.sqlite import SqliteBackend
+from orchestrator.store.stops import Stops
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
@@ -86,6 +87,8 @@ class Store(reads.Reader):
         self.endings = Endings(self)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
         self.schedules = Schedules(engine)
+        #: Who hears of each committed stop of a run (`store/stops.py`: the run's span).
+        self.stops = Stops(engine)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -271,6 +274,7 @@ class Store(reads.Reader):
             if dst.is_final:
                 self._backend.on_final(c, run_id)
                 webhook_rows.enqueue(c, record)
+                self.stops.note(c, record)
             return record
 
     def mark_due(self, run_id: str, *, epoch: int, publish_grace: float | None = None) -> bool:
@@ -359,6 +363,7 @@ class Store(reads.Reader):
                 f"run {claim.run_id}: the lease of epoch {claim.epoch} expired or was taken over; commit dropped"
             )
         sessions.apply(conn, record, state_changes)
+        self.stops.note(conn, record)
         return record
 
     def append_tool_result(self, claim: Claim, message: Message, change: StateChange | None = None) -> None:

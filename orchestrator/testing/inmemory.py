@@ -61,7 +61,7 @@ from orchestrator.catalog import write_served
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
 from orchestrator.limits import LocalLimiter
-from orchestrator.ports import Limiter, StepRef
+from orchestrator.ports import Delivery, Limiter, StepRef
 from orchestrator.producer import use_client
 from orchestrator.runtime import Runtime, build, install, uninstall
 from orchestrator.settings import Settings
@@ -196,8 +196,10 @@ class InMemoryDispatcher:
         self._serve()
         owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
         run = self.runner.model_step if step.kind == "model" else self.runner.tool_step
+        queue = step.queue or (self.settings.model_queue if step.kind == "model" else self.settings.tools_queue)
+        delivery = Delivery(system="inline", queue=queue, message_id=owner.rsplit(":", 1)[-1])
         try:
-            outcome = run(step.run_id, step.seq, owner=owner)
+            outcome = run(step.run_id, step.seq, owner=owner, delivery=delivery)
         except FencedError as exc:
             log.info("%s", exc)
             return

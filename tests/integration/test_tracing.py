@@ -1,7 +1,8 @@
 """OpenTelemetry traces of runs, on the steps a worker runs (inline here, on SQLite and
 PostgreSQL; across two worker processes and a recovery in tests/chaos/test_tracing.py): one trace
-per run, a span per step, tool call and model call, the GenAI conventions' attributes, and no text
-of the conversation in any span.
+per run, rooted at the run's own span, a span per step, tool call and model call, the GenAI
+conventions' attributes, and no text of the conversation in any span. The run's span across a
+continue, a pause and a cancel: tests/unit/test_run_span_inline.py.
 
 Ratchet's spans go to a provider of the test's own (`tracing.use_tracer_provider`): the
 process's global provider is set once for good, and other tests must see Ratchet untraced."""
@@ -92,17 +93,19 @@ def test_a_run_is_one_trace_of_its_steps_tool_calls_and_model_calls_with_the_gen
         record = dispatcher.store.get_record(out.run_id)
     assert out.status == S.COMPLETED, out.error
 
-    # Then its producer's span is the root of one trace that every span of the run is in
+    # Then the run's own span is the root of one trace that every span of the run is in, and
+    # its producer's span is its child
+    (run,) = named(spans, f"invoke_agent {agent.name}")
     (start,) = named(spans, f"ratchet.start_run {agent.name}")
-    assert start.parent is None and start.kind == SpanKind.PRODUCER
-    assert record.trace_context == traceparent(start)
-    assert {s.context.trace_id for s in spans.get_finished_spans() if s.context} == {start.context.trace_id}  # type: ignore[union-attr]
+    assert run.parent is None and parent_id(start) == span_id(run) and start.kind == SpanKind.PRODUCER
+    assert record.trace_context is None and tracing.run_context(record) == traceparent(run)
+    assert {s.context.trace_id for s in spans.get_finished_spans() if s.context} == {run.context.trace_id}  # type: ignore[union-attr]
 
-    # And each step is a span whose (remote) parent is the stored context, with the step's attributes
+    # And each step is a span whose (remote) parent is the run's span, with the step's attributes
     first, last = named(spans, f"ratchet.step.model {agent.name}")
     (tools,) = named(spans, f"ratchet.step.tools {agent.name}")
     for step, seq, outcome in ((first, 0, "tools"), (tools, 1, "model"), (last, 2, "completed")):
-        assert step.parent is not None and step.parent.is_remote and parent_id(step) == span_id(start)
+        assert step.parent is not None and step.parent.is_remote and parent_id(step) == span_id(run)
         attributes = dict(step.attributes or {})
         assert attributes["ratchet.run_id"] == out.run_id and attributes["ratchet.step.seq"] == seq
         assert attributes["ratchet.step.attempt"] == 1 and attributes["ratchet.step.outcome"] == outcome
@@ -157,10 +160,12 @@ def test_a_span_current_when_a_run_starts_is_the_parent_of_its_trace(
             out = agent.run("hi")
         record = dispatcher.store.get_record(out.run_id)
 
-    # Then Ratchet's start span is its child, and the run's steps are in the request's trace
+    # Then the run's span is its child (the request is stored as the run's parent), and the
+    # run's steps are in the request's trace
+    (run,) = named(spans, "invoke_agent")
     (start,) = named(spans, "ratchet.start_run")
-    assert parent_id(start) == request.get_span_context().span_id
-    assert record.trace_context == traceparent(start)
+    assert parent_id(run) == request.get_span_context().span_id and parent_id(start) == span_id(run)
+    assert record.trace_context == traceparent(request)  # type: ignore[arg-type]
     assert {s.context.trace_id for s in spans.get_finished_spans()} == {request.get_span_context().trace_id}  # type: ignore[union-attr]
 
 
@@ -184,17 +189,24 @@ def test_a_run_started_where_ratchet_traces_nothing_stores_the_current_span_or_d
         tracing.use_tracer_provider(_provider_of(spans))
         dispatcher.run_until_idle()
 
-    # Then the first run's steps are children of the producer's span; the second's are in the
-    # trace its run id gives, under the parent span id it gives
+    # Then the first run's span is a child of the producer's span, which the run stores; the
+    # second's is the root of the trace its run id gives, with the span id it gives; each run's
+    # steps are children of its span, which the worker that stopped the run emitted
     context = request.get_span_context()
     assert stored == {
         inside: f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}",
         outside: None,
     }
+    runs = {s.attributes["ratchet.run_id"]: s for s in named(spans, "invoke_agent")}  # type: ignore[index]
     steps = {s.attributes["ratchet.run_id"]: s for s in named(spans, "ratchet.step.model")}  # type: ignore[index]
-    assert steps[inside].context.trace_id == context.trace_id and parent_id(steps[inside]) == context.span_id  # type: ignore[union-attr]
-    trace_id, parent = tracing.derived(outside)
-    assert steps[outside].context.trace_id == trace_id and parent_id(steps[outside]) == parent  # type: ignore[union-attr]
+    assert runs[inside].context.trace_id == context.trace_id and parent_id(runs[inside]) == context.span_id  # type: ignore[union-attr]
+    assert parent_id(steps[inside]) == span_id(runs[inside]) == tracing.derived(inside)[1]
+    trace_id, run_span = tracing.derived(outside)
+    assert runs[outside].parent is None and (runs[outside].context.trace_id, span_id(runs[outside])) == (  # type: ignore[union-attr]
+        trace_id,
+        run_span,
+    )
+    assert steps[outside].context.trace_id == trace_id and parent_id(steps[outside]) == run_span  # type: ignore[union-attr]
 
 
 def _provider_of(spans: InMemorySpanExporter) -> TracerProvider:
@@ -222,15 +234,20 @@ def test_a_member_run_is_in_its_team_s_trace_under_the_leader_s_step_that_delega
     assert out.status == S.COMPLETED, out.error
     (member,) = out.member_runs
 
-    # The team's start span roots one trace holding the leader's and the member's spans
-    (root,) = named(spans, f"ratchet.start_run {team.name}")
+    # The team's span roots one trace holding the leader's and the member's spans: the member's
+    # own span is a child of the leader's step that delegated, and its steps are its children
+    (root,) = named(spans, f"invoke_agent {team.name}")
+    assert root.parent is None and root.attributes["ratchet.run.kind"] == "team"  # type: ignore[index]
     assert {s.context.trace_id for s in spans.get_finished_spans()} == {root.context.trace_id}  # type: ignore[union-attr]
     (delegating,) = named(spans, f"ratchet.step.tools {team.name}")
+    assert parent_id(delegating) == span_id(root)
+    (member_run,) = named(spans, f"invoke_agent {researcher.name}")
     (member_start,) = named(spans, f"ratchet.start_run {researcher.name}")
-    assert parent_id(member_start) == span_id(delegating)
+    assert parent_id(member_run) == span_id(delegating) and parent_id(member_start) == span_id(member_run)
     assert member_start.attributes["ratchet.parent_run_id"] == out.run_id  # type: ignore[index]
+    assert member_run.attributes["ratchet.parent_run_id"] == out.run_id  # type: ignore[index]
     (member_step,) = named(spans, f"ratchet.step.model {researcher.name}")
-    assert parent_id(member_step) == span_id(member_start)
+    assert parent_id(member_step) == span_id(member_run)
     assert member_step.attributes["ratchet.run_id"] == member.run_id  # type: ignore[index]
     # A ScriptedModel names no provider: the attribute is left out rather than guessed
     assert all("gen_ai.provider.name" not in (c.attributes or {}) for c in named(spans, "chat "))
@@ -268,10 +285,12 @@ def test_a_fork_is_a_trace_of_its_own_whose_start_links_to_the_run_it_copies(
     first, second = named(spans, "ratchet.start_run")
     assert second.attributes["ratchet.run_id"] == fork.run_id  # type: ignore[index]
     assert second.context.trace_id != first.context.trace_id  # type: ignore[union-attr]
-    (link,) = second.links
-    assert f"00-{link.context.trace_id:032x}-{link.context.span_id:016x}-{link.context.trace_flags:02x}" == stored
+    source_run, fork_run = named(spans, "invoke_agent")
+    assert stored is None and fork_run.attributes["ratchet.forked_from"] == source.run_id  # type: ignore[index]
+    (link,) = second.links  # to the span of the run it copies
+    assert (link.context.trace_id, link.context.span_id) == (source_run.context.trace_id, span_id(source_run))  # type: ignore[union-attr]
     (fork_step,) = [s for s in named(spans, "ratchet.step.model") if s.attributes["ratchet.run_id"] == fork.run_id]  # type: ignore[index]
-    assert parent_id(fork_step) == span_id(second)
+    assert parent_id(fork_step) == span_id(fork_run) and parent_id(second) == span_id(fork_run)
 
 
 def test_a_streamed_responses_api_call_is_traced_as_a_whole_chat_completions_one_is(

@@ -87,7 +87,7 @@ def test_what_a_provider_says_of_its_reply_reaches_a_span_escaped_and_bounded() 
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     span = provider.get_tracer("test").start_span("chat")
     reply = ModelReply(content="ok", response_model="gpt\ud800", response_id="x" * 5000, finish_reason="stop\x00")
-    tracing._Current(span).reply(reply)
+    tracing.Current(span).reply(reply)
     span.end()
 
     [done] = exporter.get_finished_spans()

@@ -112,7 +112,27 @@ def test_a_stored_context_that_is_no_valid_traceparent_gives_way_to_the_derived_
     assert tracing.run_context(record) == f"00-{trace_id:032x}-{span_id:016x}-01"  # type: ignore[arg-type]
 
 
-def test_a_valid_stored_context_is_kept_as_it_is() -> None:
+def test_a_valid_stored_context_is_the_run_s_parent_whose_trace_and_flags_it_keeps() -> None:
     stored = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"  # not sampled: the producer said so
     record = SimpleNamespace(run_id="r-1", trace_context=stored)
-    assert tracing.run_context(record) == stored  # type: ignore[arg-type]
+    span_id = tracing.derived("r-1")[1]
+    assert tracing.run_context(record) == f"00-0af7651916cd43dd8448eb211c80319c-{span_id:016x}-00"  # type: ignore[arg-type]
+    trace = tracing.run_trace(record)  # type: ignore[arg-type]
+    assert (trace.parent_id, trace.stretch, trace.since) == (0xB7AD6B7169203331, 0, None)
+
+
+@pytest.mark.parametrize("stored", [None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"])
+def test_each_continue_after_error_is_a_stretch_of_its_own_in_the_same_trace_under_the_same_parent(
+    stored: str | None,
+) -> None:
+    record = SimpleNamespace(run_id="r-1", trace_context=stored)
+    first = tracing.run_trace(record)  # type: ignore[arg-type]
+    once = SimpleNamespace(run_id="r-1", trace_context=tracing.resumed(record, 1700000000.25))  # type: ignore[arg-type]
+    twice = SimpleNamespace(run_id="r-1", trace_context=tracing.resumed(once, 1700000100.5))  # type: ignore[arg-type]
+    second, third = tracing.run_trace(once), tracing.run_trace(twice)  # type: ignore[arg-type]
+
+    assert first.trace_id == second.trace_id == third.trace_id
+    assert first.parent_id == second.parent_id == third.parent_id
+    assert len({first.span_id, second.span_id, third.span_id}) == 3
+    assert [(t.stretch, t.since) for t in (first, second, third)] == [(0, None), (1, 1700000000.25), (2, 1700000100.5)]
+    assert tracing.run_trace(SimpleNamespace(run_id="r-1", trace_context=twice.trace_context)) == third  # type: ignore[arg-type]

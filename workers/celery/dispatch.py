@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import uuid
 from contextlib import suppress
+from typing import Any
 
 from celery import Celery
 
+from orchestrator import tracing
 from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
@@ -63,14 +65,19 @@ class CeleryDispatcher:
         Bounded: at most three attempts, each bounded by the broker's socket timeouts
         (`workers.celery.app.BROKER_SOCKET_TIMEOUT`), so a broker that does not answer fails the publish
         in seconds; the run's outbox marker lets the sweeper publish it later."""
-        self.app.send_task(
-            _TASKS[step.kind],
-            args=[step.run_id, step.seq],
-            kwargs=None if step.routed else {"reroute": True},
-            queue=step.queue or self._queues[step.kind],
-            priority=message_priority(self.settings.broker_url, step.priority),
-            task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
-            countdown=step.countdown,
-            retry=True,
-            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5},
-        )
+        headers: dict[str, Any] = {}
+        # Traced: the run's span is current for the publish, and its context goes in the headers
+        # (OpenTelemetry's Celery instrumentation, where it is on, replaces it with its own span's).
+        with tracing.publishing(step.run_id, step.trace_context, headers):
+            self.app.send_task(
+                _TASKS[step.kind],
+                args=[step.run_id, step.seq],
+                kwargs=None if step.routed else {"reroute": True},
+                queue=step.queue or self._queues[step.kind],
+                priority=message_priority(self.settings.broker_url, step.priority),
+                task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
+                countdown=step.countdown,
+                retry=True,
+                retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.25, "interval_max": 0.5},
+                headers=headers or None,
+            )

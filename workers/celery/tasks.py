@@ -37,6 +37,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerSh
 
 from orchestrator.control import RunControl, derived_run_id
 from orchestrator.errors import FencedError, RatchetError
+from orchestrator.ports import Delivery
 from orchestrator.runtime import build, install
 from orchestrator.steps import StepRunner
 from orchestrator.sweeping import FleetSweeper
@@ -109,6 +110,14 @@ def _owner_of(task_id: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{task_id}"
 
 
+def _delivery(task: Task) -> Delivery:
+    """How the step's message came, for its span: the queue it was taken from, its task id, and
+    the span current now being OpenTelemetry's Celery instrumentation's, where that is on."""
+    info = task.request.delivery_info or {}
+    queue = info.get("routing_key") or info.get("queue")
+    return Delivery(system="celery", queue=queue, message_id=task.request.id, in_delivery_span=True)
+
+
 def register_tasks(app: Celery) -> None:
     """Register Ratchet's tasks on `app`: the steps, the producers' starts and continues, the sweep."""
     _register_steps(app)
@@ -125,7 +134,7 @@ def _register_steps(app: Celery) -> None:
         if reroute and runner.reroute(run_id, int(seq), "model"):
             return "rerouted"
         try:
-            return runner.model_step(run_id, int(seq), owner=_owner(self))
+            return runner.model_step(run_id, int(seq), owner=_owner(self), delivery=_delivery(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
@@ -136,7 +145,7 @@ def _register_steps(app: Celery) -> None:
         if reroute and runner.reroute(run_id, int(seq), "tools"):
             return "rerouted"
         try:
-            return runner.tool_step(run_id, int(seq), owner=_owner(self))
+            return runner.tool_step(run_id, int(seq), owner=_owner(self), delivery=_delivery(self))
         except FencedError as exc:
             log.info("%s", exc)
             return "fenced"
