@@ -54,5 +54,11 @@ def test_a_run_started_by_task_name_with_a_webhook_is_posted_by_the_workers_swee
     [(headers, body)] = receiver.requests
     assert verify(SECRET, body, headers["Ratchet-Signature"])
     assert json.loads(body)["run"] == json.loads(body)["run"] | {"run_id": run_id, "status": "COMPLETED"}
+    # The receiver holds the request before the sweeper records the delivery: wait for the record.
+    wait_until(
+        lambda: [d.state for d in client.webhook_deliveries(run_id)] == ["delivered"],
+        30,
+        what="the sweeper to record the delivery",
+    )
     [shown] = client.webhook_deliveries(run_id)
-    assert shown.state == "delivered" and shown.delivery_id == headers["Ratchet-Delivery"]
+    assert shown.delivery_id == headers["Ratchet-Delivery"]
