@@ -5,7 +5,12 @@
   once (HTTP 400), so its run ends in ERROR with a tool error in it; continued, it completes.
 - `transcriber`: 333 tool batches of two calls each, then an answer: a run of 1,001 messages.
 - `crew`: a team whose leader delegates to `researcher` and `writer`.
+- `assistant`: a chat for the console's pictures: each message gets a batch of two calls (the
+  notes at once, the issue tracker in a quarter of a second), then an answer; each model call
+  takes a fifth of a second, so its time axis has something to draw.
 """
+
+import time
 
 from orchestrator import Agent, Team
 from orchestrator.team import TO_MEMBER, member_id
@@ -24,6 +29,12 @@ def lookup(query: str) -> str:
 def fetch_page(url: str) -> str:
     """Fetch a web page."""
     raise ConnectionError(f"{url}: connection refused")
+
+
+def search_issues(query: str) -> str:
+    """Search the issue tracker."""
+    time.sleep(0.25)
+    return f"2 issues mention {query}: #412 (redelivery after a worker restart), #388 (visibility timeout)"
 
 
 def note(text: str) -> str:
@@ -84,4 +95,24 @@ crew = Team(
     ),
     members=[writer, researcher],
     instructions="Research, then write.",
+)
+assistant = Agent(
+    name="assistant",
+    model=ScriptedModel(
+        id="gpt-4o-mini",
+        script=ScriptConfig(
+            batches=[
+                [
+                    {"tool": "lookup", "arguments": {"query": "celery redelivery"}},
+                    {"tool": "search_issues", "arguments": {"query": "redelivery"}},
+                ]
+            ],
+            final_text="On “{user}”: a task acknowledged late is delivered again when its worker dies "
+            "before acknowledging it; issues #412 and #388 are about the same thing.",
+            chat=True,
+            delay_s=0.2,
+        ),
+    ),
+    tools=[lookup, search_issues],
+    instructions="Answer from the notes and the issue tracker.",
 )

@@ -31,6 +31,8 @@ REDIS_URL = os.environ.get("RATCHET_TEST_REDIS_URL", "redis://127.0.0.1:6379/14"
 PG_URL = os.environ.get("RATCHET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 AMQP_URL = os.environ.get("RATCHET_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 TEST_KEY = "sk-test-key-for-the-scripted-model"
+#: The run pages' browser: Chromium and a page per test, for tests/integration/test_ui.py and test_console.py.
+pytest_plugins = ("tests.integration.browser",)
 
 #: The queue tags `make_settings` handed out in this session, in order (see `_broker_keys`).
 _tags: list[str] = []

@@ -5,6 +5,7 @@ process over ASGI on SQLite and PostgreSQL: the same filters, pages, errors and 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -157,10 +158,13 @@ def test_the_page_is_served_without_a_token_and_every_api_route_still_needs_one(
     served = call(app, "GET", "/ui/")
     assert served.status_code == 200 and served.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in served.headers["content-security-policy"]
-    assert call(app, "GET", "/ui/app.js").headers["content-type"].startswith("text/javascript")
-    assert call(app, "GET", "/ui/decide.js").headers["content-type"].startswith("text/javascript")
-    assert call(app, "GET", "/ui/schedules.js").headers["content-type"].startswith("text/javascript")
-    assert call(app, "GET", "/ui/app.css").headers["content-type"].startswith("text/css")
+    # Every script and style sheet the page names is served beside it, as what it is
+    named = re.findall(r'(?:src|href)="([\w.]+\.(js|css))"', served.text)
+    assert {"app.js", "decide.js", "playground.js", "timeaxis.js", "app.css", "console.css"} <= {n for n, _ in named}
+    for name, kind in named:
+        answered = call(app, "GET", f"/ui/{name}")
+        assert answered.status_code == 200, name
+        assert answered.headers["content-type"].startswith({"js": "text/javascript", "css": "text/css"}[kind]), name
     # The API's routes, and a file that is not one of the page's
     for path in ("/runs", "/runs/x/steps", "/runs/x/events", "/approvals", "/schedules", "/ui/nothing.js"):
         assert call(app, "GET", path).status_code == 401, path

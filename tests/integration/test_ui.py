@@ -10,7 +10,6 @@ page's files need no token and every API route still does: tests/integration/tes
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -27,29 +26,12 @@ from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.database import open_engine
 from tests.conftest import make_settings
+from tests.integration.browser import CHROMIUM, DEADLINE_MS
 from tests.integration.test_api import ApiServer, start_api
 from tests.integration.ui_agents import MARKUP, WORDS
 
-CHROMIUM = os.environ.get("RATCHET_TEST_CHROMIUM", "/usr/bin/chromium")
 APP = "tests.integration.ui_agents"
 TOKEN = "ui-test-token-7f3a"
-#: Seconds a page condition may take: a run of a few steps, or the list's next poll (3 s).
-DEADLINE_MS = 20_000
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium (tests/services.sh)")
-    with pw.sync_playwright() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def chromium(playwright: Any) -> Iterator[Any]:
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-    yield browser
-    browser.close()
 
 
 @pytest.fixture
@@ -63,18 +45,6 @@ def api(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
     server = start_api(settings, tmp_path / "api.log", env={"RATCHET_API_TOKENS": TOKEN}, app=APP)
     yield server
     server.stop()
-
-
-@pytest.fixture
-def page(chromium: Any) -> Iterator[Any]:
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(DEADLINE_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert errors == [], f"the page's script failed: {errors}"
 
 
 def start(api: ApiServer, agent: str, text: str, *, stream: bool = False, until: str | None = None) -> str:

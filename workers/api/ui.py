@@ -1,8 +1,12 @@
-"""The run pages `ratchet api` serves at /ui/: a list of runs that updates itself, and one run as
-a timeline that streams while the run is live, a paused run's calls decided from it, and the
-schedules. Five files shipped in the package (`workers/api/static/`): plain HTML, CSS and three
-scripts (`decide.js`: a person's decisions; `schedules.js`: the schedules, at `#/schedules`), no
-build step and nothing fetched from elsewhere.
+"""The run pages `ratchet api` serves at /ui/, a console: a list of runs that updates itself, one
+run as a timeline that streams while the run is live (a paused run's calls decided from it) and
+as a time axis (its steps as a waterfall), the sessions, the agent catalog, a playground that
+starts a run of a chosen agent, streams it and goes on with it, and the schedules. Files shipped
+in the package (`workers/api/static/`): plain HTML, two style sheets and scripts (`app.js`: the
+list, a run, the routing and the helpers the others call; `decide.js`: a person's decisions;
+`schedules.js`: `#/schedules`; `agents.js`: `#/agents`; `sessions.js`: `#/sessions`;
+`timeaxis.js`: `#/runs/RUN_ID/time`; `playground.js`: `#/playground`), no build step and nothing
+fetched from elsewhere.
 
 The files hold no data, so they are served without a token (`workers.api.gate.PUBLIC_PATHS`);
 the script asks for one when the API answers 401, keeps it in the tab's sessionStorage, and
@@ -14,7 +18,7 @@ Run content is the model's and the tools' output, untrusted: the script writes i
 so an injected tag stays text even where a mistake let it through.
 
     GET /         redirects to /ui/
-    GET /ui/      the page (index.html); /ui/app.js, /ui/decide.js, /ui/schedules.js and /ui/app.css beside it
+    GET /ui/      the page (index.html); its scripts and style sheets beside it (/ui/app.js, /ui/app.css...)
 """
 
 from __future__ import annotations
@@ -32,7 +36,12 @@ FILES = {
     "app.js": "text/javascript; charset=utf-8",
     "decide.js": "text/javascript; charset=utf-8",
     "schedules.js": "text/javascript; charset=utf-8",
+    "agents.js": "text/javascript; charset=utf-8",
+    "sessions.js": "text/javascript; charset=utf-8",
+    "timeaxis.js": "text/javascript; charset=utf-8",
+    "playground.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
 }
 #: The paths that serve them (and redirect to them): no token needed.
 PATHS = frozenset({"/", "/ui", "/ui/", *(f"/ui/{name}" for name in FILES)})

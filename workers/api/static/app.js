@@ -140,9 +140,17 @@ function route() {
   setLive("", false);
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
+  const params = new URLSearchParams(query || "");
   const match = path.match(/^\/runs\/([^/]+)$/);
+  const [time, agent, session] = [/^\/runs\/([^/]+)\/time$/, /^\/agents\/([^/]+)$/, /^\/sessions\/([^/]+)$/].map((r) => path.match(r));
   if (path === "/schedules") view = schedulesView(); // schedules.js
-  else view = match ? runView(decodeURIComponent(match[1])) : listView(new URLSearchParams(query || ""));
+  else if (path === "/agents") view = agentsView(); // agents.js
+  else if (agent) view = agentView(decodeURIComponent(agent[1]));
+  else if (path === "/sessions") view = sessionsView(params); // sessions.js
+  else if (session) view = sessionView(decodeURIComponent(session[1]));
+  else if (time) view = timeAxisView(decodeURIComponent(time[1])); // timeaxis.js
+  else if (path === "/playground") view = playgroundView(params); // playground.js
+  else view = match ? runView(decodeURIComponent(match[1])) : listView(params);
 }
 
 // ------------------------------------------------------------------ the list of runs
@@ -399,7 +407,9 @@ function renderRun(run, steps, log, ctx) {
   if (run.forked_from) links.push(el("div", {}, el("dt", { text: "Forked from" }), el("dd", {}, runLink(run.forked_from))));
   const out = document.createDocumentFragment();
   out.append(
-    el("div", { class: "crumbs" }, el("a", { href: "#/", text: "Runs" }), " / ", kind),
+    el("div", { class: "crumbs" }, el("a", { href: "#/", text: "Runs" }), " / ", kind, " · ",
+      el("a", { href: `#/runs/${encodeURIComponent(run.run_id)}/time`, id: "time-link", text: "time axis" }), " · ",
+      el("a", { href: `#/sessions/${encodeURIComponent(run.session_id)}`, id: "session-link", text: "its session" })),
     el("h1", {}, badge(run.status), el("span", { text: run.agent_name }), el("code", { class: "muted", text: run.run_id })),
     el("dl", { class: "facts panel" },
       facts.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v, title: v }))), links),
