@@ -223,19 +223,7 @@ class Requirements:
             if done is not None:
                 return done
         with store.engine.begin() as conn:
-            row = row_of(conn, requirement_id)
-            if row is None or not _belongs(conn, row, run_id):
-                raise RequirementNotFoundError(
-                    f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
-                    f"(`ratchet pending`, GET /runs/{run_id})"
-                )
-            if row.root_run_id != row.run_id and not lock(conn, row.root_run_id):
-                raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
-            run = lock_run(conn, row.run_id)  # after the root's: a cancel of it takes turns with this
-            if run is None:
-                raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
-            locked = row_of(conn, requirement_id)  # as any decider before left it
-            assert locked is not None
+            locked, run = _locked(conn, run_id, requirement_id)
             requirement = from_row(locked)
             earlier = self._earlier(requirement, decision)
             if earlier is not None:
@@ -250,7 +238,7 @@ class Requirements:
                 by = DEADLINE
                 log_deadline(store, conn, run, requirement)
             decided = self._store_decision(conn, run, requirement_id, decision, by, now)
-            return self._resume(conn, run, row.root_run_id, decided, publish_grace)
+            return self._resume(conn, run, locked.root_run_id, decided, publish_grace)
 
     def _store_decision(
         self, conn: Connection, run: RunRecord, requirement_id: str, decision: Decision, by: str | None, now: float
@@ -420,6 +408,26 @@ def log_deadline(store: Store, conn: Connection, run: RunRecord, requirement: Ru
         deadline_at=requirement.deadline_at,
         **writes.position(run),
     )
+
+
+def _locked(conn: Connection, run_id: str, requirement_id: str) -> tuple[Row[Any], RunRecord]:
+    """The requirement's row and its run's, the run's row locked after its root's (a cancel of it
+    takes turns with the decision), the requirement read again as any decider before left it;
+    RequirementNotFoundError for one the run `run_id` (or one of its member runs) has not."""
+    row = row_of(conn, requirement_id)
+    if row is None or not _belongs(conn, row, run_id):
+        raise RequirementNotFoundError(
+            f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
+            f"(`ratchet pending`, GET /runs/{run_id})"
+        )
+    if row.root_run_id != row.run_id and not lock(conn, row.root_run_id):
+        raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
+    run = lock_run(conn, row.run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
+    locked = row_of(conn, requirement_id)
+    assert locked is not None
+    return locked, run
 
 
 def row_of(conn: Connection, requirement_id: str) -> Row[Any] | None:
