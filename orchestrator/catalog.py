@@ -67,6 +67,18 @@ class ToolDefinition:
         queue = self.flags.get("queue")
         return queue if isinstance(queue, str) else None
 
+    @property
+    def pause_type(self) -> str | None:
+        """What a call of it pauses for, by `Tool.pause_type`'s order (None: it runs)."""
+        flags = ("external_execution", "requires_user_input", "requires_confirmation")
+        kinds = ("external_execution", "user_input", "confirmation")
+        return next((kind for flag, kind in zip(flags, kinds, strict=True) if self.flags.get(flag)), None)
+
+    @property
+    def user_input_fields(self) -> list[str]:
+        """The parameters a person fills in, as `Tool.user_input_fields` (set with `requires_user_input`)."""
+        return list(self.flags.get("user_input_fields") or [])
+
 
 @dataclass(frozen=True, kw_only=True)
 class Definition:

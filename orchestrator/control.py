@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator import limits, starting, validation, webhooks
+from orchestrator import limits, paused_tools, starting, validation, webhooks
 from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
@@ -66,6 +66,8 @@ class RunControl:
         #: Where a cancelled run frees its place among its key's runs: needed with
         #: RATCHET_MAX_RUNS_PER_KEY only (a runtime's, `Client.control`).
         self.limiter = limiter
+        #: A decision's check against what the catalog says is served now (`orchestrator.paused_tools`).
+        self.door = paused_tools.CatalogDoor(settings)
 
     def _limiter(self) -> Limiter:
         if self.limiter is None:
@@ -143,7 +145,10 @@ class RunControl:
         """Store a person's decision on one requirement of a PAUSED run (or of its member runs)
         and return the requirement as stored. The last pending requirement of its run queues the
         run again (same run_id) and publishes its step. Idempotent: the same decision again is a
-        no-op; another one is DecisionConflictError naming who decided first (`store/paused.py`)."""
+        no-op; another one is DecisionConflictError naming who decided first (`store/paused.py`).
+        A decision that would run the paused call, or answer it as its tool, is refused with
+        PausedToolChangedError when the newest live definition of its agent in the catalog changed
+        that tool since the pause, and nothing is stored (`orchestrator.paused_tools`)."""
         requirement, resumed = self._stored(run_id, requirement_id, decision, by)
         if resumed is not None:
             self.publish(resumed)  # a broker that is down: the run is due, the sweeper publishes it
@@ -158,7 +163,7 @@ class RunControl:
         if by is not None:
             by = validation.decider(by)
         done = self.store.requirements.decide(
-            run_id, requirement_id, decision, by=by, publish_grace=self.settings.publish_grace_seconds
+            run_id, requirement_id, decision, by=by, publish_grace=self.settings.publish_grace_seconds, door=self.door
         )
         return done.requirement, done.resumed
 

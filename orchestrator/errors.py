@@ -18,6 +18,7 @@
     ├── DecisionConflictError     the requirement was decided already, another way (says who)
     ├── DecisionExpiredError      the requirement's deadline passed before the decision came
     ├── DecisionKindError         the decision does not fit what is asked (input for a confirmation)
+    │   └── PausedToolChangedError  the paused call's tool changed since (gone, its flag, its arguments)
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
     ├── FencedError               a step lost its lease; its commit was rolled back
@@ -34,7 +35,8 @@ Each error's docstring says what happened and what to do. The errors above Model
 raised in the process that hit them. ModelCallError and those below it end a run in ERROR (a
 retryable ModelCallError once the agent's retries are spent); they cross the process boundary as
 data: the run's row keeps `to_record()`, a JSON-safe `(type, message)`, which a producer reads
-back as `RunOutput.error` (a `RunError`). No exception is rebuilt from it.
+back as `RunOutput.error` (a `RunError`). No exception is rebuilt from it. PausedToolChangedError
+is both: a producer meets it at the door, and a worker ends a run in ERROR with it.
 """
 
 from __future__ import annotations
@@ -157,6 +159,21 @@ class DecisionKindError(RatchetError, ValueError):
     confirmation of an external call, fields the tool does not ask of a person, a result that is
     not text. The message says what the requirement takes. (A ValueError too, as Agno's
     `RunRequirement` raises.)"""
+
+
+class PausedToolChangedError(DecisionKindError):
+    """A decision that would run a paused call, or answer it as its tool (a confirm, an input, an
+    external result), came for a tool that is no longer the one the run paused on: a deploy
+    removed it, renamed it, took away its flag (or changed what it asks), or changed the
+    arguments it takes. The decision is not applied to another tool. The message says what changed.
+
+    Refused at the door (a producer reads the agent's newest live definition in the catalog):
+    nothing is stored. Reject the call instead (nothing runs; the model reads the rejection),
+    cancel the run, or deploy code that serves the tool as it was and decide again.
+    Found by the worker that resumes the run (the catalog did not tell): the run is in ERROR, the
+    decision kept; deploy code that serves the tool as it was and continue the run, or cancel it.
+    (A DecisionKindError, but a state of the deployment, not a mistake of the decider: the HTTP
+    API answers 409 and `ratchet` exits 1.)"""
 
 
 class RunWaitTimeout(RatchetError):

@@ -224,6 +224,13 @@ def answered_by(decision: Decision) -> tuple[str, ...] | None:
     return tuple(asked for asked, kinds in FITS.items() if decision.kind in kinds)
 
 
+def needs_the_tool(decision: Decision) -> bool:
+    """Whether the decision holds only for the tool the run paused on: a confirm or an input has
+    the call run, an external result answers it as that tool's. A rejection runs nothing and
+    stands whatever the tool became (`orchestrator.paused_tools`)."""
+    return decision.kind in ("confirm", "input", "result")
+
+
 def check(requirement: RunRequirement, decision: Decision) -> None:
     """DecisionKindError unless `decision` answers what `requirement` asks."""
     kind, asked = decision.kind, requirement.pause_type
@@ -345,5 +352,6 @@ __all__ = [
     "ToolExecution",
     "active",
     "check",
+    "needs_the_tool",
     "timeout_decision",
 ]

@@ -6,8 +6,11 @@ runs only once a person decided it: confirmed (it runs as any call, at-most-once
 key included), given its input (it runs with the person's values in place of the model's for
 those fields), rejected (the model reads the note as its result) or given an external result
 (the model reads that). A flagged call without a decision pauses the run. The decisions are read
-for a batch with a flagged call, or of a run started under another definition than the worker's
-(`sort`), so that a decision stored before a deploy changed a tool's flags still decides its call.
+for a batch with a flagged call or a call of a tool this worker does not serve, or of a run
+started under another definition than the worker's (`sort`), so that a decision stored before a
+deploy changed a tool still decides its call: a rejection stands, and a decision that holds only
+for the tool as it paused (a confirm, an input, an external result) ends the run in ERROR if this
+worker serves it otherwise (`orchestrator.paused_tools`), never applied to another tool.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from orchestrator import catalog
+from orchestrator import catalog, paused_tools
 from orchestrator.agent import AgentDefinition
 from orchestrator.messages import Message, ToolCall
 from orchestrator.requirements import REJECTED, RunRequirement
@@ -38,18 +41,22 @@ class Sorted:
 def sort(store: Store, agent: AgentDefinition, run: RunRecord, calls: list[ToolCall]) -> Sorted:
     """Sort the owed `calls` of the run by what a person decided of them. A stored decision wins
     over the tool's flags as they are now: a call rejected before a deploy dropped its tool's flag
-    is still not run. So the decisions are read when a call's tool is flagged, or when the run
-    started under another definition than this worker's (or an unknown one); a run of this very
-    definition whose calls are all unflagged has none to read."""
+    is still not run, and a call confirmed before a deploy changed its tool is not run at all
+    (PausedToolChangedError, `paused_tools.check`). So the decisions are read when a call's tool
+    is flagged or unknown here, or when the run started under another definition than this
+    worker's (or an unknown one); a run of this very definition whose calls are all of unflagged
+    tools has none to read."""
     if not calls:
         return Sorted()
-    flagged = any((t := agent.tool(c.name)) is not None and t.pause_type is not None for c in calls)
+    flagged = any((t := agent.tool(c.name)) is None or t.pause_type is not None for c in calls)
     if not flagged and run.definition_hash == catalog.describe(agent).hash:
         return Sorted(run=list(calls))
     decided = store.requirements.decided(run.run_id, [c.id for c in calls])
+    paused_tools.check(run.run_id, agent, decided.values())
     out = Sorted()
     for call in calls:
-        requirement = decided.get(call.id)
+        paused = decided.get(call.id)
+        requirement = paused.requirement if paused is not None else None
         tool = agent.tool(call.name)
         if requirement is not None and requirement.decision is not None:
             _apply(agent, call, requirement, out)
@@ -95,6 +102,7 @@ def asked(agent: AgentDefinition, calls: list[ToolCall], now: float) -> list[Ask
         assert tool is not None and tool.pause_type is not None
         policy = agent.pause_policy_of(tool)
         args = call.arguments_dict()
+        served = catalog.describe(agent).hash
         if tool.requires_user_input:
             args = {k: v for k, v in args.items() if k not in tool.user_input_fields}
         out.append(
@@ -106,6 +114,8 @@ def asked(agent: AgentDefinition, calls: list[ToolCall], now: float) -> list[Ask
                 detail={"fields": tool.user_input_schema()} if tool.requires_user_input else None,
                 deadline_at=now + policy.timeout if policy.timeout is not None else None,
                 on_timeout=policy.on_timeout if policy.timeout is not None else None,
+                definition_hash=served,
+                tool_digest=paused_tools.of_tool(tool),
             )
         )
     return out

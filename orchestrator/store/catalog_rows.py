@@ -97,3 +97,16 @@ def latest(conn: Connection, name: str) -> CatalogRow | None:
     query = select(agent_catalog).where(c.name == name).order_by(c.last_seen.desc(), c.definition_hash).limit(1)
     row = conn.execute(query).first()
     return CatalogRow.from_row(row) if row is not None else None
+
+
+def newest_live(conn: Connection, name: str, since: float) -> CatalogRow | None:
+    """The most recently seen definition of `name` if a worker marked it seen at `since` or
+    later (it is live), else None."""
+    query = (
+        select(agent_catalog)
+        .where(c.name == name, c.last_seen >= since)
+        .order_by(c.last_seen.desc(), c.definition_hash)
+        .limit(1)
+    )
+    row = conn.execute(query).first()
+    return CatalogRow.from_row(row) if row is not None else None

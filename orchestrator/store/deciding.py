@@ -3,13 +3,17 @@ statements, on PostgreSQL in one round trip.
 
 The common case is a confirm, a reject or an external result (`requirements.answered_by`) on a
 pending requirement of a PAUSED run outside a team, before its deadline, not at the deadline's
-own hand. There the decision is one guarded write: the requirement decided, its "decision"
-event logged, and, when it was the run's last pending requirement, the run moved PAUSED ->
-QUEUED (epoch bumped, outbox marker set) with its "resume" event, exactly the rows the general
-path writes. Every other case (a member's requirement, a requirement decided or expired already,
-an unknown id, a run that is not PAUSED, a decision of the wrong kind, input and budget raises)
-matches nothing and writes nothing here, and `Requirements.decide` takes the general path, which
-reads everything under the tree's locks and gives the exact answer or error.
+own hand, and, for a decision a producer checks against the catalog (a confirm or a result:
+`requirements.needs_the_tool`), of an agent no definition of which is live but the one whose
+worker paused the call (the catalog tells of no deploy since). There the decision is one
+guarded write: the requirement decided, its "decision" event logged, and, when it was the run's
+last pending requirement, the run moved PAUSED -> QUEUED (epoch bumped, outbox marker set) with
+its "resume" event, exactly the rows the general path writes. Every other case (a member's
+requirement, a requirement decided or expired already, an unknown id, a run that is not PAUSED,
+a decision of the wrong kind, input and budget raises, another definition live) matches nothing
+and writes nothing here, and `Requirements.decide` takes the general path, which reads
+everything under the tree's locks and gives the exact answer or error (a decision on a tool that
+a live definition changed: PausedToolChangedError, from `orchestrator.paused_tools`).
 
 On PostgreSQL the write is one autocommitted statement (`DECIDE_PG`) on the pool that is not
 pinged before use, where the general path costs a ping, BEGIN, eight statements and COMMIT. It
@@ -32,6 +36,7 @@ statements (the database lock orders the writers).
 from __future__ import annotations
 
 import json
+import sys
 from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,7 +66,7 @@ from orchestrator.status import RunStatus, transition
 from orchestrator.store import direct
 from orchestrator.store.outbox import due_at
 from orchestrator.store.requirement_rows import from_row
-from orchestrator.store.tables import events, requirements, runs
+from orchestrator.store.tables import agent_catalog, events, requirements, runs
 
 if TYPE_CHECKING:
     from orchestrator.store.backend import Backend
@@ -70,6 +75,8 @@ S = RunStatus
 R = requirements
 #: How many pause types a decision's kind answers at most (a reject: three).
 _TYPES = 3
+#: `since` for a decision checked against no catalog definition: none was seen after it.
+_UNCHECKED = sys.float_info.max
 
 
 def head(detail: dict[str, Any]) -> str:
@@ -113,15 +120,18 @@ def at_once(
     by: str | None,
     now: float,
     publish_grace: float,
+    since: float | None = None,
 ) -> Decided | None:
     """The decision stored at once if it is the common case (see the module docstring); None,
-    and nothing written, if it is not: the general path answers it."""
+    and nothing written, if it is not: the general path answers it. `since`: catalog definitions
+    seen since then are live, and another one of the requirement's agent than the one that
+    paused it leaves the decision to the general path (None: the catalog is not asked)."""
     types = answered_by(decision)
     if types is None:
         return None
     publish_after = due_at(S.QUEUED, now, publish_grace=publish_grace)
     assert publish_after is not None
-    bound = params(run_id, requirement_id, decision, types, by=by, now=now, publish_after=publish_after)
+    bound = params(run_id, requirement_id, decision, types, by=by, now=now, publish_after=publish_after, since=since)
     wrote = backend.decide_at_once(bound)
     if wrote is None:
         return None
@@ -137,9 +147,11 @@ def params(
     by: str | None,
     now: float,
     publish_after: float,
+    since: float | None = None,
 ) -> dict[str, Any]:
     """The bound values of the statements here. `types`: the pause types the decision answers
-    (`answered_by`); the "decision" event's detail is written as `Store.log_event` writes it."""
+    (`answered_by`); the "decision" event's detail is written as `Store.log_event` writes it;
+    `since`: as `at_once` takes it."""
     padded = [*types, *[types[-1]] * (_TYPES - len(types))]  # IN (a, b, b): unused places repeat one
     return {
         "b_id": requirement_id,
@@ -149,6 +161,7 @@ def params(
         "b_decision": json.dumps(decision.to_json()),
         "b_by": (by or "")[:128] or None,
         "b_publish_after": publish_after,
+        "b_since": _UNCHECKED if since is None else since,
         "b_head": head({"requirement": requirement_id, "by": by, "decision": decision.describe()}),
     }
 
@@ -164,7 +177,19 @@ def _open(table: Any, where_run: Any) -> list[Any]:
         table.c.status == "pending",
         table.c.deadline_at.is_(None) | (table.c.deadline_at > now),
         table.c.pause_type.in_([bindparam(f"b_t{i}", type_=String) for i in range(_TYPES)]),
+        _as_paused(table),
     ]
+
+
+def _as_paused(table: Any) -> Any:
+    """No definition of the requirement's agent is live (seen since `b_since`) but the one whose
+    worker paused it (none at all: the catalog cannot tell, and the worker checks)."""
+    k = agent_catalog.alias("k")
+    return ~exists().where(
+        k.c.name == table.c.agent_name,
+        k.c.last_seen >= bindparam("b_since", type_=Float),
+        table.c.definition_hash.is_(None) | (k.c.definition_hash != table.c.definition_hash),
+    )
 
 
 _DECIDED = dict(
@@ -174,7 +199,7 @@ _DECIDED = dict(
     decided_at=bindparam("b_now", type_=Float),
 )
 #: The columns of a decided requirement that `requirement_rows.from_row` reads.
-_READ = [c.name for c in R.c if c.name not in ("root_run_id", "agent_name", "seq")]
+_READ = [c.name for c in R.c if c.name not in ("root_run_id", "agent_name", "seq", "definition_hash", "tool_digest")]
 
 
 def _resumed(table: Any) -> dict[str, Any]:

@@ -42,15 +42,16 @@ from orchestrator.errors import (
     RunNotPausedError,
 )
 from orchestrator.messages import Message
-from orchestrator.requirements import DEADLINE, Decision, RunRequirement, check
+from orchestrator.requirements import DEADLINE, Decision, RunRequirement, check, needs_the_tool
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus
 from orchestrator.store import reads, spend, writes
 from orchestrator.store.backend import Backend
+from orchestrator.store.catalog_rows import newest_live
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.deciding import Decided, at_once
-from orchestrator.store.requirement_rows import from_row, of_run
+from orchestrator.store.requirement_rows import Door, PausedCall, from_row, of_run, paused_call
 from orchestrator.store.tables import requirements, runs
 from orchestrator.store.trees import ancestors, lock, lock_run, wake_teams
 
@@ -72,6 +73,10 @@ class Asked:
     detail: dict[str, Any] | None = None
     deadline_at: float | None = None
     on_timeout: str | None = None
+    #: The paused tool as it paused: the pausing worker's definition hash, the tool's digest
+    #: (`orchestrator.paused_tools`).
+    definition_hash: str | None = None
+    tool_digest: str | None = None
 
 
 class Requirements:
@@ -166,6 +171,8 @@ class Requirements:
                 deadline_at=item.deadline_at,
                 on_timeout=item.on_timeout,
                 status="pending",
+                definition_hash=item.definition_hash,
+                tool_digest=item.tool_digest,
             )
         )
         return requirement_id
@@ -181,6 +188,7 @@ class Requirements:
         by: str | None,
         publish_grace: float,
         at_deadline: bool = False,
+        door: Door | None = None,
     ) -> Decided:
         """Store one decision on a requirement of the run `run_id` (or of one of its member runs).
 
@@ -191,29 +199,32 @@ class Requirements:
         decision again returns `already=True` and changes nothing. The run's row is locked after
         the root's: a cancel of it waits for the decision, or the decision for the cancel.
         `at_deadline`: the deadline's own decision (`orchestrator.deadlines`), taken past it.
+        `door`: the producer's check of a decision that needs the paused tool against the newest
+        live definition of its agent in the catalog, read here, in the decision's transaction
+        (PausedToolChangedError from `orchestrator.paused_tools`).
 
         The common case is stored at once (`store/deciding.py`: on PostgreSQL one statement);
         every other one, or one that case turns out not to be, takes the general path here."""
         store = self._store
+        checking = door if door is not None and needs_the_tool(decision) else None  # a rejection stands
         if not at_deadline:
+            now = store.clock()
+            since = None if checking is None else now - checking.window
             done = at_once(
-                self._backend, run_id, requirement_id, decision, by=by, now=store.clock(), publish_grace=publish_grace
+                self._backend,
+                run_id,
+                requirement_id,
+                decision,
+                by=by,
+                now=now,
+                publish_grace=publish_grace,
+                since=since,
             )
             if done is not None:
                 return done
         with store.engine.begin() as conn:
-            row = row_of(conn, requirement_id)
-            if row is None or not _belongs(conn, row, run_id):
-                raise RequirementNotFoundError(
-                    f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
-                    f"(`ratchet pending`, GET /runs/{run_id})"
-                )
-            if row.root_run_id != row.run_id and not lock(conn, row.root_run_id):
-                raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
-            run = lock_run(conn, row.run_id)  # after the root's: a cancel of it takes turns with this
-            if run is None:
-                raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
-            requirement = from_row(row_of(conn, requirement_id))  # type: ignore[arg-type]  # as any decider before left it
+            locked, run = _locked(conn, run_id, requirement_id)
+            requirement = from_row(locked)
             earlier = self._earlier(requirement, decision)
             if earlier is not None:
                 return earlier
@@ -221,11 +232,13 @@ class Requirements:
             teams = ancestors(conn, run) if run.parent_run_id is not None else []
             self._check_open(requirement, run, teams, now, at_deadline=at_deadline)
             check(requirement, decision)
+            if checking is not None:
+                checking(paused_call(locked), newest_live(conn, locked.agent_name, now - checking.window))
             if at_deadline:
                 by = DEADLINE
                 log_deadline(store, conn, run, requirement)
             decided = self._store_decision(conn, run, requirement_id, decision, by, now)
-            return self._resume(conn, run, row.root_run_id, decided, publish_grace)
+            return self._resume(conn, run, locked.root_run_id, decided, publish_grace)
 
     def _store_decision(
         self, conn: Connection, run: RunRecord, requirement_id: str, decision: Decision, by: str | None, now: float
@@ -314,8 +327,9 @@ class Requirements:
 
     # ---------------------------------------------------------------- reads
 
-    def decided(self, run_id: str, call_ids: Sequence[str]) -> dict[str, RunRequirement]:
-        """The decided requirements of these calls of the run, by call id (the latest of each)."""
+    def decided(self, run_id: str, call_ids: Sequence[str]) -> dict[str, PausedCall]:
+        """The decided requirements of these calls of the run, by call id (the latest of each),
+        with what each keeps of its tool as it paused."""
         query = (
             select(requirements)
             .where(
@@ -326,7 +340,7 @@ class Requirements:
             .order_by(requirements.c.created_at)
         )
         rows = self._backend.quick(lambda c: list(c.execute(query)))
-        return {row.tool_call_id: from_row(row) for row in rows}
+        return {row.tool_call_id: paused_call(row) for row in rows}
 
     def spending(self, record: RunRecord, scopes: Collection[Scope]) -> Spending:
         """What a budget check of the run reads (`store/spend.py`): the spend of each scope, and
@@ -394,6 +408,26 @@ def log_deadline(store: Store, conn: Connection, run: RunRecord, requirement: Ru
         deadline_at=requirement.deadline_at,
         **writes.position(run),
     )
+
+
+def _locked(conn: Connection, run_id: str, requirement_id: str) -> tuple[Row[Any], RunRecord]:
+    """The requirement's row and its run's, the run's row locked after its root's (a cancel of it
+    takes turns with the decision), the requirement read again as any decider before left it;
+    RequirementNotFoundError for one the run `run_id` (or one of its member runs) has not."""
+    row = row_of(conn, requirement_id)
+    if row is None or not _belongs(conn, row, run_id):
+        raise RequirementNotFoundError(
+            f"run {run_id} has no requirement {requirement_id!r}; its requirements are listed with the run "
+            f"(`ratchet pending`, GET /runs/{run_id})"
+        )
+    if row.root_run_id != row.run_id and not lock(conn, row.root_run_id):
+        raise RunNotFoundError(f"no run with run_id {row.root_run_id!r} in this database")
+    run = lock_run(conn, row.run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run with run_id {row.run_id!r} in this database")
+    locked = row_of(conn, requirement_id)
+    assert locked is not None
+    return locked, run
 
 
 def row_of(conn: Connection, requirement_id: str) -> Row[Any] | None:

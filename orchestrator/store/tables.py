@@ -295,6 +295,11 @@ requirements = Table(
     Column("decision", Text, nullable=True),
     Column("decided_by", String(128), nullable=True),
     Column("decided_at", Float, nullable=True),
+    # A paused call's tool as it paused (migration 0022, `orchestrator.paused_tools`): the hash of
+    # the definition its worker served, and a digest of the tool (its arguments, what it asks);
+    # NULL for a budget, and for rows written before. A decision is applied to that tool only.
+    Column("definition_hash", String(64), nullable=True),
+    Column("tool_digest", String(64), nullable=True),
 )
 Index("ix_ratchet_requirements_run", requirements.c.run_id, requirements.c.created_at)
 Index("ix_ratchet_requirements_root", requirements.c.root_run_id, requirements.c.status)

@@ -2,8 +2,8 @@
 in process over ASGI on SQLite and PostgreSQL, with real steps run inline (`in_memory`): a run
 paused by its tool step is listed by status and in `GET /approvals`, carries its requirements,
 is decided one requirement at a time or by a continue, and each refusal is the store's error at
-its status, the first decider named in a 409. The run page deciding over a real server and
-worker: tests/integration/test_ui.py."""
+its status, the first decider named in a 409, a decision on a tool a deploy changed a 409 too.
+The run page deciding over a real server and worker: tests/integration/test_ui.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from orchestrator import Agent, Client, RunStatus, tool
+from orchestrator import Agent, Client, RunStatus, Tool, tool
+from orchestrator.catalog import write_served
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import ScriptConfig
@@ -274,3 +275,33 @@ def test_a_persons_fields_and_an_external_result_are_given_over_http(app: FastAP
     tools = {m["tool_name"]: m["content"] for m in run["messages"] if m["role"] == "tool"}
     assert tools["send_mail"] == "sent notes to ann@example.com"
     assert tools["deploy"].startswith("deployed by CI, build 42\\x00 with a NUL")  # stored, escaped as a result is
+
+
+def version(agent_name: str, *tools: Tool) -> Agent:
+    """A version of the agent `agent_name` (each defined on this line replaces the one before)."""
+    script = ScriptConfig(
+        batches=[[{"tool": "pay", "arguments": {"amount": 5, "to": "ann"}}]], final_text="{tool_results}"
+    )
+    return Agent(name=agent_name, model=ScriptedModel(script=script), tools=list(tools))
+
+
+def test_a_decision_on_a_tool_a_deploy_changed_is_a_409_that_says_what_changed(
+    app: FastAPI, inline: InMemoryDispatcher
+) -> None:
+    agent_name = f"api-hitl-{uuid.uuid4().hex[:6]}"
+    run_id = paused(inline.client, version(agent_name, pay))
+    [req] = inline.client.get_run(run_id).requirements
+    # A worker of the next version booted: `pay` no longer asks for a confirmation
+    write_served(inline.store, [version(agent_name, pay.with_flags(requires_confirmation=False))])
+
+    refused = call(app, "POST", f"/runs/{run_id}/requirements/{req.id}", json={"kind": "confirm"})
+
+    message = error_of(refused, 409, "PausedToolChangedError")["message"]
+    assert "tool 'pay' now runs without asking anyone, where the run paused for a confirmation" in message
+    assert "Reject the call instead" in message
+    carried = {"requirements": [{"id": req.id, "decision": {"kind": "confirm"}}]}
+    error_of(call(app, "POST", f"/runs/{run_id}/continue", json=carried), 409, "PausedToolChangedError")
+    assert inline.client.get_run(run_id).requirements[0].status == "pending" and paid == []
+    # A rejection is taken
+    assert call(app, "POST", f"/runs/{run_id}/requirements/{req.id}", json={"kind": "reject"}).status_code == 200
+    assert inline.client.get_run(run_id).status == S.COMPLETED and paid == []

@@ -3,7 +3,7 @@ process, on the environment's settings) while a real worker runs the steps: a ru
 tool step is listed, decided one requirement at a time, and resumes by itself to COMPLETED, on
 SQLite and PostgreSQL; `--json` prints what the HTTP API answers; each refusal is the store's
 error, exit 1 (2 for a decision that does not answer what is asked, or arguments that cannot be
-taken)."""
+taken; 1 again for a decision on a tool a deploy changed, which is no mistake of the decider's)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from orchestrator import Agent, Client, RunStatus, tool
+from orchestrator import Agent, Client, RunStatus, Tool, tool
+from orchestrator.catalog import write_served
 from orchestrator.settings import Settings
+from orchestrator.testing import in_memory
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
 from tests.conftest import settings_env
@@ -208,3 +210,29 @@ def test_raise_resumes_a_run_paused_by_its_budget_in_place(env: Settings, capsys
     assert out_of(capsys).startswith(f"{req.id}  budget by ann; run {handle.run_id} is ")
     done = Client(env).wait(handle.run_id, 30)
     assert done.status == S.COMPLETED and done.run_id == handle.run_id
+
+
+def version(agent_name: str, *tools: Tool) -> Agent:
+    """A version of the agent `agent_name` (each defined on this line replaces the one before)."""
+    script = ScriptConfig(batches=[[{"tool": "pay", "arguments": {"amount": 5, "to": "ann"}}]], final_text="done")
+    return Agent(name=agent_name, model=ScriptedModel(script=script), tools=list(tools))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the command line's part: deciding is tested on both
+def test_a_decision_on_a_tool_a_deploy_changed_says_what_changed_and_exits_1(
+    env: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent_name = f"cli-hitl-{uuid.uuid4().hex[:6]}"
+    with in_memory(env) as inline:  # the steps, inline: the run pauses on `pay`
+        run_id = inline.client.start(version(agent_name, pay).name, input="go").run_id
+        [req] = inline.client.get_run(run_id).requirements
+    # A worker of the next version, without `pay`, booted
+    write_served(Client(env).store, [version(agent_name, deploy)])
+
+    assert main(["approve", run_id, req.id]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ratchet: error: ") and "tool 'pay' is gone" in err and "Reject the call instead" in err
+    assert main(["approve", run_id, req.id, "--json"]) == 1
+    body = json.loads(capsys.readouterr().err)
+    assert body["error"]["type"] == "PausedToolChangedError" and body["detail"] == body["error"]["message"]
+    assert Client(env).get_run(run_id).requirements[0].status == "pending"  # nothing was stored

@@ -1,7 +1,9 @@
 """A decision stored at once (`store/deciding.py`: on PostgreSQL one statement) writes exactly the
 rows the general path writes, on both databases: the requirement as decided, its "decision" event,
 and for the last one of a batch the run queued again with its "resume" event, the same text and
-order. Steps run inline (the in-memory dispatcher on the real database)."""
+order; and it is left to the general path while another definition of its agent is live than the
+one that paused the call, where a deploy that changed the paused tool refuses it. Steps run inline
+(the in-memory dispatcher on the real database)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from orchestrator import Agent, Decision, RunStatus, tool
+from orchestrator import Agent, Decision, PausedToolChangedError, RunStatus, Tool, tool
+from orchestrator.catalog import write_served
+from orchestrator.paused_tools import CatalogDoor
+from orchestrator.settings import Settings
 from orchestrator.store import deciding
+from orchestrator.store.catalog_rows import CatalogRow
+from orchestrator.store.requirement_rows import PausedCall
 from orchestrator.store.tables import events, requirements, runs
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import ScriptConfig
@@ -112,3 +119,60 @@ def test_a_decision_stored_at_once_writes_what_the_general_path_writes(
     inline.client.control.publish(resumed)  # as Client.decide does
     inline.run_until_idle()
     assert inline.store.get_record(at_once).status == S.COMPLETED
+
+
+def version(agent_name: str, *tools: Tool, instructions: str | None = None) -> Agent:
+    """A version of the agent `agent_name` (each defined on this line replaces the one before)."""
+    return Agent(name=agent_name, model=CountingModel(), tools=list(tools), instructions=instructions)
+
+
+class Watched:
+    """The producer's door (`CatalogDoor`), counting the decisions it is asked about: only the
+    general path asks it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.door = CatalogDoor(settings)
+        self.window = self.door.window
+        self.asked = 0
+
+    def __call__(self, paused: PausedCall, served: CatalogRow | None) -> None:
+        self.asked += 1
+        self.door(paused, served)
+
+
+def test_a_decision_is_stored_at_once_only_while_no_other_definition_of_its_agent_is_live(
+    inline: InMemoryDispatcher,
+) -> None:
+    @tool(requires_confirmation=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return query
+
+    agent_name = f"at-once-{uuid.uuid4().hex[:6]}"
+    version(agent_name, pay)
+    runs_ = [inline.client.start(agent_name, input="pay").run_id for _ in range(3)]
+    inline.run_until_idle()  # the worker wrote its definition into the catalog, and each run paused
+    (a, ra), (b, rb), (c, rc) = ((r, inline.client.get_run(r).active_requirements[0].id) for r in runs_)
+    door, grace, store = Watched(inline.settings), inline.settings.publish_grace_seconds, inline.store.requirements
+
+    # While the definition that paused the runs is the only live one: at once, the door not asked
+    store.decide(a, ra, Decision(kind="confirm"), by="ann", publish_grace=grace, door=door)
+    assert door.asked == 0
+    # A worker of another version is live, with `pay` as it was: the general path checks and stores
+    write_served(inline.store, [version(agent_name, pay, instructions="Be brief.")])
+    store.decide(b, rb, Decision(kind="confirm"), by="ann", publish_grace=grace, door=door)
+    assert door.asked == 1 and inline.store.get_record(b).status == S.QUEUED
+    # One without `pay`: refused, nothing written
+    write_served(inline.store, [version(agent_name, lookup)])
+    with pytest.raises(PausedToolChangedError, match="tool 'pay' is gone"):
+        store.decide(c, rc, Decision(kind="confirm"), by="ann", publish_grace=grace, door=door)
+    assert door.asked == 2 and inline.store.get_record(c).status == S.PAUSED
+    assert [r.status for r in inline.client.get_run(c).requirements] == ["pending"]
+    assert "decision" not in [e["kind"] for e in inline.store.get_events(c)]
+    # A rejection is checked against nothing: stored at once
+    store.decide(c, rc, Decision(kind="reject"), by="ann", publish_grace=grace, door=door)
+    assert door.asked == 2 and inline.store.get_record(c).status == S.QUEUED

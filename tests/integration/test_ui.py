@@ -5,7 +5,8 @@ error and its tool error, continues it and shows it complete; a streamed run's t
 is written; run content that is markup stays text; a run's page shows its agent's definition from
 the catalog, live or when last seen; a run paused by a tool that needs a person is found under
 "Waiting for you", its calls approved, rejected with a note, answered with fields or an external
-result from its page, a refusal said as the API says it, and the run seen COMPLETED. That the
+result from its page, a refusal said as the API says it (one on a tool a deploy changed too), and
+the run seen COMPLETED. That the
 page's files need no token and every API route still does: tests/integration/test_api_records.py."""
 
 from __future__ import annotations
@@ -256,6 +257,34 @@ def test_a_call_rejected_with_a_note_and_a_decision_another_producer_made_first_
     pw.expect(page.locator("li.decision.k-reject")).to_contain_text("not this month")
     pw.expect(page.locator("li.decision.k-confirm")).to_contain_text("approved by bob")
     pw.expect(page.locator("li.decision.k-confirm .outcome.refused")).to_contain_text("DecisionConflictError")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: deciding is tested on both
+@pytest.mark.usefixtures("worker")
+def test_an_approval_of_a_tool_a_deploy_changed_is_refused_on_the_page_saying_what_changed(
+    api: ApiServer, page: Any, settings: Settings
+) -> None:
+    paused = start(api, "ui-payer", "pay them", until="PAUSED")
+    # A worker of the next version of ui-payer, whose `pay` asks nobody, booted (seen last, live)
+    [row] = Client(settings).store.read_catalog("ui-payer")
+    body = Definition.from_json(row.definition).body()
+    body["tools"] = [{**t, "flags": {}} for t in body["tools"]]
+    engine = open_engine(settings.database_url)
+    try:
+        Store(engine, clock=lambda: time.time() + 3600).write_catalog([Definition.from_body(body).served()])
+    finally:
+        engine.dispose()
+    signed_in(page, f"{api.url}/ui/#/runs/{paused}")
+    asked = page.locator(".requirement")
+    pw.expect(asked).to_have_count(2)
+
+    asked.first.locator("button[data-action=approve]").click()
+
+    refusal = asked.first.locator(".outcome.refused")
+    pw.expect(refusal).to_have_attribute("data-type", "PausedToolChangedError")
+    pw.expect(refusal).to_contain_text("tool 'pay' now runs without asking anyone")
+    pw.expect(asked).to_have_count(2)  # nothing was stored
+    assert len(approvals_of(api, paused)) == 2
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part only

@@ -15,6 +15,7 @@ and `error.details` for a request that does not fit its schema (422). A user's m
     RunNotPausedError, DecisionExpiredError                 409  (the run moved on; the deadline passed)
     DecisionConflictError (decided already, another way)    409  (`decided_by`, `decided_at`: the first one)
     DecisionKindError (a decision that does not answer it)  422
+    PausedToolChangedError (a deploy changed the paused tool)  409  (a DecisionKindError; says what changed)
     SessionOwnedError (a start in another user's session)   409  (names the session, neither user)
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
@@ -45,6 +46,7 @@ from orchestrator.errors import (
     DecisionExpiredError,
     DecisionKindError,
     InvalidInputError,
+    PausedToolChangedError,
     RatchetError,
     RequirementNotFoundError,
     RunBusyError,
@@ -77,6 +79,9 @@ STATUS: dict[type[RatchetError], int] = {
     RunNotPausedError: 409,
     DecisionConflictError: 409,
     DecisionExpiredError: 409,
+    # Not the decider's mistake: what the agent serves changed since the pause (the same request
+    # can succeed after a deploy that serves the tool as it was).
+    PausedToolChangedError: 409,
     InvalidInputError: 422,
     DecisionKindError: 422,
     BrokerUnavailableError: 503,

@@ -22,7 +22,13 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from orchestrator.errors import ConfigurationError, DecisionConflictError, DecisionKindError, RatchetError
+from orchestrator.errors import (
+    ConfigurationError,
+    DecisionConflictError,
+    DecisionKindError,
+    PausedToolChangedError,
+    RatchetError,
+)
 
 OK, FAILURE, USAGE = 0, 1, 2
 #: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
@@ -36,7 +42,8 @@ exit status:
   1    a runtime failure: no such run, session, agent or requirement (AgentNotFoundError,
        RunNotFoundError, RequirementNotFoundError, ...), a run in a state that refuses it
        (RunConflictError, RunBusyError, RunNotPausedError, ...), a decision that came second
-       (DecisionConflictError) or late (DecisionExpiredError), a database or a broker that cannot be
+       (DecisionConflictError) or late (DecisionExpiredError) or for a tool a deploy changed
+       (PausedToolChangedError), a database or a broker that cannot be
        reached, a wait that timed out (RunWaitTimeout); and a run that ended in ERROR for the
        commands that report how a run ended (show, stream, run or continue with --wait or --stream)
   2    a usage error, and nothing was done: arguments argparse refuses, a value Ratchet cannot take
@@ -113,6 +120,8 @@ def status_of(exc: BaseException) -> int | None:
     """The exit status for `exc`; None for an error that is a fault (its traceback is shown)."""
     if isinstance(exc, AboutRun):
         return status_of(exc.error)
+    if isinstance(exc, PausedToolChangedError):  # what is served changed, not what was asked
+        return FAILURE
     if isinstance(exc, UsageError | ConfigurationError | DecisionKindError):
         return USAGE
     if isinstance(exc, RatchetError | CommandFailure | OperationalError | InterfaceError):
