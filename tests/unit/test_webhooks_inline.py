@@ -89,16 +89,22 @@ def test_a_failing_receiver_gets_the_same_delivery_again_after_a_growing_backoff
     receiver.failures = 2
     run = Agent(name=name(), model=CountingModel()).start("hello", webhook=receiver.url).wait()
 
+    # The clock is wall time plus an offset: each backoff is bounded by the clock read before the
+    # sweep (the attempt's time is no earlier) and after it (no later).
+    before = clock()
     hooked.sweep()
+    after = clock()
     [first] = hooked.client.webhook_deliveries(run.run_id)
     assert (first.state, first.attempts, first.last_error) == ("pending", 1, "the receiver answered HTTP 500")
-    assert first.next_attempt_at is not None and 5.0 <= first.next_attempt_at - clock() <= 10.0
+    assert first.next_attempt_at is not None and before + 5.0 <= first.next_attempt_at <= after + 10.0
     assert hooked.sweep().webhooks == 0  # not before its backoff passed
     clock.advance(10.0)
+    before = clock()
     hooked.sweep()
+    after = clock()
     [second] = hooked.client.webhook_deliveries(run.run_id)
     assert second.attempts == 2 and second.next_attempt_at is not None
-    assert 10.0 <= second.next_attempt_at - clock() <= 20.0  # doubled, with jitter
+    assert before + 10.0 <= second.next_attempt_at <= after + 20.0  # doubled, with jitter
     clock.advance(20.0)
     hooked.sweep()
 
