@@ -187,6 +187,31 @@ def test_a_tool_batch_in_flight_keeps_the_results_it_committed_and_a_continue_ru
     assert sorted(m.content or "" for m in done.messages if m.role == "tool") == ["first done", "second done"]
 
 
+def test_an_at_most_once_call_in_flight_at_the_deadline_is_not_run_again_by_a_continue(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    charged: list[int] = []
+
+    @tool(at_most_once=True)
+    def charge(amount: int) -> str:
+        """Charge a card."""
+        charged.append(amount)
+        clock.advance(31)
+        inline.sweep()  # the deadline passes while the charge is being made
+        return "charged"
+
+    agent = Agent(name=name(), model=CountingModel(), tools=[charge])
+    out = agent.run("charge 5", run_timeout=30)
+    assert timed_out(out) and len(charged) == 1
+
+    interrupted = agent.continue_run(run_id=out.run_id)  # as after a worker died mid-call: not run again
+    assert interrupted.error is not None and interrupted.error.type == "ToolInterruptedError" and len(charged) == 1
+    done = agent.continue_run(run_id=out.run_id)
+    assert done.status == S.COMPLETED and len(charged) == 1
+    [result] = [m for m in done.messages if m.role == "tool"]
+    assert result.tool_call_error and "unknown" in (result.content or "")
+
+
 def test_a_teams_deadline_stops_its_members_with_it_and_continuing_the_team_goes_on(
     inline: InMemoryDispatcher, clock: Clock
 ) -> None:
@@ -212,6 +237,7 @@ def test_a_teams_deadline_stops_its_members_with_it_and_continuing_the_team_goes
     [member] = failed.member_runs
     assert timed_out(failed) and timed_out(member) and member.error is not None
     assert f"with its team's run {out.run_id}" in member.error.message
+    assert kinds(inline, member.run_id)[-1] == "error"
 
     team.client.continue_run(out.run_id)  # the member in place, then the leader waits again
     resumed = team.client.get_run(out.run_id)
@@ -241,11 +267,23 @@ def test_a_continue_keeps_a_deadline_ahead_takes_a_new_one_and_refuses_one_for_a
     done = agent.client.get_run(out.run_id)
     assert done.status == S.COMPLETED
 
+    same = agent.client.wait(agent.client.continue_run(out.run_id, input="more").run_id)
+    assert same.forked_from == out.run_id and same.run_timeout == 600  # a fork: its source's run_timeout
     forked = agent.client.wait(
         agent.client.continue_run(out.run_id, input="again", run_timeout=timedelta(minutes=2)).run_id
     )
     assert forked.forked_from == out.run_id and forked.run_timeout == 120
     assert forked.deadline_at == pytest.approx(forked.created_at + 120)
+
+
+def test_a_run_whose_last_step_commits_after_its_deadline_before_a_sweep_is_completed(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    model = DuringCall()
+    model.during = lambda: clock.advance(6)  # the deadline passes mid call (its lease lives), no sweep comes
+    out = Agent(name=name(), model=model).run("hi", run_timeout=5)
+    assert out.status == S.COMPLETED and inline.store.clock() > (out.deadline_at or 0)
+    assert not inline.sweep().stopped
 
 
 def test_a_starts_run_timeout_wins_over_its_agents_and_is_checked_at_the_door(inline: InMemoryDispatcher) -> None:
