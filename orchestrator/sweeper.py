@@ -122,15 +122,15 @@ class Sweeper:
             log.exception("sweep: webhook deliveries could not be read or settled; the next pass tries again")
         if report:
             log.info(
-                "sweep: stopped %s, requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "
-                "scheduled %s, failed %s",
-                report.stopped,
+                "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "
+                "stopped %s, scheduled %s, failed %s",
                 report.requeued,
                 report.republished,
                 report.poisoned,
                 report.fanned_in,
                 report.freed,
                 report.timed_out,
+                report.stopped,
                 report.scheduled,
                 report.failed,
             )
