@@ -46,8 +46,9 @@ continue gives it its `run_timeout` again from then (or the continue's own:
 `orchestrator.continuing`). A step in progress is fenced as a cancel fences it (its epoch
 bumped): nothing it writes after the deadline is kept (a model reply, a tool's result, the
 batch's commit), while what it committed before stays; a tool whose result was dropped runs again
-when the run is continued (one `at_most_once` does not: the model reads that its outcome is
-unknown). No step is claimed past a run's deadline, so a run parked QUEUED never starts one late.
+when the run is continued (one `at_most_once` does not: the continue stops with
+ToolInterruptedError, as after a worker died). No step is claimed past a run's deadline, so a
+run parked QUEUED never starts one late.
 
 When: at the first sweep after the deadline, within one RATCHET_SWEEP_SECONDS of it, as above. A
 run whose step commits its final answer between the deadline and that sweep is COMPLETED.
