@@ -21,9 +21,9 @@ from typing import Any, NotRequired, Unpack
 
 from pydantic import BaseModel
 
-from orchestrator import state
+from orchestrator import state, validation
 from orchestrator.budgets import BudgetOptions, Budgets
-from orchestrator.errors import AgentNotFoundError, ConfigurationError
+from orchestrator.errors import AgentNotFoundError, ConfigurationError, InvalidInputError
 from orchestrator.models.base import Model, ToolSpec
 from orchestrator.models.fallback import FallbackChain, FallbackConfig
 from orchestrator.requirements import PausePolicy
@@ -45,6 +45,19 @@ def _history_runs(name: str, num_history_runs: int | None) -> int:
             f"{name}: num_history_runs must be a whole number of runs, 1 or more; got {num_history_runs!r}"
         )
     return num_history_runs
+
+
+def _queue_options(name: str, run_timeout: float | None, max_queued: int | None) -> tuple[float | None, int | None]:
+    """`run_timeout` (seconds, above 0, at most `validation.RUN_TIMEOUT_MAX`) and `max_queued` (a
+    whole number of runs, 1 or more) checked; None where not given."""
+    if run_timeout is not None:
+        try:
+            run_timeout = validation.run_timeout(run_timeout)
+        except InvalidInputError as exc:
+            raise ConfigurationError(f"{name}: {exc}") from None
+    if max_queued is not None and (isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1):
+        raise ConfigurationError(f"{name}: max_queued must be a whole number of runs, 1 or more; got {max_queued!r}")
+    return run_timeout, max_queued
 
 
 def _session_state(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -119,6 +132,8 @@ class AgentOptions(BudgetOptions):
     concurrency_key: NotRequired[Callable[[RunRecord], str | None] | None]
     pause_timeout: NotRequired[float | None]
     on_timeout: NotRequired[str | None]
+    run_timeout: NotRequired[float | None]
+    max_queued: NotRequired[int | None]
 
 
 class AgentDefinition:
@@ -149,6 +164,8 @@ class AgentDefinition:
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
         pause_timeout: float | None = None,
         on_timeout: str | None = None,
+        run_timeout: float | None = None,
+        max_queued: int | None = None,
         **budgets: Unpack[BudgetOptions],
     ) -> None:
         _check(name, model, output_schema, concurrency_key)
@@ -178,15 +195,32 @@ class AgentDefinition:
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
+        pause = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)
+        self._bound_runs(
+            concurrency_key, pause, _queue_options(f"{self.kind} {name}", run_timeout, max_queued), budgets
+        )
+        _check_prices(self)
+        register(self)
+
+    def _bound_runs(
+        self,
+        concurrency_key: Callable[[RunRecord], str | None] | None,
+        pause: PausePolicy,
+        queued: tuple[float | None, int | None],
+        budgets: BudgetOptions,
+    ) -> None:
+        """What bounds its runs, as `__init__` checked it."""
         #: Which runs RATCHET_MAX_RUNS_PER_KEY counts together, a function of the run's record
         #: (None: not counted; not given: the run's `user_id`): `orchestrator.limits`.
         self.concurrency_key = concurrency_key
         #: A paused call's deadline (a tool's own wins): `orchestrator.requirements`.
-        self.pause_policy = PausePolicy.of(f"agent {name}", pause_timeout, on_timeout)
+        self.pause_policy = pause
+        #: The deadline of each run a producer starts of it, in seconds from the start, PAUSED
+        #: time included (a start's `run_timeout=` wins; None: none), and the most of its runs
+        #: QUEUED at once for a start to be taken (None: RATCHET_MAX_QUEUED_PER_AGENT): `orchestrator.starting`.
+        self.run_timeout, self.max_queued = queued
         #: Limits that pause a run before a model call (max_tokens=, session_max_cost=, ...): `orchestrator.budgets`.
-        self.budgets = Budgets.of(f"{self.kind} {name}", **budgets)
-        _check_prices(self)
-        register(self)
+        self.budgets = Budgets.of(f"{self.kind} {self.name}", **budgets)
 
     def pause_policy_of(self, tool: Tool) -> PausePolicy:
         """The deadline of a paused call of `tool`: the tool's own, else the agent's."""

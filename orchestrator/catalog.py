@@ -5,7 +5,8 @@ Each worker writes the definitions it serves when it boots, and marks them seen 
 RATCHET_CATALOG_SEEN_SECONDS while it lives (`CatalogKeeper`). A definition is described from
 the public attributes of its `Agent` or `Team` (`describe`): name, kind, model (provider and
 id), a digest of its system message, its tools with their JSON schemas and flags, its members,
-its output schema, its queues, its spending limits and its fallback models (those set). The
+its output schema, its queues, its spending limits, its fallback models, its runs' deadline and
+the bound on its QUEUED runs (those set). The
 definition hash is the SHA-256 of that description as canonical JSON (keys sorted, no spaces),
 so the same definition hashes the same in every process and every version of Ratchet that
 describes it alike. A tool's
@@ -107,6 +108,10 @@ class Definition:
     #: [{"provider": ..., "id": ...}] in order (`orchestrator.models.fallback`); {} without any,
     #: and then left out of the description, so its hash is as before fallbacks.
     fallback_models: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)
+    #: The deadline its runs get and the most of them QUEUED for a start to be taken
+    #: (`Agent(run_timeout=, max_queued=)`); None, and then left out of the description: none.
+    run_timeout: float | None = None
+    max_queued: int | None = None
 
     def body(self) -> dict[str, Any]:
         """The description the hash is taken over, as JSON values."""
@@ -127,6 +132,9 @@ class Definition:
             body["budgets"] = {scope: dict(limits) for scope, limits in self.budgets.items()}
         if self.fallback_models:
             body["fallback_models"] = {k: [dict(m) for m in ms] for k, ms in self.fallback_models.items()}
+        for name in ("run_timeout", "max_queued"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         return body
 
     def to_json(self) -> str:
@@ -158,6 +166,8 @@ class Definition:
                 k: [{"provider": m.get("provider"), "id": m.get("id")} for m in ms]
                 for k, ms in (body.get("fallback_models") or {}).items()
             },
+            run_timeout=body.get("run_timeout"),
+            max_queued=body.get("max_queued"),
         )
         return _hashed(definition)
 
@@ -231,6 +241,8 @@ def _body_of(agent: AgentDefinition) -> dict[str, Any]:
         "queues": {"steps": agent.queue, "tools": agent.tool_queue},
         "budgets": agent.budgets.to_json(),
         "fallback_models": agent.fallback.describe(),
+        "run_timeout": agent.run_timeout,
+        "max_queued": agent.max_queued,
     }
 
 

@@ -153,6 +153,7 @@ class Client:
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
         webhook: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunHandle:
         """Write the run and its user message (QUEUED), then publish its first step.
 
@@ -161,31 +162,32 @@ class Client:
         request (user, agent, input, stream, priority and session_state; the session, if given),
         returns that run and publishes nothing; any other request raises RunConflictError saying
         what differs, or for another user's run nothing of it (`orchestrator.idempotency`).
-        Invalid arguments raise InvalidInputError before anything is written.
-
-        If the broker is down the run is still saved, and BrokerUnavailableError names it; the
-        sweeper publishes it when the broker is back.
-
-        `stream=True`: the run's model steps also publish their text deltas, which `stream()`
-        merges with its durable events; any run can be followed, streamed or not.
+        Invalid arguments raise InvalidInputError before anything is written. If the broker is
+        down the run is still saved, and BrokerUnavailableError names it; the sweeper publishes it
+        when the broker is back.
 
         `user_id`: who the run is for, stored with it (and with its session, if this is the
         session's first run). A session is its first run's user's, no user included: a run for
         another user in it raises SessionOwnedError and writes nothing, and a run's history and
         session state are only ever its own user's. With RATCHET_MAX_RUNS_PER_KEY, also its
         concurrency key (or what its agent's `concurrency_key` makes of the run:
-        `orchestrator.limits`). `session_state`: a
-        dict merged over the session's stored state, key by key, as the run is written (Agno's
-        `run(session_state=...)`); its tools read and change the result (`ToolContext.session_state`).
+        `orchestrator.limits`). `session_state`: a dict merged over the session's stored state,
+        key by key, as the run is written (Agno's `run(session_state=...)`); its tools read and
+        change the result (`ToolContext.session_state`).
 
-        `priority`: 0-9, higher first; a run without one is as 0. Every step of the run (and of
-        its team members) is published with it, so under a backlog its steps are taken before
-        lower ones' on Redis and RabbitMQ (the embedded filesystem broker ignores it).
+        `stream=True`: the run's model steps also publish their text deltas, which `stream()`
+        merges with its durable events; any run can be followed, streamed or not. `priority`: 0-9,
+        higher first; a run without one is as 0. Every step of the run (and of its team members) is
+        published with it, so under a backlog its steps are taken before lower ones' on Redis and
+        RabbitMQ (the embedded filesystem broker ignores it).
 
         `webhook`: an http(s) URL POSTed a signed summary each time the run stops (COMPLETED,
         ERROR, CANCELLED, PAUSED), at least once, from a durable outbox (`orchestrator.webhooks`).
         Its host must resolve to public addresses unless RATCHET_WEBHOOK_ALLOW lists it;
-        RATCHET_WEBHOOK_SECRET must be set. A refused URL is InvalidInputError, nothing written."""
+        RATCHET_WEBHOOK_SECRET must be set. A refused URL is InvalidInputError, nothing written.
+
+        `run_timeout`: its deadline, seconds (or a timedelta) from now, default its agent's:
+        `orchestrator.deadlines`. QueueFullError, nothing written: `orchestrator.starting`."""
         run_id = self.control.start(
             agent,
             input=input,
@@ -196,6 +198,7 @@ class Client:
             session_state=session_state,
             priority=priority,
             webhook=webhook,
+            run_timeout=run_timeout,
         )
         return RunHandle(run_id, self)
 
@@ -207,6 +210,7 @@ class Client:
         fork_key: str | None = None,
         requirements: Sequence[RunRequirement] = (),
         by: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunHandle:
         """Resume a run: ERROR and expired RUNNING resume in place (same run_id); COMPLETED
         forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
@@ -218,8 +222,15 @@ class Client:
         Two concurrent continues of one run publish one step: the move is guarded by the epoch.
         A fork's run_id is derived from the source run and `fork_key` (default: the input), so
         continuing a COMPLETED run twice alike returns the same fork; another `fork_key` forks
-        again."""
-        answer = self.control.continue_run(run_id, input=input, fork_key=fork_key, requirements=requirements, by=by)
+        again.
+
+        The run that goes on keeps a deadline that is still ahead; one that passed (a run stopped
+        by RunTimeoutError) is given again from now, as long as the run's `run_timeout`;
+        `run_timeout` here gives it a new one from now (a fork: its source's, else none). A run
+        the continue leaves going takes no `run_timeout` (RunBusyError)."""
+        answer = self.control.continue_run(
+            run_id, input=input, fork_key=fork_key, requirements=requirements, by=by, run_timeout=run_timeout
+        )
         return RunHandle(answer, self)
 
     def decide(

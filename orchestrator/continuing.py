@@ -15,6 +15,13 @@ reads it, until one try answers. What a try decides, by the run's status:
   published. A team in ERROR because a member failed continues that member in place first, then
   waits on it again (`continue_team`).
 
+Deadlines (`orchestrator.deadlines`): the run a continue moves on keeps its deadline while it is
+ahead; the continue's `run_timeout` gives it a new one from now; a deadline that passed (a run
+stopped by RunTimeoutError, or one that failed before and is continued late) is given again from
+now, the run's own `run_timeout` long, so the continue is not undone by the next sweep. A fork
+gets the continue's `run_timeout`, else its source's, from now. A continue that leaves the run as
+it is (going, PAUSED) refuses a `run_timeout` as it refuses input: RunBusyError.
+
 A guarded move that matches nothing means the run moved since it was read (another continue, a
 cancel, its worker, a prune): the try answers None and the caller reads the run again.
 """
@@ -79,18 +86,43 @@ class Continuation:
         self.continue_member = continue_member
         self.definition_hash = definition_hash
 
-    def resume(self, record: RunRecord, input: str | None, fork_key: str | None, *, raced: bool) -> str | None:
+    def resume(
+        self,
+        record: RunRecord,
+        input: str | None,
+        fork_key: str | None,
+        *,
+        raced: bool,
+        run_timeout: float | None = None,
+    ) -> str | None:
         """One try of a continue on the run as read: its answer, or None when the guarded move
         matched nothing. `raced`: an earlier try lost its move, so whatever the run is doing now
-        another request, its worker or the sweeper started since this continue was sent."""
+        another request, its worker or the sweeper started since this continue was sent.
+        `run_timeout`: the new deadline of the run that goes on, in seconds from now (checked)."""
         if record.status == S.COMPLETED:
             # Resumed by someone else and finished since: without input there is nothing left to
             # do (a fork would ask the model again for nothing); the input goes to a fork, as any.
-            return record.run_id if raced and input is None else self.fork(record, input, fork_key)
+            if raced and input is None and run_timeout is None:
+                return record.run_id
+            return self.fork(record, input, fork_key, run_timeout)
         going = self._going(record, input, raced=raced)
+        if going is not None and run_timeout is not None:
+            raise RunBusyError(
+                f"run {record.run_id} is {record.status}; a continue gives a new run_timeout only to a run it moves "
+                "on (ERROR, COMPLETED), and this one goes on as it is: its deadline was not changed"
+            )
         if going is not None:
             return going
-        return self._move_on(record, input)
+        return self._move_on(record, input, run_timeout)
+
+    def _deadline(self, record: RunRecord, run_timeout: float | None) -> dict[str, Any]:
+        """What a continue that moves `record` on writes of its deadline (see above)."""
+        now = self.store.clock()
+        if run_timeout is not None:
+            return {"deadline_at": now + run_timeout, "run_timeout": run_timeout}
+        if record.deadline_at is not None and record.deadline_at <= now and record.run_timeout is not None:
+            return {"deadline_at": now + record.run_timeout}
+        return {}
 
     def _going(self, record: RunRecord, input: str | None, *, raced: bool) -> str | None:
         """The answer for a run that is cancelled or going already (or a refusal); None for a run
@@ -126,7 +158,7 @@ class Continuation:
             )
         return None
 
-    def _move_on(self, record: RunRecord, input: str | None) -> str | None:
+    def _move_on(self, record: RunRecord, input: str | None, run_timeout: float | None) -> str | None:
         """Move a stopped run (ERROR, RUNNING past its lease) back to QUEUED and publish
         its step: the tool calls it still owes first, else a model call with the new input."""
         run_id, status = record.run_id, record.status
@@ -139,7 +171,7 @@ class Continuation:
         # A team that failed because a member did: continue the member in place, then the leader.
         members = self._owed_members(record, owed) if owed and status == S.ERROR else []
         if members:
-            return run_id if self.continue_team(record, members) else None
+            return run_id if self.continue_team(record, members, run_timeout) else None
         moved = self.store.move(
             run_id,
             src=(status,),
@@ -159,6 +191,7 @@ class Continuation:
             error_message=None,
             publish_grace=self.settings.publish_grace_seconds,
             **_next_stretch(record, self.store.clock()),
+            **self._deadline(record, run_timeout),
         )
         if moved is None:
             return None
@@ -167,8 +200,9 @@ class Continuation:
 
     # ---------------------------------------------------------------- fork
 
-    def fork(self, record: RunRecord, input: str | None, key: str | None) -> str:
-        """A new run with the COMPLETED run's transcript (and `input`), in its session, for its user."""
+    def fork(self, record: RunRecord, input: str | None, key: str | None, run_timeout: float | None = None) -> str:
+        """A new run with the COMPLETED run's transcript (and `input`), in its session, for its
+        user; its deadline `run_timeout` from now, else its source's `run_timeout` (if any)."""
         request = ("key", key) if key is not None else ("input", input or "")
         fork_id = derived_run_id("fork", record.run_id, *request)
         try:
@@ -181,7 +215,8 @@ class Continuation:
         if input is not None:
             messages.append(Message(role="user", content=input))
         try:
-            created = self._create_fork(record, fork_id, messages)
+            timeout = run_timeout if run_timeout is not None else record.run_timeout
+            created = self._create_fork(record, fork_id, messages, timeout)
         except IntegrityError as exc:  # a concurrent continue made it first
             try:
                 return self._same_fork(record, self.store.get_record(fork_id))
@@ -195,7 +230,9 @@ class Continuation:
         self.publish(created)
         return fork_id
 
-    def _create_fork(self, record: RunRecord, fork_id: str, messages: Sequence[Message]) -> RunRecord:
+    def _create_fork(
+        self, record: RunRecord, fork_id: str, messages: Sequence[Message], run_timeout: float | None
+    ) -> RunRecord:
         with tracing.starting(record.agent_name, fork_id, source=record) as trace_context:
             return self.store.create_run(
                 run_id=fork_id,
@@ -216,6 +253,7 @@ class Continuation:
                 trace_context=trace_context,
                 definition_hash=self.definition_hash(record.agent_name),
                 webhook=record.webhook,  # the fork is told of its stops as its source was
+                run_timeout=run_timeout,
             )
 
     @staticmethod
@@ -232,7 +270,7 @@ class Continuation:
         owed_ids = {c.id for c in owed}
         return [c for c in self.store.children(team.run_id) if c.parent_tool_call_id in owed_ids]
 
-    def continue_team(self, team: RunRecord, members: Sequence[RunRecord]) -> bool:
+    def continue_team(self, team: RunRecord, members: Sequence[RunRecord], run_timeout: float | None = None) -> bool:
         """Continue a team in ERROR that still waits on delegated members: continue the failed
         members in place (same run ids), move the team ERROR -> WAITING, and fan in at once in case
         every member has ended already. False when the team's move matched nothing (it moved
@@ -264,6 +302,7 @@ class Continuation:
             error_type=None,
             error_message=None,
             **_next_stretch(team, self.store.clock()),
+            **self._deadline(team, run_timeout),
         )
         if moved is not None:
             woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)

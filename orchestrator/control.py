@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from orchestrator import limits, paused_tools, starting, validation, webhooks
@@ -88,6 +89,7 @@ class RunControl:
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
         webhook: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> str:
         """Write the run and its user message (QUEUED), publish its first step; return its id.
         `stream`: its model steps publish their text deltas as live events (`Client.stream`).
@@ -98,6 +100,10 @@ class RunControl:
         key by key, when the run is written (`orchestrator.state`). `priority`: 0-9, higher first
         (None: none, as 0); every step of the run is published with it. `webhook`: a URL told of
         each stop of the run (`orchestrator.webhooks`), checked here against RATCHET_WEBHOOK_ALLOW.
+        `run_timeout`: its deadline, in seconds from now (None: its agent's `run_timeout`, if any):
+        past it, the sweeper stops it in ERROR with RunTimeoutError (`orchestrator.deadlines`).
+        A bound on QUEUED runs that is full refuses the start with QueueFullError, nothing
+        written (`orchestrator.starting`).
 
         A run_id that exists, for the same request (`orchestrator.idempotency`: user, agent, input,
         stream, priority, session_state, and the session if given), is the same start
@@ -112,6 +118,7 @@ class RunControl:
             priority=priority,
             session_state=session_state,
             webhook=None if webhook is None else webhooks.check_url(webhook, self.settings),
+            run_timeout=run_timeout,
         )
         run_id = str(uuid.uuid4()) if run_id is None else validation.run_id(run_id)
         record = starting.write(self.store, self.settings, request, run_id)
@@ -197,6 +204,7 @@ class RunControl:
         fork_key: str | None = None,
         requirements: Sequence[RunRequirement] = (),
         by: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> str:
         """Resume a run and return the id of the run that goes on: ERROR and expired RUNNING
         resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op); PAUSED
@@ -210,14 +218,21 @@ class RunControl:
         prune), and it decides again on the run as it is then: a run deleted meanwhile is
         RunNotFoundError, a cancelled one RunNotContinuableError, and a run that another request
         resumed gets that request's answer (its run_id) unless this continue carries input, which
-        would be dropped: RunBusyError, nothing added."""
+        would be dropped: RunBusyError, nothing added.
+
+        The run that goes on keeps its deadline while it is ahead; `run_timeout` gives it a new
+        one, that many seconds from now, and a deadline that passed is given again from now
+        (its stored `run_timeout`), so a run stopped by RunTimeoutError goes on
+        (`orchestrator.continuing`). A run the continue leaves as it is (going, PAUSED) takes
+        no `run_timeout`: RunBusyError, as for input."""
         run_id = validation.known_run_id(run_id)
         if input is not None:
             input = validation.input_text(input)
+        timeout = None if run_timeout is None else validation.run_timeout(run_timeout)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
         decided = self._decide_all(run_id, requirements, by)
-        if decided and input is None and self.store.get_record(run_id).status != S.ERROR:
+        if decided and input is None and timeout is None and self.store.get_record(run_id).status != S.ERROR:
             # The decisions are the continue: the last one queued the run (which may have finished
             # since: a fork now would ask the model again for nothing), or it waits for more. A team
             # in ERROR (a member failed beside the paused one) is continued as well.
@@ -231,7 +246,9 @@ class RunControl:
         )
         raced = False
         for _ in range(_TRIES):
-            answer = continuation.resume(self.store.get_record(run_id), input, fork_key, raced=raced)
+            answer = continuation.resume(
+                self.store.get_record(run_id), input, fork_key, raced=raced, run_timeout=timeout
+            )
             if answer is not None:
                 return answer
             raced = True

@@ -1,4 +1,5 @@
-"""Deadlines that fire: what a pause's deadline does when nobody decided in time.
+"""Deadlines that fire: what a pause's deadline does when nobody decided in time, and what a
+run's own deadline does when the run is still going (the end of this docstring).
 
 A paused call's requirement carries `deadline_at` (when it paused, plus the `pause_timeout=` of
 its tool, else of its agent) and `on_timeout`. Each sweeper pass (`Sweeper.sweep_once`) reads the
@@ -34,8 +35,26 @@ between changes nothing.
 Why: the transaction that acts logs "deadline" on the requirement's run (the requirement, the
 policy, the deadline), beside the decision ("decision", by "deadline"), the cancel or the error.
 
+A run's deadline (`run_timeout=`: on a start, else its agent's; `RunRecord.deadline_at`) is
+wall-clock time from the start, PAUSED time included: it is a promise to whoever started the run
+that it has stopped by then, whether it waits for a worker, a model, a tool or a person (a pause's
+own `pause_timeout` bounds one wait only). Each sweeper pass reads the runs still going past
+theirs (`Endings.past_deadline`) first, and `stop` ends each one's tree: the run, and every run
+under it that has not ended, in ERROR with RunTimeoutError (`Endings.time_out`), in one
+transaction. ERROR, not CANCELLED, so that the run can be read as it stopped and continued: a
+continue gives it its `run_timeout` again from then (or the continue's own:
+`orchestrator.continuing`). A step in progress is fenced as a cancel fences it (its epoch
+bumped): nothing it writes after the deadline is kept (a model reply, a tool's result, the
+batch's commit), while what it committed before stays; a tool whose result was dropped runs again
+when the run is continued (one `at_most_once` does not: the continue stops with
+ToolInterruptedError, as after a worker died). No step is claimed past a run's deadline, so a
+run parked QUEUED never starts one late.
+
+When: at the first sweep after the deadline, within one RATCHET_SWEEP_SECONDS of it, as above. A
+run whose step commits its final answer between the deadline and that sweep is COMPLETED.
+
 This module decides and writes through the store only; what to publish and which ended runs to
-follow up (`Fired`) goes back to the sweeper.
+follow up (`Fired`, the runs `stop` ended) goes back to the sweeper.
 """
 
 from __future__ import annotations
@@ -43,7 +62,13 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from orchestrator.errors import DecisionConflictError, DecisionExpiredError, PauseTimeoutError, RunNotPausedError
+from orchestrator.errors import (
+    DecisionConflictError,
+    DecisionExpiredError,
+    PauseTimeoutError,
+    RunNotPausedError,
+    RunTimeoutError,
+)
 from orchestrator.requirements import DEADLINE, OnTimeout, RunRequirement, timeout_decision
 from orchestrator.run import RunRecord
 from orchestrator.store import Store
@@ -102,10 +127,33 @@ def timeout_error(requirement: RunRequirement) -> PauseTimeoutError:
     )
 
 
+def stop(store: Store, record: RunRecord) -> list[RunRecord]:
+    """Stop the run `record` (one `Endings.past_deadline` returned) and its tree, its deadline
+    having passed: the runs moved to ERROR, the run first; [] if it is not the deadline's to act
+    on any more (the run ended, or a continue gave it a new deadline, or another sweeper acted)."""
+    return store.endings.time_out(record.run_id, lambda run, top: run_timeout_error(run, top).to_record())
+
+
+def run_timeout_error(run: RunRecord, top: RunRecord) -> RunTimeoutError:
+    """The error a run's deadline stops `run` with: its own (`top` is `run`), or its team's."""
+    given = "" if top.run_timeout is None else f" ({top.run_timeout:g}s of run_timeout, PAUSED time included)"
+    when = f"its deadline at {_when(top.deadline_at)}{given}"
+    if run.run_id != top.run_id:
+        return RunTimeoutError(
+            f"run {run.run_id} was stopped with its team's run {top.run_id}, which passed {when} before it finished. "
+            f"Continue the team run ({top.run_id}): it continues this member in place, then the leader"
+        )
+    return RunTimeoutError(
+        f"run {run.run_id} passed {when} before it finished, so it was stopped; every message it committed is "
+        "kept. Continue it to go on: it gets its run_timeout again from the continue, or pass a new one "
+        "(continue_run(run_id, run_timeout=...), `ratchet continue RUN_ID --run-timeout 30m`)"
+    )
+
+
 def _when(at: float | None) -> str:
     if at is None:
         return "?"
     return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
 
 
-__all__ = ["Fired", "fire", "timeout_error"]
+__all__ = ["Fired", "fire", "run_timeout_error", "stop", "timeout_error"]

@@ -20,6 +20,7 @@
     ├── DecisionKindError         the decision does not fit what is asked (input for a confirmation)
     │   └── PausedToolChangedError  the paused call's tool changed since (gone, its flag, its arguments)
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
+    ├── QueueFullError            the agent (or the user) has its most runs QUEUED: a start is refused
     ├── BrokerUnavailableError    the run is saved as QUEUED but could not be published
     ├── FencedError               a step lost its lease; its commit was rolled back
     ├── ToolArgumentsError        a tool call's arguments do not fit the tool (the model reads why)
@@ -29,6 +30,7 @@
     ├── ToolBatchLimitError       the model called tools past the agent's max_tool_batches
     ├── PoisonStepError           a step's worker died RATCHET_MAX_STEP_ATTEMPTS times
     ├── PauseTimeoutError         nobody decided a paused call before its deadline (on_timeout="error")
+    ├── RunTimeoutError           the run passed its deadline (run_timeout=) before it finished
     └── MemberRunError            a member of a team ended in ERROR, so the team stopped
 
 Each error's docstring says what happened and what to do. The errors above ModelCallError are
@@ -180,6 +182,23 @@ class RunWaitTimeout(RatchetError):
     """The run did not reach a final status in time. It goes on; wait again or inspect it."""
 
 
+class QueueFullError(RatchetError):
+    """A start was refused, nothing written: the agent already has its most runs QUEUED
+    (`Agent(max_queued=)`, else RATCHET_MAX_QUEUED_PER_AGENT), or the run's user has
+    (RATCHET_MAX_QUEUED_PER_USER). QUEUED runs wait for a worker to take their next step; the
+    workers are behind. Send the start again later (the HTTP API answers 429 with Retry-After),
+    add workers, or raise the limit.
+
+    `scope` is "agent" or "user", `limit` the bound, `queued` how many were QUEUED when it was
+    counted."""
+
+    def __init__(self, message: str, *, scope: str, limit: int, queued: int) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.limit = limit
+        self.queued = queued
+
+
 class BrokerUnavailableError(RatchetError):
     """The run was saved as QUEUED, but its first task could not be published.
 
@@ -264,6 +283,17 @@ class PauseTimeoutError(RatchetError):
     """Nobody decided a paused tool call before its deadline, and its `on_timeout` is "error".
     The run is in ERROR with its messages kept; continuing it pauses the call again with a new
     deadline."""
+
+
+class RunTimeoutError(RatchetError):
+    """The run passed its deadline (`run_timeout=` seconds from its start, PAUSED time
+    included) before it finished, so the sweeper stopped it: it is in ERROR with every message
+    it committed, and a step that was in progress was fenced (nothing of it written after the
+    deadline). A team's deadline stops its member runs with it.
+
+    Read it (`ratchet show RUN_ID`), then continue it: it gets its run_timeout again, counted
+    from the continue, or the one the continue gives (`continue_run(run_id, run_timeout=...)`,
+    `ratchet continue RUN_ID --run-timeout 30m`)."""
 
 
 class MemberRunError(RatchetError):

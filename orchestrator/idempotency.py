@@ -9,9 +9,10 @@ quietly returns a run its caller did not ask for.
 
 What a start asks for is compared with what the run's row holds: its user, always (no user_id
 is a user too), and a run of another user is named by nothing but its id, so a key or run id
-that leaks shows nothing of the run; its agent, stream flag and priority; its session when the
-repeat names one (a first start that named no session got a new one, whose id its caller may
-never have seen); and `request_digest`, a SHA-256
+that leaks shows nothing of the run; its agent, stream flag, priority and webhook, and its
+run_timeout when the repeat gives one; its session when the repeat names one (a first start
+that named no session got a new one, whose id its caller may never have seen); and
+`request_digest`, a SHA-256
 of the input and the session_state, which the row does not keep as given (the input is its
 first message, the state was merged into the session's). A run whose row has no digest (written
 before migration 0012, or not by a start: a fork, a team's member) is compared by its input.
@@ -42,6 +43,8 @@ class StartRequest:
     session_state: Mapping[str, Any] | None = None
     #: Checked by the caller (`webhooks.check_url`, which needs the settings).
     webhook: str | None = None
+    #: The run's deadline in seconds, as given (None: its agent's, if it has one).
+    run_timeout: float | None = None
 
     @classmethod
     def checked(
@@ -55,6 +58,7 @@ class StartRequest:
         priority: int | None,
         session_state: Mapping[str, Any] | None,
         webhook: str | None = None,
+        run_timeout: object = None,
     ) -> StartRequest:
         """A producer's start, each argument checked at the door (InvalidInputError)."""
         return cls(
@@ -66,6 +70,7 @@ class StartRequest:
             priority=None if priority is None else validation.priority(priority),
             session_state=None if session_state is None else validation.session_state(session_state),
             webhook=webhook,
+            run_timeout=None if run_timeout is None else validation.run_timeout(run_timeout),
         )
 
     @property
@@ -86,11 +91,13 @@ class StartRequest:
                 f"run_id {run.run_id!r} is already a run of agent {run.agent_name!r} in session {run.session_id!r}; "
                 f"a run of agent {self.agent!r}{where} needs a run_id of its own"
             )
-        compared = (
+        compared: list[tuple[str, object, object]] = [
             ("stream", run.stream, self.stream),
             ("priority", run.priority, self.priority),
             ("webhook", run.webhook, self.webhook),
-        )
+        ]
+        if self.run_timeout is not None:  # a repeat without one takes the run's, whatever it is
+            compared.append(("run_timeout", run.run_timeout, self.run_timeout))
         for name, stored, given in compared:
             if stored != given:
                 return _another(run, f"{name}={stored!r}", f"{name}={given!r}")

@@ -20,6 +20,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Literal, Unpack, overload
 
 from pydantic import BaseModel
@@ -68,11 +69,12 @@ class Agent(AgentDefinition):
         stream: bool = False,
         priority: int | None = None,
         webhook: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunHandle:
         """Enqueue a run and return at once with its handle, whose `wait()` gives the content as
         this agent's `output_schema`. `user_id`, `session_state` (merged over the session's
-        stored state), `priority` (0-9, higher first) and `webhook` (a URL told of each stop):
-        see `Client.start`."""
+        stored state), `priority` (0-9, higher first), `webhook` (a URL told of each stop) and
+        `run_timeout` (the run's deadline in seconds, default this agent's): see `Client.start`."""
         client = self.client
         started = client.start(
             self.name,
@@ -84,6 +86,7 @@ class Agent(AgentDefinition):
             session_state=session_state,
             priority=priority,
             webhook=webhook,
+            run_timeout=run_timeout,
         )
         return AgentRunHandle(started.run_id, client, self)
 
@@ -98,6 +101,7 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput: ...
 
     @overload
@@ -111,6 +115,7 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> Iterator[RunEvent]: ...
 
     def run(
@@ -123,13 +128,17 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput | Iterator[RunEvent]:
         """Enqueue a run and wait for it. Returns the output whatever the status (ERROR too),
         with the session's state after it (`RunOutput.session_state`), and for an agent with an
         `output_schema` the content as an instance of it.
 
         `stream=True` (Agno's shape): enqueue a streamed run and return an iterator of its events
-        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED."""
+        (`Client.stream`), text deltas included, that ends when the run is final or PAUSED.
+
+        `timeout` bounds the wait (RunWaitTimeout; the run goes on); `run_timeout` bounds the run
+        itself: its deadline, past which it is stopped in ERROR with RunTimeoutError (`Client.start`)."""
         handle = self.start(
             input,
             session_id=session_id,
@@ -137,6 +146,7 @@ class Agent(AgentDefinition):
             session_state=session_state,
             stream=stream,
             priority=priority,
+            run_timeout=run_timeout,
         )
         return self.client.stream(handle.run_id, timeout=timeout) if stream else handle.wait(timeout)
 
@@ -151,6 +161,7 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput: ...
 
     @overload
@@ -164,6 +175,7 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
@@ -176,6 +188,7 @@ class Agent(AgentDefinition):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput | AsyncIterator[RunEvent]:
         """`run()` for asyncio: the wait does not block the event loop. With `stream=True`,
         `async for event in await agent.arun(input, stream=True)`."""
@@ -188,6 +201,7 @@ class Agent(AgentDefinition):
             session_state=session_state,
             stream=stream,
             priority=priority,
+            run_timeout=run_timeout,
         )
         return client.astream(handle.run_id, timeout=timeout) if stream else await handle.await_(timeout)
 
@@ -207,6 +221,7 @@ class Agent(AgentDefinition):
         timeout: float | None = None,
         fork_key: str | None = None,
         by: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput:
         """Continue a run and wait (Agno's `continue_run(run_response, run_id=, requirements=)`):
         ERROR resumes in place (same run_id), COMPLETED forks (the same fork for the same input;
@@ -214,9 +229,12 @@ class Agent(AgentDefinition):
         every requirement is decided: the decisions made on `requirements` (default: those of
         `run_response`) are stored first. A run still waiting for decisions returns PAUSED.
 
-        `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
+        `session_id` is accepted for Agno compatibility; the run id alone finds the run.
+        `run_timeout`: a new deadline for the run that goes on (`Client.continue_run`)."""
         target, asked = _continued(run_response, run_id, requirements)
-        handle = self.client.continue_run(target, input=input, fork_key=fork_key, requirements=asked, by=by)
+        handle = self.client.continue_run(
+            target, input=input, fork_key=fork_key, requirements=asked, by=by, run_timeout=run_timeout
+        )
         return as_defined(self, handle.wait(timeout))
 
     async def acontinue_run(
@@ -230,11 +248,18 @@ class Agent(AgentDefinition):
         timeout: float | None = None,
         fork_key: str | None = None,
         by: str | None = None,
+        run_timeout: float | timedelta | None = None,
     ) -> RunOutput:
         """`continue_run()` for asyncio."""
         target, asked = _continued(run_response, run_id, requirements)
         handle = await asyncio.to_thread(
-            self.client.continue_run, target, input=input, fork_key=fork_key, requirements=asked, by=by
+            self.client.continue_run,
+            target,
+            input=input,
+            fork_key=fork_key,
+            requirements=asked,
+            by=by,
+            run_timeout=run_timeout,
         )
         return as_defined(self, await handle.await_(timeout))
 

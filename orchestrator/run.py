@@ -72,6 +72,10 @@ class RunRecord:
     queued_at: float | None = None
     #: The URL told of each stop of the run (`orchestrator.webhooks`); None: none.
     webhook: str | None = None
+    #: When the run's deadline passes (UNIX seconds; `orchestrator.deadlines`), and the seconds it
+    #: was given; None: none (a team's member runs: their team's covers them).
+    deadline_at: float | None = None
+    run_timeout: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -162,6 +166,10 @@ class RunOutput:
     #: What the run asked of a person, in order of arrival (Agno's `RunOutput.requirements`),
     #: decided ones included; a team's include its members' (naming the member).
     requirements: list[RunRequirement] = field(default_factory=list)
+    #: When the run's deadline passes (UNIX seconds): past it, a run still going is stopped in
+    #: ERROR with RunTimeoutError. `run_timeout`: the seconds it was given. None: no deadline.
+    deadline_at: float | None = None
+    run_timeout: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]  # so the HTTP API's run carries it
     @property
@@ -247,6 +255,8 @@ class RunOutput:
             priority=record.priority,
             definition_hash=record.definition_hash,
             requirements=requirements or [],
+            deadline_at=record.deadline_at,
+            run_timeout=record.run_timeout,
         )
 
 

@@ -18,6 +18,9 @@ sweepers firing the same tick at once (two beats, beat and a worker) start one r
 them; a sweeper killed between the start and the move (a beat restarted mid-tick) leaves the
 tick due, and the next pass starts the same run id again: the run that exists.
 
+A tick whose start a bound on QUEUED runs refuses (QueueFullError: its agent's or user's runs
+wait for workers already) is skipped, logged, and the schedule moves on to its next tick.
+
 Missed ticks (nothing swept for a while: every worker and beat down, a database outage): the
 next pass fires only the latest tick that passed, once, and skips the older ones, logged as
 skipped ("skip to latest", as cron and most schedulers do): an outage of a day on an hourly
@@ -39,6 +42,7 @@ from orchestrator import catalog, cron, starting, validation
 from orchestrator.errors import (
     AgentNotFoundError,
     InvalidInputError,
+    QueueFullError,
     RunConflictError,
     ScheduleConflictError,
     ScheduleNotFoundError,
@@ -165,6 +169,9 @@ def fire(
         record = starting.write(store, settings, request, run_id)
     except RunConflictError as exc:  # a run of another request holds the id (a schedule deleted and made again)
         log.warning("schedule %s: tick %s not started: %s", schedule.schedule_id, run_id, exc)
+        record = None
+    except QueueFullError as exc:  # the agent's (or user's) runs wait already: this tick is skipped, not piled on
+        log.warning("schedule %s: tick %s skipped: %s", schedule.schedule_id, run_id, exc)
         record = None
     if record is not None:  # None: this tick's run exists (another sweeper, or a pass cut short)
         publish(starting.first_step(store, settings, record))

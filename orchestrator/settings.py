@@ -110,6 +110,12 @@ class Settings(BaseModel):
     #: `concurrency_key` makes of the run; a run without one, or a team's member, is not counted.
     #: None: no limit.
     max_runs_per_key: int | None = None
+    #: Bounds on the runs waiting for a worker (QUEUED), checked by every start (`orchestrator.starting`):
+    #: a start is refused with QueueFullError while its agent has this many runs QUEUED (an
+    #: agent's own `max_queued=` wins), or its `user_id` has this many QUEUED across agents.
+    #: None: no bound. Not flow control's RATCHET_MAX_RUNS_PER_KEY, which parks runs in progress.
+    max_queued_per_agent: int | None = None
+    max_queued_per_user: int | None = None
     #: How long a run keeps its place among those after its last model step began without ending
     #: or pausing. A run that ended and kept it (its release lost) has it freed by the sweeper sooner.
     run_slot_seconds: float = 900.0
@@ -266,6 +272,9 @@ class Settings(BaseModel):
         """Refuse a limit of no runs, and a run's place that a step could outlive."""
         if self.max_runs_per_key is not None and self.max_runs_per_key < 1:
             raise ValueError("RATCHET_MAX_RUNS_PER_KEY must be at least 1 (unset it for no limit)")
+        for name, bound in (("AGENT", self.max_queued_per_agent), ("USER", self.max_queued_per_user)):
+            if bound is not None and bound < 1:
+                raise ValueError(f"RATCHET_MAX_QUEUED_PER_{name} must be at least 1 (unset it for no bound)")
         if not self.run_slot_seconds > self.hard_time_limit:
             raise ValueError(
                 f"RATCHET_RUN_SLOT_SECONDS ({self.run_slot_seconds}) must exceed RATCHET_HARD_TIME_LIMIT "

@@ -3,6 +3,9 @@
 One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sweep lease
 (`orchestrator.sweeping`), by beat's `ratchet.sweep` where beat runs, and by `ratchet sweep`):
 
+- first, a run still going (or PAUSED) past its own deadline (`run_timeout=`) is stopped, with
+  every run under it that has not ended, in ERROR with RunTimeoutError, each step in progress
+  fenced (`orchestrator.deadlines.stop`), so that nothing below requeues or republishes it;
 - a RUNNING run whose lease expired (its worker died, froze, or hit the hard limit) goes back to
   QUEUED with a new epoch, which fences the old holder, and its step is published again; after
   RATCHET_MAX_STEP_ATTEMPTS claims of the same step it goes to ERROR as a poison step instead;
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 
 from orchestrator import schedules
 from orchestrator.agent import get_agent
-from orchestrator.deadlines import fire
+from orchestrator.deadlines import fire, stop
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import PoisonStepError
 from orchestrator.ports import Limiter, Place
@@ -68,6 +71,8 @@ class SweepReport:
     freed: list[str] = field(default_factory=list)
     #: Requirements whose deadline passed and whose on_timeout policy acted (requirement ids).
     timed_out: list[str] = field(default_factory=list)
+    #: Runs stopped by their own deadline (run_timeout), each with its tree (the top runs' ids).
+    stopped: list[str] = field(default_factory=list)
     #: Runs started by schedules whose tick passed (run ids: "<schedule id>:<tick>").
     scheduled: list[str] = field(default_factory=list)
     #: Webhook deliveries tried (delivered, failed or to be tried again).
@@ -76,10 +81,8 @@ class SweepReport:
     failed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        done = (
-            self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out, self.scheduled
-        )  # fmt: skip
-        return any(done) or bool(self.failed)
+        done = (self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out)
+        return any(done) or bool(self.stopped or self.scheduled or self.failed)
 
 
 class Sweeper:
@@ -98,6 +101,8 @@ class Sweeper:
         that fails to load) is logged with its run id and the pass goes on with the others."""
         report = SweepReport()
         now = self.store.clock()
+        for record in self.store.endings.past_deadline(now):  # first: what it stops is not taken back below
+            self._each(report, record.run_id, self._stop, record)
         expired, due = self.store.due_runs(now=now)
         for record in expired:
             self._each(report, record.run_id, self._expired, record)
@@ -118,13 +123,14 @@ class Sweeper:
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "
-                "scheduled %s, failed %s",
+                "stopped %s, scheduled %s, failed %s",
                 report.requeued,
                 report.republished,
                 report.poisoned,
                 report.fanned_in,
                 report.freed,
                 report.timed_out,
+                report.stopped,
                 report.scheduled,
                 report.failed,
             )
@@ -137,6 +143,19 @@ class Sweeper:
         except Exception:
             report.failed.append(run_id)
             log.exception("sweep: run %s could not be handled; the next pass tries again", run_id)
+
+    def _stop(self, report: SweepReport, record: RunRecord) -> None:
+        """A run past its deadline: it and its tree in ERROR, each followed up as any run that
+        ends (its place among its key's runs freed)."""
+        stopped = stop(self.store, record)
+        if not stopped:
+            return
+        log.warning(
+            "run %s: passed its deadline; stopped in ERROR with %d run(s) of its tree", record.run_id, len(stopped)
+        )
+        report.stopped.append(record.run_id)
+        for ended in stopped:
+            self.runner.after_final(ended.run_id, ended)
 
     def _expired(self, report: SweepReport, record: RunRecord) -> None:
         """A RUNNING run whose lease expired: back to QUEUED with a new epoch, or a poison step."""

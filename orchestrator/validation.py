@@ -45,6 +45,8 @@ DURATION_RULE = 'a number of seconds, or a number and a unit (s, m, h, d or w), 
 INPUT_MAX_BYTES = 1 << 20
 #: A run's priorities: 0 (the lowest, as no priority) to 9 (the highest).
 PRIORITY_MIN, PRIORITY_MAX = 0, 9
+#: The longest deadline a run may be given (`run_timeout`): 366 days, in seconds.
+RUN_TIMEOUT_MAX = 366 * 86400.0
 
 RUN_ID_RULE = f"1-{RUN_ID_MAX} characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
 _RUN_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{RUN_ID_MAX}}}")
@@ -147,6 +149,18 @@ def priority(value: object) -> int:
             f"{PRIORITY_MAX} (the highest)"
         )
     return value
+
+
+def run_timeout(value: object, *, what: str = "run_timeout") -> float:
+    """A run's deadline, in seconds from its start (or from the continue that gives it): above 0
+    and at most RUN_TIMEOUT_MAX, as seconds (a number), a timedelta, or text such as "30m"."""
+    seconds = duration(value, what=what)
+    if not 0 < seconds <= RUN_TIMEOUT_MAX:
+        raise InvalidInputError(
+            f"{what} is {value!r}: give a deadline above 0 and at most {RUN_TIMEOUT_MAX:.0f} seconds (366 days), "
+            f"{DURATION_RULE}"
+        )
+    return seconds
 
 
 def input_text(value: object, *, what: str = "input") -> str:

@@ -73,6 +73,11 @@ class Backend(ABC):
             return self.create(conn, values, input_messages)
 
     @abstractmethod
+    def lock_names(self, conn: Connection, names: Sequence[str]) -> None:
+        """Hold a lock on each of `names`, in the order given, until the caller's transaction
+        ends: another transaction that locks one of them waits for it (`store/backlog.py`)."""
+
+    @abstractmethod
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         """Run `statements.CLAIM` with `params`; the claim with the run's transcript (the part
         `cache` lacks read from the database), or None when the guard did not match."""

@@ -289,12 +289,13 @@ class Requirements:
         run that is not PAUSED, or of a member whose team (`teams`: those above it) was cancelled:
         the cancel reached the team and not yet the member, each in a transaction of its own."""
         passed = requirement.deadline_at is not None and now >= requirement.deadline_at
+        if requirement.status == "expired" and not passed:  # another deadline ended its run
+            raise DecisionExpiredError(
+                f"requirement {requirement.id} expired: a deadline ended run {run.run_id} (another call's "
+                "pause_timeout with on_timeout 'error', or the run's own run_timeout); continue the run to be "
+                "asked again"
+            )
         if requirement.status == "expired" or (passed and not at_deadline):
-            if requirement.deadline_at is None:  # another call's deadline ended its run ("error")
-                raise DecisionExpiredError(
-                    f"requirement {requirement.id} expired: a deadline of its batch ended run {run.run_id}; "
-                    "continue the run to be asked again"
-                )
             raise DecisionExpiredError(
                 f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
                 f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"

@@ -139,6 +139,12 @@ class PostgresBackend(Backend):
             raise sessions.refused(values["session_id"])
         return RunRecord.from_row(row)
 
+    def lock_names(self, conn: Connection, names: Sequence[str]) -> None:
+        # Advisory locks the transaction holds to its end, each on a 64-bit hash of its name: two
+        # names of one hash only wait for each other.
+        for name in names:
+            conn.execute(statements.LOCK_NAME, {"b_name": name})
+
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         # The claim and the messages this process has not cached yet, in one round trip.
         known = cache.known(params["b_run_id"])

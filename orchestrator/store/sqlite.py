@@ -66,6 +66,9 @@ class SqliteBackend(Backend):
         writes.insert_messages(conn, record.run_id, 0, input_messages, now, seq=record.seq, epoch=record.epoch)
         return record
 
+    def lock_names(self, conn: Connection, names: Sequence[str]) -> None:
+        pass  # the write transaction holds the database's lock from BEGIN IMMEDIATE on: one at a time already
+
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         row = direct.first(conn, statements.CLAIM, params)
         if row is None:

@@ -52,7 +52,8 @@ from orchestrator.usage import TIMING_COLUMNS, USAGE_COLUMNS
 
 S = RunStatus
 
-#: Take the run for step (seq, kind): QUEUED, or RUNNING with an expired lease; bump the epoch.
+#: Take the run for step (seq, kind): QUEUED, or RUNNING with an expired lease, and not past its
+#: deadline (no step starts after it: the sweeper stops the run); bump the epoch.
 CLAIM = (
     update(runs)
     .where(
@@ -64,6 +65,7 @@ CLAIM = (
         runs.c.seq == bindparam("b_seq", type_=Integer),
         runs.c.next_step == bindparam("b_kind", type_=String),
         runs.c.attempts < bindparam("b_cap", type_=Integer),
+        or_(runs.c.deadline_at.is_(None), runs.c.deadline_at > bindparam("b_now", type_=Float)),
     )
     .values(
         status=transition((S.QUEUED, S.RUNNING), S.RUNNING),
@@ -267,6 +269,11 @@ def _create_pg() -> Select[Any]:
 #: `b_session_id`, `b_now`, `b_user_id`, every run column as `b_r_<column>`, and
 #: `message_arrays(input)`. No row, and nothing written, when the session belongs to another user.
 CREATE_PG = _create_pg()
+
+
+#: PostgreSQL: a lock on the name `b_name` that the transaction holds to its end (an advisory lock
+#: on its 64-bit hash: `Backend.lock_names`).
+LOCK_NAME = select(func.pg_advisory_xact_lock(func.hashtextextended(bindparam("b_name", type_=Text), 0)))
 
 
 #: The message columns `with_messages` returns for each message, in this order.

@@ -38,6 +38,7 @@ from orchestrator.status import RunStatus, transition
 from orchestrator.store import catalog_rows, leases, metrics, reads, sessions, webhook_rows, writes
 from orchestrator.store import history as session_history
 from orchestrator.store.backend import Backend
+from orchestrator.store.backlog import Backlog
 from orchestrator.store.catalog_rows import CatalogRow, Served
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
@@ -84,11 +85,13 @@ class Store(reads.Reader):
         #: The webhook outbox's deliveries (`webhook_rows`): what the sweeper sends and settles.
         self.webhooks = WebhookOutbox(self.engine)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
-        self.endings = Endings(self)
+        self.endings = Endings(self, self._backend)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
         self.schedules = Schedules(engine)
         #: Who hears of each committed stop of a run (`store/stops.py`: the run's span).
         self.stops = Stops(engine)
+        #: New runs written under bounds on the runs QUEUED (`store/backlog.py`).
+        self.backlog = Backlog(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -155,12 +158,13 @@ class Store(reads.Reader):
         request_digest: str | None = None,
         definition_hash: str | None = None,
         webhook: str | None = None,
+        run_timeout: float | None = None,
         conn: Connection | None = None,
     ) -> RunRecord:
         """Write the run (QUEUED, first step a model call, published by the caller) and its
         input, atomically: on PostgreSQL in one statement (autocommitted unless `conn`, the
-        caller's transaction, is given), on SQLite in one transaction. `session_state`: merged
-        over the session's stored state, key by key, in the same transaction."""
+        caller's transaction, is given), on SQLite in one transaction. `session_state`: merged over
+        the session's stored state, key by key, in the same transaction; `run_timeout`: see writes."""
         fields = dict(
             run_id=run_id,
             session_id=session_id,
@@ -178,6 +182,7 @@ class Store(reads.Reader):
             request_digest=request_digest,
             definition_hash=definition_hash,
             webhook=webhook,
+            run_timeout=run_timeout,
         )
         values = writes.new_run(fields, now=self.clock(), n_messages=len(input_messages), publish_grace=publish_grace)
         changes = [StateChange(set=dict(session_state))] if session_state else []

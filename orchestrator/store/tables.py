@@ -106,6 +106,13 @@ runs = Table(
     # migration 0021); NULL: none. Each move to a final status writes a `ratchet_webhook_deliveries`
     # row in the same transaction.
     Column("webhook", Text, nullable=True),
+    # Its deadline (UNIX seconds): when it passes before the run ends, the sweeper stops the run
+    # in ERROR with RunTimeoutError, its tree with it (`orchestrator.deadlines`), and no step
+    # of it is claimed after it; `run_timeout`, the seconds it was given (from its start, or
+    # the continue that gave it), which a continue after the deadline gives it again. NULL: none
+    # (migration 0022). A team's member runs have none of their own: their team's covers them.
+    Column("deadline_at", Float, nullable=True),
+    Column("run_timeout", Float, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -117,6 +124,16 @@ _HAS_USER, _HAS_PARENT = text("user_id IS NOT NULL"), text("parent_run_id IS NOT
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at, postgresql_where=_HAS_USER, sqlite_where=_HAS_USER)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id, postgresql_where=_HAS_PARENT, sqlite_where=_HAS_PARENT)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
+# The sweeper's deadline pass reads the runs going past theirs, by status (migration 0022): only
+# runs with a deadline have an entry, and one that ended is under a status the pass does not read.
+_HAS_DEADLINE = text("deadline_at IS NOT NULL")
+Index(
+    "ix_ratchet_runs_deadline",
+    runs.c.status,
+    runs.c.deadline_at,
+    postgresql_where=_HAS_DEADLINE,
+    sqlite_where=_HAS_DEADLINE,
+)
 # Metrics read the runs started since they last looked (`store/metrics.py`; migration 0018).
 Index("ix_ratchet_runs_created", runs.c.created_at)
 # Listing runs newest first by status, and by agent and status (migration 0007, `listing.py`):

@@ -54,7 +54,9 @@ def insert_messages(
 def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grace: float) -> dict[str, Any]:
     """The row of a new run: `fields`, what its creator chose (ids, agent, parent, options), and
     what every run starts with: QUEUED at seq and epoch 0, its first step a model call, no lease,
-    its `n_messages` input messages counted and its outbox marker set (`publish_grace`)."""
+    its `n_messages` input messages counted, its outbox marker set (`publish_grace`), and its
+    deadline `run_timeout` seconds from now, if `fields` gives one."""
+    timeout = fields.get("run_timeout")
     return dict(
         fields,
         status=S.QUEUED.value,
@@ -74,6 +76,7 @@ def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grac
         created_at=now,
         updated_at=now,
         queued_at=None,
+        deadline_at=None if timeout is None else now + timeout,
     )
 
 

@@ -2,7 +2,8 @@
 subprocess with bearer tokens on, a real worker running the steps, on SQLite and PostgreSQL. The
 page asks for the token, lists the runs and keeps the list current, shows an ERROR run with its
 error and its tool error, continues it and shows it complete; a streamed run's text shows as it
-is written; run content that is markup stays text; a run's page shows its agent's definition from
+is written; run content that is markup stays text; a run stopped at its deadline shows why and
+is continued from its page; a run's page shows its agent's definition from
 the catalog, live or when last seen; a run paused by a tool that needs a person is found under
 "Waiting for you", its calls approved, rejected with a note, answered with fields or an external
 result from its page, a refusal said as the API says it (one on a tool a deploy changed too), and
@@ -26,6 +27,7 @@ from orchestrator.catalog import Definition
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.database import open_engine
+from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.integration.browser import CHROMIUM, DEADLINE_MS
 from tests.integration.test_api import ApiServer, start_api
@@ -219,6 +221,32 @@ def test_a_paused_run_is_found_waiting_for_you_and_its_calls_approved_from_its_p
         stored = http.get(f"/runs/{paused}").json()["requirements"]
     assert {(r["status"], r["decision"]["kind"], r["decided_by"]) for r in stored} == {("decided", "confirm", "ann")}
     assert len(stored) == 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: deadlines are tested on both
+@pytest.mark.usefixtures("worker")
+def test_a_run_stopped_at_its_deadline_shows_why_on_its_page_and_is_continued_from_there(
+    api: ApiServer, page: Any
+) -> None:
+    with api.client(TOKEN) as http:
+        started = http.post("/runs", json={"agent": "ui-payer", "input": "pay them", "run_timeout": 3})
+        assert started.status_code == 202, started.text
+        run_id, deadline = started.json()["run_id"], started.json()["deadline_at"]
+        wait_until(
+            lambda: http.get(f"/runs/{run_id}").json()["status"] == "ERROR",
+            timeout=30,
+            what="the worker's sweeper to stop the paused run at its deadline",
+        )
+    signed_in(page, f"{api.url}/ui/#/runs/{run_id}")
+
+    pw.expect(page.locator("#run-error")).to_contain_text("RunTimeoutError")
+    pw.expect(page.locator("#run-error")).to_contain_text("Continue it")
+    pw.expect(page.locator(".facts.panel")).to_contain_text("Deadline")
+    page.click("#continue")
+
+    pw.expect(page.locator('.logline[data-kind="continue"]')).to_have_count(1)
+    with api.client(TOKEN) as http:
+        assert http.get(f"/runs/{run_id}").json()["deadline_at"] > deadline  # given again, from the continue
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page's part: deciding is tested on both

@@ -95,6 +95,13 @@ def _whole(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+#: What `run_timeout` is, in a start's and a continue's body.
+DEADLINE_TEXT = (
+    "seconds from now to the run's deadline, PAUSED time included (a start: default its agent's run_timeout): past "
+    "it, the run still going is stopped in ERROR with RunTimeoutError, its team's member runs with it"
+)
+
+
 class StartRequest(BaseModel):
     """The body of `POST /runs`."""
 
@@ -142,6 +149,14 @@ class StartRequest(BaseModel):
         json_schema_extra={"minLength": 1, "maxLength": 2048, "pattern": r"^https?://\S+$"},
         description="an http(s) URL POSTed a signed summary each time the run stops (COMPLETED, ERROR, CANCELLED, "
         "PAUSED); its host must resolve to public addresses unless RATCHET_WEBHOOK_ALLOW lists it",
+    )
+    run_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=v.RUN_TIMEOUT_MAX,
+        strict=True,
+        allow_inf_nan=False,
+        description=DEADLINE_TEXT,
     )
 
 
@@ -226,6 +241,14 @@ class ContinueRequest(BaseModel):
         max_length=v.PAGE_MAX,
     )
     by: str | None = Field(default=None, description="who makes these decisions", json_schema_extra=DECIDER)
+    run_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=v.RUN_TIMEOUT_MAX,
+        strict=True,
+        allow_inf_nan=False,
+        description=DEADLINE_TEXT + "; without it, a deadline that passed is given again from now",
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -19,6 +19,7 @@ and `error.details` for a request that does not fit its schema (422). A user's m
     SessionOwnedError (a start in another user's session)   409  (names the session, neither user)
     RunLiveError (a delete met a live run: `run_id` names it)  409
     InvalidInputError, a body or query that does not fit    422  (also a body that is not UTF-8 JSON)
+    QueueFullError (a start while its agent's or user's runs wait)  429  (Retry-After; nothing written)
     a body larger than RATCHET_API_MAX_BODY_BYTES           413
     without tokens: a foreign Host, Origin, a write not JSON  421, 403, 415  (`workers.api.loopback`)
     no token, or one refused (InvalidToken: says why)       401  (`workers.api.gate`)
@@ -47,6 +48,7 @@ from orchestrator.errors import (
     DecisionKindError,
     InvalidInputError,
     PausedToolChangedError,
+    QueueFullError,
     RatchetError,
     RequirementNotFoundError,
     RunBusyError,
@@ -84,8 +86,12 @@ STATUS: dict[type[RatchetError], int] = {
     PausedToolChangedError: 409,
     InvalidInputError: 422,
     DecisionKindError: 422,
+    QueueFullError: 429,
     BrokerUnavailableError: 503,
 }
+#: How long a start refused by a full queue is told to wait before it is sent again: about one
+#: sweep at the default RATCHET_SWEEP_SECONDS, as a 503's run is.
+QUEUE_FULL_RETRY_AFTER = "5"
 
 
 class ApiError(Exception):
@@ -128,6 +134,8 @@ async def _ratchet_error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id, headers={"Retry-After": "5"})
     if isinstance(exc, RunLiveError):
         return error_response(status, type(exc).__name__, str(exc), run_id=exc.run_id)
+    if isinstance(exc, QueueFullError):  # nothing was written: when to send the start again
+        return error_response(status, type(exc).__name__, str(exc), headers={"Retry-After": QUEUE_FULL_RETRY_AFTER})
     if isinstance(exc, DecisionConflictError):  # who decided first, for a client to show
         return error_response(
             status, type(exc).__name__, str(exc), decided_by=exc.decided_by, decided_at=exc.decided_at

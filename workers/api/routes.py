@@ -177,7 +177,7 @@ def _health() -> Health:
     status_code=202,
     response_model=RunOutput,
     tags=["runs"],
-    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 503)},
+    responses={202: {"links": RUN_LINKS}, **refusals(401, 404, 409, 413, 422, 429, 503)},
 )
 def start_run(
     body: StartRequest,
@@ -197,7 +197,9 @@ def start_run(
 ) -> RunOutput:
     """Start a run of an agent or team; 202 with the run as saved (QUEUED, or further along if
     the same Idempotency-Key started it before). Location: the run's URL. A user's token (a JWT)
-    starts runs for its own user_id only: none named is its own, another's is a 403."""
+    starts runs for its own user_id only: none named is its own, another's is a 403. 429
+    QueueFullError (with Retry-After), nothing written, while the agent (or the user) has its
+    most runs QUEUED (`max_queued=`, RATCHET_MAX_QUEUED_PER_AGENT, RATCHET_MAX_QUEUED_PER_USER)."""
     user_id = starting_user(caller, body.user_id)
     _served(client, validation.agent_name(body.agent))
     key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
@@ -213,6 +215,7 @@ def start_run(
             session_state=body.session_state,
             priority=body.priority,
             webhook=body.webhook,
+            run_timeout=body.run_timeout,
         )
     except SessionOwnedError:  # about the session, not the key: said as it is
         raise
@@ -322,7 +325,12 @@ def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: Cont
         )
     requirements = decisions.carried(client, run_id, body.requirements or [], by=body.by)
     handle = client.continue_run(
-        run_id, input=body.input, fork_key=body.fork_key, requirements=requirements, by=body.by
+        run_id,
+        input=body.input,
+        fork_key=body.fork_key,
+        requirements=requirements,
+        by=body.by,
+        run_timeout=body.run_timeout,
     )
     return client.get_run(handle.run_id)
 

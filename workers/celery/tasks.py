@@ -5,8 +5,8 @@
   Either goes to the queue its agent or tool names instead (`orchestrator.routing`); one sent
   with `reroute=True` (by a producer that does not define its agent) is sent on to that queue.
 - `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, user_id=None,
-  session_state=None, priority=None, webhook=None)` and
-  `ratchet.continue_run(run_id, input=None, fork_key=None)`: for producers that send tasks by name
+  session_state=None, priority=None, webhook=None, run_timeout=None)` and
+  `ratchet.continue_run(run_id, input=None, fork_key=None, run_timeout=None)`: for producers that send tasks by name
   with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
   without a run_id takes one derived from its task id, so a redelivered message finds the run it
   started; a continue that forks a COMPLETED run derives the fork's id. Both call the run control
@@ -169,6 +169,7 @@ def _register_control(app: Celery) -> None:
         session_state: dict[str, Any] | None = None,
         priority: int | None = None,
         webhook: str | None = None,
+        run_timeout: float | None = None,
     ) -> str:
         if run_id is None and self.request.id:
             # Derived from the task id: a redelivery of this message returns the run it started.
@@ -183,11 +184,14 @@ def _register_control(app: Celery) -> None:
             session_state=session_state,
             priority=priority,
             webhook=webhook,
+            run_timeout=run_timeout,
         )
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
-    def continue_run(self: Task, run_id: str, input: str | None = None, fork_key: str | None = None) -> str:
-        return _control(self.app).continue_run(run_id, input=input, fork_key=fork_key)
+    def continue_run(
+        self: Task, run_id: str, input: str | None = None, fork_key: str | None = None, run_timeout: float | None = None
+    ) -> str:
+        return _control(self.app).continue_run(run_id, input=input, fork_key=fork_key, run_timeout=run_timeout)
 
     _ = (start_run, continue_run)
 

@@ -3,6 +3,8 @@
     0    it did what was asked
     1    a runtime failure: what was asked is well formed, and could not be done
     2    a usage error: what was asked cannot be taken as given; nothing was done
+    75   try again later (EX_TEMPFAIL): a start refused because its agent's or user's runs wait
+         already (QueueFullError); nothing was done
     130  interrupted (Ctrl-C); 141: stdout's reader went away, as a shell reports SIGPIPE
 
 `status_of` is the one place that maps an error to its status; `report` prints it: one line,
@@ -27,10 +29,13 @@ from orchestrator.errors import (
     DecisionConflictError,
     DecisionKindError,
     PausedToolChangedError,
+    QueueFullError,
     RatchetError,
 )
 
 OK, FAILURE, USAGE = 0, 1, 2
+#: sysexits.h's EX_TEMPFAIL: the same command may succeed later (a start refused by a full queue).
+TEMPFAIL = 75
 #: The exit status when stdout's reader went away: what a shell reports for a command ended by SIGPIPE.
 SIGPIPE_EXIT = 141
 INTERRUPTED = 130
@@ -50,6 +55,8 @@ exit status:
        (InvalidInputError: a malformed run id, an empty input; DecisionKindError: a decision that
        does not answer what is asked), a setting or an --app module that is wrong
        (ConfigurationError)
+  75   try again later, and nothing was done: a start refused because its agent's (or its
+       user's) runs already wait for workers (QueueFullError)
   130  interrupted; 141: stdout's reader went away
 
 With --json, an error is the HTTP API's error body on stderr:
@@ -124,6 +131,8 @@ def status_of(exc: BaseException) -> int | None:
         return FAILURE
     if isinstance(exc, UsageError | ConfigurationError | DecisionKindError):
         return USAGE
+    if isinstance(exc, QueueFullError):
+        return TEMPFAIL
     if isinstance(exc, RatchetError | CommandFailure | OperationalError | InterfaceError):
         return FAILURE
     return None

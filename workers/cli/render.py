@@ -42,6 +42,9 @@ def show(
         print(f"{indent}  forked from {out.forked_from}")
     if out.priority is not None:
         print(f"{indent}  priority {out.priority}")
+    if out.deadline_at is not None:
+        when = datetime.fromtimestamp(out.deadline_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        print(f"{indent}  deadline {when} (run_timeout {out.run_timeout or 0:g}s)")
     if out.history_run_ids is not None:
         runs = ", ".join(out.history_run_ids) or "none yet"
         print(f"{indent}  history: {len(out.history_run_ids)} earlier run(s) of the session in its context: {runs}")

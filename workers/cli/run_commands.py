@@ -2,8 +2,9 @@
 Python code does.
 
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
-                [--priority 0-9] [--webhook URL] [--wait | --stream] [--timeout T] [--app MODULE] [--json]
-    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait] [--timeout T] [--json]
+                [--priority 0-9] [--webhook URL] [--run-timeout T] [--wait | --stream] [--timeout T]
+                [--app MODULE] [--json]
+    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--run-timeout T] [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
     ratchet show RUN_ID [--log] [--steps] [--json]
     ratchet stream RUN_ID [--after ID] [--json] [--timeout T]
@@ -17,6 +18,11 @@ as `GET /runs/{id}/wait` answers a run that has stopped), and with --stream one 
 agent catalog (what workers served: `orchestrator.catalog.known`) know, before it writes
 anything, as `POST /runs` answers 404: such a run would wait for a worker that never comes, or
 fail on one that does not know it.
+
+`--run-timeout` is the run's deadline (seconds, or "90s", "30m", "2h", "7d"): past it the run is
+stopped in ERROR with RunTimeoutError. `--timeout` only bounds the wait of --wait or --stream. A
+start refused because the agent's (or the user's) runs already wait (QueueFullError) exits 75
+(EX_TEMPFAIL: try again later), nothing written.
 """
 
 from __future__ import annotations
@@ -37,45 +43,16 @@ from workers.cli.render import jsonable, print_events, show
 from workers.cli.session_state import add_session_command, state_argument
 
 JSON_HELP = "print JSON: the run as the HTTP API answers it"
+RUN_TIMEOUT_HELP = (
+    'the run\'s deadline: seconds, or "30m", "2h", "7d" (default: its agent\'s run_timeout); past it the run is '
+    "stopped in ERROR with RunTimeoutError, PAUSED time included"
+)
 
 
 def add_run_commands(sub: Any) -> None:
     """Add `ratchet run`, `continue`, `cancel`, `show`, `session` and `stream` to the subcommands."""
-    p = sub.add_parser("run", help="start a run of an agent or team by name")
-    p.add_argument("agent")
-    p.add_argument("input")
-    p.add_argument("--session", help="session id (default: a new one); it takes runs only for its first run's user")
-    p.add_argument(
-        "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
-    )
-    p.add_argument(
-        "--user-id", help="who the run is for (with RATCHET_MAX_RUNS_PER_KEY, its runs in progress are limited)"
-    )
-    p.add_argument(
-        "--session-state",
-        type=state_argument,
-        metavar="JSON",
-        help="a JSON object merged over the session's state, key by key",
-    )
-    p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
-    p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
-    p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
-    p.add_argument("--priority", type=int, metavar="0-9", help="the run's priority, higher first (default: none, as 0)")
-    p.add_argument("--webhook", metavar="URL", help="POST a signed summary to URL each time the run stops")
-    p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
-    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
-    p.add_argument("run_id")
-    p.add_argument("--input", help="a new user message to add first")
-    p.add_argument(
-        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
-    )
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (the run that goes on: a fork's own)")
-    p.set_defaults(func=cmd_continue)
+    _add_run(sub)
+    _add_continue(sub)
 
     p = sub.add_parser("cancel", help="cancel a run that has not finished")
     p.add_argument("run_id")
@@ -99,6 +76,52 @@ def add_run_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_stream)
 
 
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="start a run of an agent or team by name")
+    p.add_argument("agent")
+    p.add_argument("input")
+    p.add_argument("--session", help="session id (default: a new one); it takes runs only for its first run's user")
+    p.add_argument(
+        "--run-id", help="your own id for the run: running again with it prints the same run instead of a new one"
+    )
+    p.add_argument(
+        "--user-id", help="who the run is for (with RATCHET_MAX_RUNS_PER_KEY, its runs in progress are limited)"
+    )
+    p.add_argument(
+        "--session-state",
+        type=state_argument,
+        metavar="JSON",
+        help="a JSON object merged over the session's state, key by key",
+    )
+    p.add_argument("--wait", action="store_true", help="wait for the run to stop and show it")
+    p.add_argument("--stream", action="store_true", help="stream the run: print its events as they happen")
+    p.add_argument("--timeout", type=float, help="seconds to wait with --wait or --stream")
+    p.add_argument("--priority", type=int, metavar="0-9", help="the run's priority, higher first (default: none, as 0)")
+    p.add_argument("--webhook", metavar="URL", help="POST a signed summary to URL each time the run stops")
+    p.add_argument("--run-timeout", metavar="T", help=RUN_TIMEOUT_HELP)
+    p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
+    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
+    p.set_defaults(func=cmd_run)
+
+
+def _add_continue(sub: Any) -> None:
+    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
+    p.add_argument("run_id")
+    p.add_argument("--input", help="a new user message to add first")
+    p.add_argument(
+        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
+    )
+    p.add_argument(
+        "--run-timeout",
+        metavar="T",
+        help="a new deadline, from now, for the run that goes on (default: a deadline that passed is given again)",
+    )
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (the run that goes on: a fork's own)")
+    p.set_defaults(func=cmd_continue)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from workers.celery.app import import_apps
 
@@ -113,6 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream=args.stream,
         priority=args.priority,
         session_state=args.session_state,
+        run_timeout=args.run_timeout,
     )
     if args.run_id is not None:
         validation.run_id(args.run_id)
@@ -128,6 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         session_state=args.session_state,
         priority=args.priority,
         webhook=args.webhook,
+        run_timeout=None if args.run_timeout is None else validation.run_timeout(args.run_timeout),
     )
     with about(handle.run_id):
         if args.stream:
@@ -149,7 +174,8 @@ def unknown_agent(name: str, modules: Sequence[str], client: Client) -> str:
 
 def cmd_continue(args: argparse.Namespace) -> int:
     client = Client()
-    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
+    timeout = None if args.run_timeout is None else validation.run_timeout(args.run_timeout, what="--run-timeout")
+    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key, run_timeout=timeout)
     with about(handle.run_id):
         return _answer(client, handle, wait=args.wait, timeout=args.timeout, as_json=args.json)
 

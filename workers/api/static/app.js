@@ -402,6 +402,7 @@ function renderRun(run, steps, log, ctx) {
     ["Messages", run.messages.filter((m) => m.role !== "system").length], ["Tokens", tokens(m)], ["Cost", m.cost === null || m.cost === undefined ? "–" : m.cost.toFixed(6)],
   ];
   if (run.priority !== null && run.priority !== undefined) facts.push(["Priority", run.priority]);
+  if (run.deadline_at !== null && run.deadline_at !== undefined) facts.push(["Deadline", when(run.deadline_at)]);
   const links = [];
   if (run.parent_run_id) links.push(el("div", {}, el("dt", { text: "Member of" }), el("dd", {}, runLink(run.parent_run_id))));
   if (run.forked_from) links.push(el("div", {}, el("dt", { text: "Forked from" }), el("dd", {}, runLink(run.forked_from))));
