@@ -72,6 +72,9 @@ class RunRecord:
     queued_at: float | None = None
     #: The URL told of each stop of the run (`orchestrator.webhooks`); None: none.
     webhook: str | None = None
+    #: A run of its session waits behind this one (`serialize_session_runs`): its stop gives the
+    #: first one waiting its turn (`orchestrator.store.turns`). None: none waits.
+    wakes_session: bool | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -73,6 +73,11 @@ class Backend(ABC):
             return self.create(conn, values, input_messages)
 
     @abstractmethod
+    def lock_session(self, conn: Connection, session_id: str) -> None:
+        """Take, until the caller's transaction ends, the lock that orders the writes giving a
+        session's runs their turns (`store/turns.py`)."""
+
+    @abstractmethod
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         """Run `statements.CLAIM` with `params`; the claim with the run's transcript (the part
         `cache` lacks read from the database), or None when the guard did not match."""

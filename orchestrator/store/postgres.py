@@ -10,12 +10,13 @@ transactions pinned to READ COMMITTED instead: one round trip more each.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import BigInteger, Connection, Engine, bindparam, create_engine, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from orchestrator.errors import RunNotFoundError
@@ -31,6 +32,17 @@ from orchestrator.store.notify import FinalWatcher, notify_final
 from orchestrator.store.transcripts import TranscriptCache
 
 T = TypeVar("T")
+
+
+#: Take a transaction's advisory lock by its key `b_key` (a bigint).
+_LOCK_SESSION = select(func.pg_advisory_xact_lock(bindparam("b_key", type_=BigInteger)))
+
+
+def _session_key(session_id: str) -> int:
+    """The advisory lock's key of a session: 64 bits of a digest of its id, the same in every
+    process (two sessions that share one only take their turns one after the other)."""
+    digest = hashlib.sha256(f"ratchet.session:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class PostgresBackend(Backend):
@@ -138,6 +150,12 @@ class PostgresBackend(Backend):
         if row is None:  # the session is another user's: nothing was written
             raise sessions.refused(values["session_id"])
         return RunRecord.from_row(row)
+
+    def lock_session(self, conn: Connection, session_id: str) -> None:
+        # A transaction's advisory lock, not the session's row: the writes it orders lock the rows
+        # of the session's runs, and a step's commit locks its run's row before the session's
+        # (a change of the session state), so the session's row taken first could deadlock.
+        conn.execute(_LOCK_SESSION, {"b_key": _session_key(session_id)})
 
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:
         # The claim and the messages this process has not cached yet, in one round trip.

@@ -50,6 +50,9 @@ class SqliteBackend(Backend):
     def single_statement(self) -> AbstractContextManager[Connection]:
         return self.engine.begin()
 
+    def lock_session(self, conn: Connection, session_id: str) -> None:
+        pass  # every write transaction holds the database lock from BEGIN IMMEDIATE
+
     def create(self, conn: Connection, values: dict[str, Any], input_messages: Sequence[Message]) -> RunRecord:
         now = values["created_at"]
         # Prebuilt: building an insert of 24 values costs more than running it (bench/FINDINGS.md).

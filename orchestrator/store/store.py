@@ -53,6 +53,7 @@ from orchestrator.store.sqlite import SqliteBackend
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
+from orchestrator.store.turns import Turns
 from orchestrator.store.webhook_rows import WebhookOutbox
 
 S = RunStatus
@@ -86,6 +87,8 @@ class Store(reads.Reader):
         self.endings = Endings(self)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
         self.schedules = Schedules(engine)
+        #: A serialized session's runs, one at a time: parks and turns (`store/turns.py`).
+        self.turns = Turns(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:

@@ -106,6 +106,10 @@ runs = Table(
     # migration 0021); NULL: none. Each move to a final status writes a `ratchet_webhook_deliveries`
     # row in the same transaction.
     Column("webhook", Text, nullable=True),
+    # A run of its session waits behind this one (`serialize_session_runs`, `store/turns.py`,
+    # migration 0023): when it stops, whoever stopped it, or else the sweeper, gives the first run
+    # waiting its turn, and clears this. NULL: none waits (what every other run holds).
+    Column("wakes_session", Boolean, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -117,6 +121,10 @@ _HAS_USER, _HAS_PARENT = text("user_id IS NOT NULL"), text("parent_run_id IS NOT
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at, postgresql_where=_HAS_USER, sqlite_where=_HAS_USER)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id, postgresql_where=_HAS_PARENT, sqlite_where=_HAS_PARENT)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
+# The runs a run of their session waits behind (migration 0023): few, and the sweeper reads those
+# that stopped; no other run has an entry.
+_WAKES_PG, _WAKES_SQLITE = text("wakes_session"), text("wakes_session = 1")
+Index("ix_ratchet_runs_wakes", runs.c.session_id, postgresql_where=_WAKES_PG, sqlite_where=_WAKES_SQLITE)
 # Metrics read the runs started since they last looked (`store/metrics.py`; migration 0018).
 Index("ix_ratchet_runs_created", runs.c.created_at)
 # Listing runs newest first by status, and by agent and status (migration 0007, `listing.py`):
