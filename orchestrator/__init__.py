@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from orchestrator.batches import Batch, RunActed
     from orchestrator.client import Client, RunHandle
     from orchestrator.errors import (
         AgentNotFoundError,
@@ -68,6 +69,7 @@ __all__ = [
     "DecisionConflictError",
     "Agent",
     "AgentNotFoundError",
+    "Batch",
     "BrokerUnavailableError",
     "Client",
     "ConfigurationError",
@@ -82,6 +84,7 @@ __all__ = [
     "Prices",
     "RatchetError",
     "RetryPolicy",
+    "RunActed",
     "RunBusyError",
     "RunConflictError",
     "RunError",
@@ -149,6 +152,8 @@ _HOMES: dict[str, str] = {
     "ToolArgumentsError": "orchestrator.errors",
     "ToolBatchLimitError": "orchestrator.errors",
     "ToolInterruptedError": "orchestrator.errors",
+    "Batch": "orchestrator.batches",
+    "RunActed": "orchestrator.batches",
     "RunEvent": "orchestrator.events",
     "Message": "orchestrator.messages",
     "Agent": "orchestrator.producer",

@@ -5,6 +5,7 @@ Python code does.
                 [--priority 0-9] [--webhook URL] [--wait | --stream] [--timeout T] [--app MODULE] [--json]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
+    ratchet continue|cancel RUN_ID RUN_ID ... | --status S [filters]   a batch (`batch_commands.py`)
     ratchet show RUN_ID [--log] [--steps] [--json]
     ratchet stream RUN_ID [--after ID] [--json] [--timeout T]
 
@@ -32,6 +33,7 @@ from orchestrator.errors import AgentNotFoundError
 from orchestrator.idempotency import StartRequest
 from orchestrator.run import RunOutput
 from orchestrator.status import RunStatus
+from workers.cli.batch_commands import add_batch_arguments, cmd_batch, is_batch
 from workers.cli.exits import FAILURE, OK, about
 from workers.cli.render import jsonable, print_events, show
 from workers.cli.session_state import add_session_command, state_argument
@@ -66,8 +68,11 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
-    p.add_argument("run_id")
+    p = sub.add_parser(
+        "continue", help="continue a run (ERROR resumes in place, COMPLETED forks), or a batch of runs in place"
+    )
+    p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="the run; several: a batch, each continued in place")
+    add_batch_arguments(p)
     p.add_argument("--input", help="a new user message to add first")
     p.add_argument(
         "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
@@ -77,8 +82,9 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (the run that goes on: a fork's own)")
     p.set_defaults(func=cmd_continue)
 
-    p = sub.add_parser("cancel", help="cancel a run that has not finished")
-    p.add_argument("run_id")
+    p = sub.add_parser("cancel", help="cancel a run that has not finished, or a batch of runs")
+    p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="the run; several: a batch, each cancelled")
+    add_batch_arguments(p)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_cancel)
 
@@ -148,8 +154,10 @@ def unknown_agent(name: str, modules: Sequence[str], client: Client) -> str:
 
 
 def cmd_continue(args: argparse.Namespace) -> int:
+    if is_batch(args):
+        return cmd_batch(args, "continue", single=("input", "fork_key", "wait", "timeout"))
     client = Client()
-    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
+    handle = client.continue_run(args.run_ids[0], input=args.input, fork_key=args.fork_key)
     with about(handle.run_id):
         return _answer(client, handle, wait=args.wait, timeout=args.timeout, as_json=args.json)
 
@@ -166,7 +174,9 @@ def _answer(client: Client, handle: RunHandle, *, wait: bool, timeout: float | N
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    out = Client().cancel(args.run_id)
+    if is_batch(args):
+        return cmd_batch(args, "cancel")
+    out = Client().cancel(args.run_ids[0])
     if args.json:
         print_json(jsonable(out))
     else:
