@@ -1,8 +1,9 @@
 """The run pages `ratchet api` serves at /ui/: a list of runs that updates itself, and one run as
 a timeline that streams while the run is live, a paused run's calls decided from it, and the
-schedules. Five files shipped in the package (`workers/api/static/`): plain HTML, CSS and three
-scripts (`decide.js`: a person's decisions; `schedules.js`: the schedules, at `#/schedules`), no
-build step and nothing fetched from elsewhere.
+schedules. Six files shipped in the package (`workers/api/static/`): plain HTML, CSS and four
+scripts (`decide.js`: a person's decisions; `schedules.js`: the schedules, at `#/schedules`;
+`batches.js`: runs of the list picked and continued or cancelled together), no build step and
+nothing fetched from elsewhere.
 
 The files hold no data, so they are served without a token (`workers.api.gate.PUBLIC_PATHS`);
 the script asks for one when the API answers 401, keeps it in the tab's sessionStorage, and
@@ -14,7 +15,8 @@ Run content is the model's and the tools' output, untrusted: the script writes i
 so an injected tag stays text even where a mistake let it through.
 
     GET /         redirects to /ui/
-    GET /ui/      the page (index.html); /ui/app.js, /ui/decide.js, /ui/schedules.js and /ui/app.css beside it
+    GET /ui/      the page (index.html); /ui/app.js, /ui/decide.js, /ui/schedules.js, /ui/batches.js
+                  and /ui/app.css beside it
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ FILES = {
     "app.js": "text/javascript; charset=utf-8",
     "decide.js": "text/javascript; charset=utf-8",
     "schedules.js": "text/javascript; charset=utf-8",
+    "batches.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 #: The paths that serve them (and redirect to them): no token needed.
