@@ -186,7 +186,7 @@ class ModelStep:
         system = record.system_message if record.system_message is not None else new_system
         prompt = [Message(role="system", content=system)] if system else []
         if agent.add_history_to_context:  # fixed at the run's first step, the same on every later attempt
-            prompt += self.store.history(claim, agent.num_history_runs)
+            prompt += self.store.history(claim, agent.num_history_runs, in_turn=agent.serialize_session_runs)
         prompt += claim.messages
         prompt += self._correction(agent, claim)
         return prompt, new_system

@@ -396,12 +396,13 @@ class Store(reads.Reader):
             return None
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
 
-    def history(self, claim: Claim, num_runs: int) -> list[Message]:
+    def history(self, claim: Claim, num_runs: int, *, in_turn: bool = False) -> list[Message]:
         """The messages of the claimed run's session history (`orchestrator.store.history`): on
         its first step chosen from the last `num_runs` runs and stored, fenced by the claim (a
         lazy write: lost in a crash only with the claim, whose step then commits nothing); on
-        every later one, as stored. FencedError if the claim was lost."""
-        return session_history.for_claim(self._backend, self.histories, claim, num_runs, self.clock())
+        every later one, as stored. `in_turn`: of a serialized session (every run that completed
+        before its turn). FencedError if the claim was lost."""
+        return session_history.for_claim(self._backend, self.histories, claim, num_runs, self.clock(), in_turn)
 
     def set_kind(self, claim: Claim, kind: str) -> None:
         """Record what the run is (agent or team) as the worker, which imports it, knows it: a

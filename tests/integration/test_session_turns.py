@@ -217,19 +217,27 @@ def test_a_stop_whose_waker_died_before_it_woke_the_session_is_followed_by_the_s
     assert manual.sweep().turns == []
 
 
-def test_a_run_written_late_goes_after_a_later_run_already_under_way(manual: InMemoryDispatcher) -> None:
+def test_a_run_written_late_goes_after_a_later_run_already_under_way(
+    manual: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = chat(serialize_session_runs=True)
-    late = agent.start("late", session_id="s1")
     early = agent.start("early", session_id="s1")
-    # Given the run started second under way first: the first one's row as if its producer had
-    # written it after the second's first step (its step delivered only now)
-    manual.runner.model_step(early.run_id, 0, owner="test:1:early")  # it waits: `late` was started before it
-    assert manual.store.get_record(early.run_id).publish_after is None
-    manual.run_next()  # `late` goes, completes and gives `early` its turn
+    assert manual.run_next() is not None  # its first step: under way (its tool step queued)
+    started = manual.store.get_record(early.run_id).created_at
+    # Given a run started before it by its producer's clock, whose row is written only now (a
+    # producer slow between reading its clock and its commit)
+    store_clock = manual.store.clock
+    monkeypatch.setattr(manual.store, "clock", lambda: started - 1.0)
+    late = agent.start("late", session_id="s1")
+    monkeypatch.setattr(manual.store, "clock", store_clock)
+    assert manual.store.get_record(late.run_id).created_at < started
+
     manual.run_until_idle()
 
-    assert seen(early.wait(timeout=5).content) == ["late", "early"]
-    assert seen(late.wait(timeout=5).content) == ["late"]
+    # Then it waited for the run already under way: never two at once
+    assert seen(early.wait(timeout=5).content) == ["early"]
+    assert seen(late.wait(timeout=5).content) == ["early", "late"]
+    assert "session_wait" in kinds(manual, late.run_id)
 
 
 def test_a_team_takes_turns_too_and_its_members_never_wait(manual: InMemoryDispatcher) -> None:
