@@ -349,7 +349,9 @@ class LogEntry:
     #: member's pause), "decision" (`requirement`, `by`, `decision` in a few words), "resume" (the
     #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING), "fallback"
     #: (a model step's model failed for good and the step went on with a fallback model: `from`,
-    #: `to`, their `index` in the chain, the `error`), "completed" (the move to COMPLETED, no
+    #: `to`, their `index` in the chain, the `error`), "session_wait" (a serialized session's run
+    #: parked at its first step: `behind`, the runs ahead of it, up to 10, and `ahead`, how many),
+    #: "session_turn" (its turn came: it is due again), "completed" (the move to COMPLETED, no
     #: detail: since migration 0018). A "fenced" entry whose run was cancelled while the step ran
     #: says `cause` "cancel".
     kind: str

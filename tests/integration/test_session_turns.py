@@ -266,6 +266,23 @@ def test_a_team_takes_turns_too_and_its_members_never_wait(manual: InMemoryDispa
     assert "session_wait" in kinds(manual, second.run_id)
 
 
+def test_a_run_of_another_agent_in_the_session_counts_ahead_too(manual: InMemoryDispatcher) -> None:
+    other = chat()  # not serialized itself: it never waits
+    serial = chat(serialize_session_runs=True)
+    ahead = other.start("other agent", session_id="s1")
+    assert manual.run_next() is not None  # under way
+    behind = serial.start("serial agent", session_id="s1")
+    assert manual.run_next() is not None  # the other's tool step
+    assert manual.run_next() is not None  # the serialized run's first step: it waits
+    assert manual.store.get_record(behind.run_id).publish_after is None
+
+    manual.run_until_idle()
+
+    assert ahead.wait(timeout=5).status == S.COMPLETED
+    assert seen(behind.wait(timeout=5).content) == ["serial agent"]  # history is its own agent's
+    assert "session_wait" in kinds(manual, behind.run_id)
+
+
 def test_the_option_is_a_yes_or_no() -> None:
     for bad in ("yes", 1, None):
         with pytest.raises(ConfigurationError, match="serialize_session_runs must be True or False"):

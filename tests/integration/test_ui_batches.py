@@ -23,46 +23,53 @@ from tests.integration.test_ui import (  # noqa: F401  (the fixtures, as the run
 )
 
 
-def status_of(api: ApiServer, run_id: str) -> str:
-    with api.client(TOKEN) as http:
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> tuple[ApiServer, Any]:
+    """The API server and a browser page, as tests/integration/test_ui.py makes them."""
+    return request.getfixturevalue("api"), request.getfixturevalue("page")
+
+
+def status_of(server: ApiServer, run_id: str) -> str:
+    with server.client(TOKEN) as http:
         status: str = http.get(f"/runs/{run_id}").json()["status"]
     return status
 
 
 @pytest.mark.usefixtures("worker")
 def test_runs_picked_in_the_list_are_continued_or_cancelled_together_each_outcome_said_on_its_own(
-    api: ApiServer, page: Any
+    served: tuple[ApiServer, Any],
 ) -> None:
-    failed = [start(api, "ui-researcher", f"topic {i}", until="ERROR") for i in range(3)]
-    done = start(api, "ui-echo", "done", until="COMPLETED")
-    signed_in(page, f"{api.url}/ui/")
-    pw.expect(page.locator("tr.run")).to_have_count(4)
-    pw.expect(page.locator("#batch-continue")).to_be_disabled()
+    server, browser = served
+    failed = [start(server, "ui-researcher", f"topic {i}", until="ERROR") for i in range(3)]
+    done = start(server, "ui-echo", "done", until="COMPLETED")
+    signed_in(browser, f"{server.url}/ui/")
+    pw.expect(browser.locator("tr.run")).to_have_count(4)
+    pw.expect(browser.locator("#batch-continue")).to_be_disabled()
 
     # When a failed run and a completed one are picked, and continued together
-    page.check(f'input.pick[data-run="{failed[0]}"]')
-    page.check(f'input.pick[data-run="{done}"]')
-    assert "#/runs/" not in page.url  # a checkbox picks the run, it does not open it
-    pw.expect(page.locator("#batch-count")).to_have_text("2 selected")
-    page.click("#batch-continue")
+    browser.check(f'input.pick[data-run="{failed[0]}"]')
+    browser.check(f'input.pick[data-run="{done}"]')
+    assert "#/runs/" not in browser.url  # a checkbox picks the run, it does not open it
+    pw.expect(browser.locator("#batch-count")).to_have_text("2 selected")
+    browser.click("#batch-continue")
 
     # Then the failed one goes on and completes, and the completed one is refused, saying why
-    pw.expect(page.locator("#batch-outcome .summary")).to_have_text("Continued 1 · refused 1")
-    refusal = page.locator(f'#batch-outcome li[data-run="{done}"]')
+    pw.expect(browser.locator("#batch-outcome .summary")).to_have_text("Continued 1 · refused 1")
+    refusal = browser.locator(f'#batch-outcome li[data-run="{done}"]')
     pw.expect(refusal).to_contain_text("RunNotContinuableError")
     pw.expect(refusal).to_contain_text("a batch continues runs in place only")
-    pw.expect(page.locator(f'tr.run[data-run="{failed[0]}"]')).to_have_attribute("data-status", "COMPLETED")
-    pw.expect(page.locator(f'input.pick[data-run="{done}"]')).to_be_checked()  # the refused one stays picked
-    assert status_of(api, done) == "COMPLETED"
+    pw.expect(browser.locator(f'tr.run[data-run="{failed[0]}"]')).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(browser.locator(f'input.pick[data-run="{done}"]')).to_be_checked()  # the refused one stays picked
+    assert status_of(server, done) == "COMPLETED"
 
     # And under "Failed", the runs still in ERROR are picked at once and cancelled
-    page.click("#failed")
-    pw.expect(page.locator("tr.run")).to_have_count(2)
-    assert "status=ERROR" in page.url
-    page.check("#pick-all")
-    pw.expect(page.locator("#batch-count")).to_have_text("2 selected")
-    page.click("#batch-cancel")
-    pw.expect(page.locator("#batch-outcome .summary")).to_have_text("Cancelled 2 · refused 0")
-    pw.expect(page.locator("td.empty")).to_have_text("No runs match.")
-    assert [status_of(api, run_id) for run_id in failed[1:]] == ["CANCELLED", "CANCELLED"]
-    pw.expect(page.locator("#batch-cancel")).to_be_disabled()
+    browser.click("#failed")
+    pw.expect(browser.locator("tr.run")).to_have_count(2)
+    assert "status=ERROR" in browser.url
+    browser.check("#pick-all")
+    pw.expect(browser.locator("#batch-count")).to_have_text("2 selected")
+    browser.click("#batch-cancel")
+    pw.expect(browser.locator("#batch-outcome .summary")).to_have_text("Cancelled 2 · refused 0")
+    pw.expect(browser.locator("td.empty")).to_have_text("No runs match.")
+    assert [status_of(server, run_id) for run_id in failed[1:]] == ["CANCELLED", "CANCELLED"]
+    pw.expect(browser.locator("#batch-cancel")).to_be_disabled()
