@@ -50,7 +50,7 @@ def _batch(action: batches.Action, body: BatchRequest, client: ClientDep, caller
     summary="Continue many runs",
     response_model=Batch,
     tags=["runs"],
-    responses=refusals(401, 403, 413, 422),
+    responses=refusals(401, 413, 422),
 )
 def continue_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> Batch:
     """Continue many runs in place, each on its own, as `POST /runs/{run_id}/continue` continues
@@ -66,7 +66,7 @@ def continue_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> B
     summary="Cancel many runs",
     response_model=Batch,
     tags=["runs"],
-    responses=refusals(401, 403, 413, 422),
+    responses=refusals(401, 413, 422),
 )
 def cancel_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> Batch:
     """Cancel many runs, each on its own, as `POST /runs/{run_id}/cancel` cancels one, named as

@@ -33,8 +33,10 @@ _FILTERS = ("status", "agent", "session_id", "user_id", "since", "until", "limit
 _DONE = {"continue": "continued", "cancel": "cancelled"}
 
 
-def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that name a batch of runs by a filter (the run ids are the command's own)."""
+def add_batch_arguments(parser: argparse.ArgumentParser, *, done: str) -> None:
+    """The run ids, and the options that name a batch of runs by a filter; `done`: what a batch
+    does to each, for the help."""
+    parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help=f"the run; several: a batch, each {done}")
     parser.add_argument(
         "--status", action="append", metavar="STATUS", help="a batch of the runs in this status (ERROR, say)"
     )

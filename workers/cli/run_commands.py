@@ -68,11 +68,8 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
-        "continue", help="continue a run (ERROR resumes in place, COMPLETED forks), or a batch of runs in place"
-    )
-    p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="the run; several: a batch, each continued in place")
-    add_batch_arguments(p)
+    p = sub.add_parser("continue", help="continue a run (ERROR in place, COMPLETED forks), or a batch in place")
+    add_batch_arguments(p, done="continued in place")
     p.add_argument("--input", help="a new user message to add first")
     p.add_argument(
         "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
@@ -83,8 +80,7 @@ def add_run_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_continue)
 
     p = sub.add_parser("cancel", help="cancel a run that has not finished, or a batch of runs")
-    p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="the run; several: a batch, each cancelled")
-    add_batch_arguments(p)
+    add_batch_arguments(p, done="cancelled")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_cancel)
 
