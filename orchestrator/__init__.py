@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from orchestrator.batches import Batch, RunActed
     from orchestrator.client import Client, RunHandle
     from orchestrator.errors import (
         AgentNotFoundError,
@@ -72,6 +73,7 @@ __all__ = [
     "DecisionConflictError",
     "Agent",
     "AgentNotFoundError",
+    "Batch",
     "BrokerUnavailableError",
     "Client",
     "ConfigurationError",
@@ -87,6 +89,7 @@ __all__ = [
     "QueueFullError",
     "RatchetError",
     "RetryPolicy",
+    "RunActed",
     "RunBusyError",
     "RunConflictError",
     "RunError",
@@ -158,6 +161,8 @@ _HOMES: dict[str, str] = {
     "ToolArgumentsError": "orchestrator.errors",
     "ToolBatchLimitError": "orchestrator.errors",
     "ToolInterruptedError": "orchestrator.errors",
+    "Batch": "orchestrator.batches",
+    "RunActed": "orchestrator.batches",
     "RunEvent": "orchestrator.events",
     "Message": "orchestrator.messages",
     "Agent": "orchestrator.producer",

@@ -60,6 +60,13 @@ def _queue_options(name: str, run_timeout: float | None, max_queued: int | None)
     return run_timeout, max_queued
 
 
+def _flag(name: str, option: str, value: object) -> bool:
+    """A yes-or-no option checked: True or False, nothing that only looks like one ("no" is truthy)."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name}: {option} must be True or False, got {value!r}")
+    return value
+
+
 def _session_state(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """An agent's `session_state=` checked and made storable ({} when not given)."""
     try:
@@ -127,6 +134,7 @@ class AgentOptions(BudgetOptions):
     output_schema: NotRequired[type[BaseModel] | None]
     add_history_to_context: NotRequired[bool]
     num_history_runs: NotRequired[int | None]
+    serialize_session_runs: NotRequired[bool]
     session_state: NotRequired[Mapping[str, Any] | None]
     queue: NotRequired[str | None]
     concurrency_key: NotRequired[Callable[[RunRecord], str | None] | None]
@@ -159,6 +167,7 @@ class AgentDefinition:
         output_schema: type[BaseModel] | None = None,
         add_history_to_context: bool = False,
         num_history_runs: int | None = None,
+        serialize_session_runs: bool = False,
         session_state: Mapping[str, Any] | None = None,
         queue: str | None = None,
         concurrency_key: Callable[[RunRecord], str | None] | None = None,
@@ -186,12 +195,7 @@ class AgentDefinition:
         self.max_tool_batches = max_tool_batches
         #: The pydantic model the final answer must follow (`orchestrator.structured`).
         self.output_schema = output_schema
-        #: Put the session's earlier runs before the new input (Agno's name and default): `orchestrator.store.history`.
-        self.add_history_to_context = bool(add_history_to_context)
-        #: How many earlier runs of the session the context includes (Agno's default: 3).
-        self.num_history_runs = _history_runs(name, num_history_runs)
-        #: The state a session starts with (Agno's): a run's first step adds the keys it lacks (`orchestrator.state`).
-        self.session_state = _session_state(name, session_state)
+        self._session_options(add_history_to_context, num_history_runs, serialize_session_runs, session_state)
         #: Its steps' queue (None: the defaults); its tools' one takes their batches (`routing`).
         self.queue = None if queue is None else queue_name(queue, f"agent {name}")
         self.tool_queue = tools_queue(name, self.tools)
@@ -221,6 +225,20 @@ class AgentDefinition:
         self.run_timeout, self.max_queued = queued
         #: Limits that pause a run before a model call (max_tokens=, session_max_cost=, ...): `orchestrator.budgets`.
         self.budgets = Budgets.of(f"{self.kind} {self.name}", **budgets)
+
+    def _session_options(
+        self, history: bool, num_history_runs: int | None, serialize: bool, session_state: Mapping[str, Any] | None
+    ) -> None:
+        """What the agent's runs share with the other runs of their session."""
+        #: Put the session's earlier runs before the new input (Agno's name and default): `orchestrator.store.history`.
+        self.add_history_to_context = bool(history)
+        #: How many earlier runs of the session the context includes (Agno's default: 3).
+        self.num_history_runs = _history_runs(self.name, num_history_runs)
+        #: Runs of one session one at a time, in the order they were started: a run's first step
+        #: waits until every run of its session started before it has stopped (`store/turns.py`).
+        self.serialize_session_runs = _flag(self.name, "serialize_session_runs", serialize)
+        #: The state a session starts with (Agno's): a run's first step adds the keys it lacks (`orchestrator.state`).
+        self.session_state = _session_state(self.name, session_state)
 
     def pause_policy_of(self, tool: Tool) -> PausePolicy:
         """The deadline of a paused call of `tool`: the tool's own, else the agent's."""

@@ -18,10 +18,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, Unpack
 
-from orchestrator import schedules, timeline, validation, webhooks
+from orchestrator import batches, schedules, timeline, validation, webhooks
+from orchestrator.batches import Batch, Moment, Selection
 from orchestrator.control import RunControl
 from orchestrator.errors import DecisionKindError, InvalidInputError, RunWaitTimeout
 from orchestrator.events import RunEvent
@@ -39,9 +40,6 @@ from orchestrator.store.retention import Deleted
 from orchestrator.store.schedule_rows import Schedule
 from orchestrator.timeline import Step
 from orchestrator.webhooks import WebhookDelivery
-
-#: A point in time as `Client.list_runs` takes it (see `validation.moment`).
-Moment = float | datetime | str
 
 log = logging.getLogger("ratchet.client")
 #: Seconds between reads of a waited-for run when notifications wake the waiter anyway.
@@ -268,6 +266,25 @@ class Client:
         nothing it does afterwards is committed. Cancelling a CANCELLED run is a no-op; a
         COMPLETED one, an error. Members that end while the cancel goes on are left as they ended."""
         return self.control.cancel(run_id)
+
+    def continue_runs(self, run_ids: Sequence[str] | None = None, **selection: Unpack[Selection]) -> Batch:
+        """Continue many runs in place at once (`orchestrator.batches`): by id (at most 100), or
+        a page of the top-level runs a filter with a status selects (`status="ERROR"`, and
+        `agent`, `session_id`, `user_id`, `since`, `until` as `list_runs` takes them; `limit` at
+        most 100; `cursor`: the batch's `next_cursor`). Each run as `continue_run` resumes it,
+        on its own: one refused (COMPLETED, PAUSED, CANCELLED, gone) is reported with why, and
+        the others go on. InvalidInputError, and nothing done, for a batch that names no runs
+        or too many."""
+        return self._batch("continue", run_ids, selection)
+
+    def cancel_runs(self, run_ids: Sequence[str] | None = None, **selection: Unpack[Selection]) -> Batch:
+        """Cancel many runs at once, each as `cancel` does, named as `continue_runs` names them;
+        one refused (COMPLETED, gone) is reported with why, and the others go on."""
+        return self._batch("cancel", run_ids, selection)
+
+    def _batch(self, action: batches.Action, run_ids: Sequence[str] | None, selection: Selection) -> Batch:
+        ids, next_cursor = batches.named(run_ids, selection, self.list_runs)
+        return batches.act(self.control, self.store, action, ids, next_cursor=next_cursor)
 
     # ---------------------------------------------------------------- schedules
 

@@ -281,6 +281,7 @@ class RunControl:
                 raise RunNotContinuableError(f"run {run_id} completed before it could be cancelled")
             return self.store.get_output(run_id)
         self._release(cancelled)
+        self._turn(cancelled)
         self._cancel_members(run_id)
         # A member cancelled on its own must not leave its team waiting forever.
         self._member_cancelled(record)
@@ -302,6 +303,20 @@ class RunControl:
                     step.run_id,
                     exc,
                 )
+
+    def _turn(self, record: RunRecord) -> None:
+        """A cancelled run a run of its session waits behind gives the first one waiting its
+        turn (`store/turns.py`), published here; if that fails, the sweeper gives it."""
+        try:
+            woken = self.store.turns.wake(record, publish_grace=self.settings.publish_grace_seconds)
+            if woken is not None:
+                self.publish(woken)
+        except Exception as exc:
+            log.warning(
+                "run %s: the next run of its session could not be given its turn (%s); the sweeper will",
+                record.run_id,
+                exc,
+            )
 
     def _cancel_members(self, run_id: str) -> None:
         """Cancel a cancelled team's member runs, and theirs. A member that completes or is

@@ -76,6 +76,9 @@ class RunRecord:
     #: was given; None: none (a team's member runs: their team's covers them).
     deadline_at: float | None = None
     run_timeout: float | None = None
+    #: A run of its session waits behind this one (`serialize_session_runs`): its stop gives the
+    #: first one waiting its turn (`orchestrator.store.turns`). None: none waits.
+    wakes_session: bool | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -356,7 +359,9 @@ class LogEntry:
     #: member's pause), "decision" (`requirement`, `by`, `decision` in a few words), "resume" (the
     #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING), "fallback"
     #: (a model step's model failed for good and the step went on with a fallback model: `from`,
-    #: `to`, their `index` in the chain, the `error`), "completed" (the move to COMPLETED, no
+    #: `to`, their `index` in the chain, the `error`), "session_wait" (a serialized session's run
+    #: parked at its first step: `behind`, the runs ahead of it, up to 10, and `ahead`, how many),
+    #: "session_turn" (its turn came: it is due again), "completed" (the move to COMPLETED, no
     #: detail: since migration 0018). A "fenced" entry whose run was cancelled while the step ran
     #: says `cause` "cancel".
     kind: str

@@ -24,6 +24,9 @@ One pass (`Sweeper.sweep_once`, run by the workers' sweeper under the fleet's sw
   answering again, not RATCHET_RUN_SLOT_SECONDS later. The limiter lists the places, the store
   says which runs ended; a place renewed since it was listed is kept (a run continued meanwhile),
   and one whose run this database does not hold is left to expire (a Redis may serve several);
+- a run of a serialized session whose turn came but was not given (`orchestrator.store.turns`:
+  the process that stopped the run ahead of it died before it woke the session, or the run
+  stopped outside a step, in a team's fan-in) is given its turn and its step published;
 - a schedule whose next tick passed starts the run of its latest tick, its id derived from the
   schedule and the tick, so two sweepers at once start one (`orchestrator.schedules`).
 - the webhook deliveries due (a run's stop, a retry whose backoff passed) are POSTed, one at a
@@ -73,6 +76,8 @@ class SweepReport:
     timed_out: list[str] = field(default_factory=list)
     #: Runs stopped by their own deadline (run_timeout), each with its tree (the top runs' ids).
     stopped: list[str] = field(default_factory=list)
+    #: Runs of serialized sessions given the turn a stopped run's waker did not give.
+    turns: list[str] = field(default_factory=list)
     #: Runs started by schedules whose tick passed (run ids: "<schedule id>:<tick>").
     scheduled: list[str] = field(default_factory=list)
     #: Webhook deliveries tried (delivered, failed or to be tried again).
@@ -82,7 +87,7 @@ class SweepReport:
 
     def __bool__(self) -> bool:
         done = (self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out)
-        return any(done) or bool(self.stopped or self.scheduled or self.failed)
+        return any(done) or bool(self.stopped or self.scheduled or self.turns or self.failed)
 
 
 class Sweeper:
@@ -113,6 +118,8 @@ class Sweeper:
             self._each(report, team_id, self._fan_in, team_id)
         for requirement in self.store.requirements.due(now):
             self._each(report, requirement.run_id, self._deadline, requirement)
+        for session_id in self.store.turns.owed():
+            self._each(report, session_id, self._turn, session_id)
         self._free_places(report)
         for schedule in self.store.schedules.due(now):
             self._each(report, schedule.schedule_id, self._schedule, schedule, now)
@@ -123,7 +130,7 @@ class Sweeper:
         if report:
             log.info(
                 "sweep: requeued %s, republished %s, poisoned %s, fanned in %s, freed %s, timed out %s, "
-                "stopped %s, scheduled %s, failed %s",
+                "stopped %s, scheduled %s, turns %s, failed %s",
                 report.requeued,
                 report.republished,
                 report.poisoned,
@@ -132,6 +139,7 @@ class Sweeper:
                 report.timed_out,
                 report.stopped,
                 report.scheduled,
+                report.turns,
                 report.failed,
             )
         return report
@@ -215,6 +223,17 @@ class Sweeper:
             self.runner.publish(step_of(fired.resumed, calls=owed(self.store, fired.resumed.run_id)))
         for ended in fired.ended:
             self.runner.after_final(ended.run_id, ended)
+
+    def _turn(self, report: SweepReport, session_id: str) -> None:
+        """A run that stopped is still marked as one a run of its session waits behind: the
+        turn its stopper did not give (it died after the move, or a stop made outside a step)."""
+        woken = self.store.turns.wake_session(session_id, publish_grace=self.settings.publish_grace_seconds)
+        if woken is not None:
+            log.warning(
+                "session %s: run %s takes the turn a stopped run's waker did not give", session_id, woken.run_id
+            )
+            report.turns.append(woken.run_id)
+            self.runner.publish(step_of(woken))
 
     def _schedule(self, report: SweepReport, schedule: Schedule, now: float) -> None:
         """A schedule whose next tick passed: the run of its latest tick, started once."""

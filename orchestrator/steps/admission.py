@@ -1,6 +1,8 @@
-"""The model step's limiter stage (`orchestrator.limits` says what the limits are): ask the
-limiter before the call, park the step when it says wait, correct the call's token estimate,
-share the provider's 429s, and release a run's place when it ends."""
+"""The model step's admission: a serialized session's run waits its turn at its first step
+(`orchestrator.store.turns`), and the limiter's stage (`orchestrator.limits` says what the limits
+are): ask the limiter before the call, park the step when it says wait, correct the call's token
+estimate, share the provider's 429s; and when a run ends, release its place and give the next
+run of its session its turn."""
 
 from __future__ import annotations
 
@@ -26,13 +28,55 @@ JITTER = 0.1
 
 
 class Admission:
-    """The limiter's side of the steps of one step runner: its verdicts, parks and releases."""
+    """Whether the steps of one step runner may go now: their session's turns, the limiter's
+    verdicts, parks and releases."""
 
     def __init__(self, steps: StepContext, limiter: Limiter) -> None:
         self.steps = steps
         self.settings = steps.settings
         #: The runtime's limiter.
         self.limiter = limiter
+
+    def waits_turn(self, agent: AgentDefinition, claim: Claim) -> bool:
+        """The first step of a run of a serialized session (`serialize_session_runs`): park it
+        QUEUED behind the runs of its session ahead of it (the claim ends here, holding no
+        worker) and say so; it goes on when the last of them stops (`turn`). No round trip for
+        any other step."""
+        record = claim.record
+        if not agent.serialize_session_runs or record.parent_run_id is not None or record.seq != 0:
+            return False
+        grace = self.settings.publish_grace_seconds
+        parked = self.steps.durably(claim, lambda: self.steps.store.turns.park(claim, publish_grace=grace))
+        if parked is None:
+            return False
+        self.steps.end(claim)
+        log.info(
+            "run %s: waits its turn in session %s behind %d run(s), first %s",
+            claim.run_id,
+            record.session_id,
+            len(parked.ahead),
+            parked.ahead[0],
+        )
+        if parked.woken is not None:  # a run waiting ahead of it, which parked behind it meanwhile
+            self.steps.publish(step_of(parked.woken))
+        return True
+
+    def turn(self, record: RunRecord) -> None:
+        """The run stopped: if a run of its session waits behind it, publish the step of the
+        first one waiting (`store/turns.py`). A failure here leaves the stopped run marked, and
+        the sweeper gives the turn: the step that stopped the run has committed and is not failed."""
+        try:
+            woken = self.steps.store.turns.wake(record, publish_grace=self.settings.publish_grace_seconds)
+        except Exception as exc:
+            log.warning(
+                "run %s: could not give the next run of its session its turn (%s); the sweeper will", record.run_id, exc
+            )
+            return
+        if woken is not None:
+            log.info(
+                "run %s stopped: run %s of session %s takes its turn", record.run_id, woken.run_id, woken.session_id
+            )
+            self.steps.publish(step_of(woken))
 
     def ask(self, agent: AgentDefinition, record: RunRecord, prompt: Sequence[Message], model: Model) -> Ask | None:
         """What the step asks of the limiter before it calls `model` (`limits.ask_for`); None
@@ -108,8 +152,10 @@ class Admission:
             self.limiter.block(ask.model, seconds)
 
     def release(self, record: RunRecord) -> None:
-        """The run ended or paused: free its place, and publish the step of the run that takes it."""
+        """The run ended or paused: free its place, and publish the step of the run that takes
+        it; a run that stopped gives the next run of its session its turn (`turn`)."""
         step = limits.release(self.settings, lambda: self.limiter, record)
         if step is not None:
             log.info("run %s: a place came free; run %s goes on", record.run_id, step.run_id)
             self.steps.publish(step)
+        self.turn(record)

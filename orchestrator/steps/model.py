@@ -2,6 +2,9 @@
 
 `ModelStep.run` runs its stages in order, each a method below:
 
+0. turn: the first step of a run of a serialized session (`serialize_session_runs`) waits,
+   parked, while runs of its session are ahead of it (`steps.admission`, `store/turns.py`);
+   then the session gets the agent's default state;
 1. budget: for an agent with a spending limit (`orchestrator.budgets`), the spend read from the
    committed usage of the run (a team's with its members'), its session and its user; a limit
    spent pauses the run before its call, holding nothing. No read for an agent without one;
@@ -69,8 +72,14 @@ class ModelStep:
     def run(self, claim: Claim, flight: InFlight) -> str:
         """Call the model on the run's transcript and commit the reply: "completed" or "tools",
         "retry" for a reply parked to be tried again, "throttled" for a step a limit parked
-        before its call (`orchestrator.limits`), or "paused" for a run whose budget is spent."""
+        before its call (`orchestrator.limits`), "paused" for a run whose budget is spent, or
+        "waiting" for a first step parked for its turn in its session (`store/turns.py`)."""
         agent = self._agent(claim)
+        # 0. turn: a serialized session's run waits for the runs of its session ahead of it
+        if self.admission.waits_turn(agent, claim):
+            return "waiting"
+        if claim.record.seq == 0 and agent.session_state:
+            self._add_state_defaults(claim, agent)
         # 1. budget
         if agent.budgets and self._budget_spent(agent, claim):
             return "paused"
@@ -146,15 +155,12 @@ class ModelStep:
     # ---------------------------------------------------------------- context
 
     def _agent(self, claim: Claim) -> AgentDefinition:
-        """The run's agent, with what the run's row lacks of it recorded: its kind, and on the
-        first step the session's default state."""
+        """The run's agent, with what the run's row lacks of it recorded: its kind."""
         record = claim.record
         agent = get_agent(record.agent_name)
         if record.kind != agent.kind:
             # Started by a producer that does not import the agents: only the worker knows a team.
             self.store.set_kind(claim, agent.kind)
-        if record.seq == 0 and agent.session_state:
-            self._add_state_defaults(claim, agent)
         return agent
 
     def _add_state_defaults(self, claim: Claim, agent: AgentDefinition) -> None:
@@ -180,7 +186,7 @@ class ModelStep:
         system = record.system_message if record.system_message is not None else new_system
         prompt = [Message(role="system", content=system)] if system else []
         if agent.add_history_to_context:  # fixed at the run's first step, the same on every later attempt
-            prompt += self.store.history(claim, agent.num_history_runs)
+            prompt += self.store.history(claim, agent.num_history_runs, in_turn=agent.serialize_session_runs)
         prompt += claim.messages
         prompt += self._correction(agent, claim)
         return prompt, new_system

@@ -282,14 +282,16 @@ class StepRunner:
             self.admission.release(record)
 
     def after_final(self, run_id: str, record: RunRecord | None = None) -> None:
-        """Called when a run reaches ERROR: it frees its place among its key's runs, and a member
-        that failed moves its team (a completed member fans in with its final commit instead).
-        `record`, the run as just committed, saves reading it again."""
-        if self.settings.max_runs_per_key is not None:
-            record = record or self.store.get_record(run_id)
-            self.admission.release(record)
+        """Called when a run reaches ERROR: it frees its place among its key's runs and gives the
+        next run of its session its turn, and a member that failed moves its team (a completed
+        member fans in with its final commit instead). `record`, the run as just committed,
+        saves reading it again."""
+        record = record or self.store.get_record(run_id)
+        self.admission.release(record)
         team = delegation.after_member_final(
             self.store, run_id, publish_grace=self.settings.publish_grace_seconds, record=record
         )
+        if team is not None:
+            self.admission.turn(team)  # a team its member's failure stopped
         if (step := delegation.wake_step(team)) is not None:
             self.publish(step)

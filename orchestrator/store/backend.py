@@ -75,7 +75,8 @@ class Backend(ABC):
     @abstractmethod
     def lock_names(self, conn: Connection, names: Sequence[str]) -> None:
         """Hold a lock on each of `names`, in the order given, until the caller's transaction
-        ends: another transaction that locks one of them waits for it (`store/backlog.py`)."""
+        ends: another transaction that locks one of them waits for it (`store/backlog.py`,
+        `store/turns.py`)."""
 
     @abstractmethod
     def claim(self, conn: Connection, params: dict[str, Any], cache: TranscriptCache) -> Claim | None:

@@ -14,6 +14,10 @@ recovery after a crash, a continue) reads the same list and the same prefixes of
 messages, even if the session moved on in between. The history runs' messages are immutable
 rows, so a worker keeps them in memory by that JSON: only a run's first step reads them.
 
+A run of a serialized session (`serialize_session_runs`, `store/turns.py`) chooses when its turn
+came, and every run it waited for has stopped: its history is the last runs COMPLETED then, created
+before that moment, which holds a run started after it by its producer's clock that went first.
+
 History never crosses users. A session takes runs only for its first run's user
 (`Backend.create`), and the choice filters by the run's user besides. A store written before that
 rule can hold one session with runs of several users, and histories chosen across them: a stored
@@ -134,24 +138,28 @@ class Part(NamedTuple):
     messages: list[Message]
 
 
-def choose(conn: Connection, record: RunRecord, num_runs: int) -> str:
-    """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above)."""
+def choose(conn: Connection, record: RunRecord, num_runs: int, created_by: float | None = None) -> str:
+    """The history of `record` as JSON: its session's last `num_runs` runs that qualify (above),
+    created by `created_by` (None: by the run's own start)."""
     params = dict(
         b_session_id=record.session_id,
         b_agent=record.agent_name,
         b_user_id=record.user_id,
         b_run_id=record.run_id,
-        b_created=record.created_at,
+        b_created=record.created_at if created_by is None else created_by,
         b_limit=num_runs,
     )
     rows = conn.execute(CHOSEN[record.parent_run_id is None], params).all()
     return json.dumps([[r.run_id, r.n_messages] for r in reversed(rows)])
 
 
-def fix(conn: Connection, claim: Claim, num_runs: int, now: float, *, arrays: bool) -> str:
+def fix(
+    conn: Connection, claim: Claim, num_runs: int, now: float, *, arrays: bool, created_by: float | None = None
+) -> str:
     """Choose the claimed run's history and store it, fenced by the claim (epoch, owner, live
     lease): the stored history, or FencedError if the claim was lost. `arrays`: the database
-    binds a list as one array (`Backend.binds_arrays`), so one statement does it all."""
+    binds a list as one array (`Backend.binds_arrays`), so one statement does it all;
+    `created_by`: as `choose` takes it."""
     if arrays:
         record = claim.record
         params = dict(
@@ -159,7 +167,7 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float, *, arrays: bo
             b_agent=record.agent_name,
             b_user_id=record.user_id,
             b_run_id=record.run_id,
-            b_created=record.created_at,
+            b_created=record.created_at if created_by is None else created_by,
             b_limit=num_runs,
             b_epoch=record.epoch,
             b_now=now,
@@ -171,7 +179,7 @@ def fix(conn: Connection, claim: Claim, num_runs: int, now: float, *, arrays: bo
                 f"run {claim.run_id}: the claim of epoch {claim.epoch} was lost before its history was fixed"
             )
         return str(row.history)
-    chosen = choose(conn, claim.record, num_runs)
+    chosen = choose(conn, claim.record, num_runs, created_by)
     statement = (
         update(runs)
         .where(
@@ -250,15 +258,20 @@ class HistoryCache:
         return [m for part in parts if part is not None and part.user_id == user_id for m in part.messages]
 
 
-def for_claim(backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int, now: float) -> list[Message]:
+def for_claim(
+    backend: Backend, cache: HistoryCache, claim: Claim, num_runs: int, now: float, in_turn: bool = False
+) -> list[Message]:
     """`Store.history`: fix the claimed run's history if it has none yet (reading the chosen runs'
     messages in the same lazy transaction), else read what is stored; messages a worker read
-    before come from `cache`. Only the chosen runs of the claimed run's user count."""
+    before come from `cache`. Only the chosen runs of the claimed run's user count. `in_turn`:
+    a serialized session's run, whose history is every run that completed before its turn,
+    created before `now` (above)."""
     read: dict[tuple[str, int], Part] = {}
     if claim.record.history is None:
+        created_by = now if in_turn else None
 
         def fix_and_read(c: Connection) -> list[tuple[str, int]]:
-            chosen = parse(fix(c, claim, num_runs, now, arrays=backend.binds_arrays))
+            chosen = parse(fix(c, claim, num_runs, now, arrays=backend.binds_arrays, created_by=created_by))
             read.update(_read(c, cache.missing(chosen), arrays=backend.binds_arrays))  # same transaction
             return chosen
 

@@ -55,6 +55,7 @@ from orchestrator.store.stops import Stops
 from orchestrator.store.tables import events, runs
 from orchestrator.store.teams import Teams
 from orchestrator.store.transcripts import TranscriptCache
+from orchestrator.store.turns import Turns
 from orchestrator.store.webhook_rows import WebhookOutbox
 
 S = RunStatus
@@ -92,6 +93,8 @@ class Store(reads.Reader):
         self.stops = Stops(engine)
         #: New runs written under bounds on the runs QUEUED (`store/backlog.py`).
         self.backlog = Backlog(self, self._backend)
+        #: A serialized session's runs, one at a time: parks and turns (`store/turns.py`).
+        self.turns = Turns(self, self._backend)
 
     @classmethod
     def open(cls, url: str, *, auto_migrate: bool = True, sqlite_synchronous: str = "FULL") -> Store:
@@ -403,12 +406,13 @@ class Store(reads.Reader):
             return None
         raise FencedError(f"run {claim.run_id}: the claim of epoch {claim.epoch} was taken over during a retried write")
 
-    def history(self, claim: Claim, num_runs: int) -> list[Message]:
+    def history(self, claim: Claim, num_runs: int, *, in_turn: bool = False) -> list[Message]:
         """The messages of the claimed run's session history (`orchestrator.store.history`): on
         its first step chosen from the last `num_runs` runs and stored, fenced by the claim (a
         lazy write: lost in a crash only with the claim, whose step then commits nothing); on
-        every later one, as stored. FencedError if the claim was lost."""
-        return session_history.for_claim(self._backend, self.histories, claim, num_runs, self.clock())
+        every later one, as stored. `in_turn`: of a serialized session (every run that completed
+        before its turn). FencedError if the claim was lost."""
+        return session_history.for_claim(self._backend, self.histories, claim, num_runs, self.clock(), in_turn)
 
     def set_kind(self, claim: Claim, kind: str) -> None:
         """Record what the run is (agent or team) as the worker, which imports it, knows it: a

@@ -110,9 +110,13 @@ runs = Table(
     # in ERROR with RunTimeoutError, its tree with it (`orchestrator.deadlines`), and no step
     # of it is claimed after it; `run_timeout`, the seconds it was given (from its start, or
     # the continue that gave it), which a continue after the deadline gives it again. NULL: none
-    # (migration 0022). A team's member runs have none of their own: their team's covers them.
+    # (migration 0023). A team's member runs have none of their own: their team's covers them.
     Column("deadline_at", Float, nullable=True),
     Column("run_timeout", Float, nullable=True),
+    # A run of its session waits behind this one (`serialize_session_runs`, `store/turns.py`,
+    # migration 0024): when it stops, whoever stopped it, or else the sweeper, gives the first run
+    # waiting its turn, and clears this. NULL: none waits (what every other run holds).
+    Column("wakes_session", Boolean, nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -124,7 +128,7 @@ _HAS_USER, _HAS_PARENT = text("user_id IS NOT NULL"), text("parent_run_id IS NOT
 Index("ix_ratchet_runs_user", runs.c.user_id, runs.c.created_at, postgresql_where=_HAS_USER, sqlite_where=_HAS_USER)
 Index("ix_ratchet_runs_parent", runs.c.parent_run_id, postgresql_where=_HAS_PARENT, sqlite_where=_HAS_PARENT)
 Index("ix_ratchet_runs_sweep", runs.c.status, runs.c.publish_after)
-# The sweeper's deadline pass reads the runs going past theirs, by status (migration 0022): only
+# The sweeper's deadline pass reads the runs going past theirs, by status (migration 0023): only
 # runs with a deadline have an entry, and one that ended is under a status the pass does not read.
 _HAS_DEADLINE = text("deadline_at IS NOT NULL")
 Index(
@@ -134,6 +138,10 @@ Index(
     postgresql_where=_HAS_DEADLINE,
     sqlite_where=_HAS_DEADLINE,
 )
+# The runs a run of their session waits behind (migration 0024): few, and the sweeper reads those
+# that stopped; no other run has an entry.
+_WAKES_PG, _WAKES_SQLITE = text("wakes_session"), text("wakes_session = 1")
+Index("ix_ratchet_runs_wakes", runs.c.session_id, postgresql_where=_WAKES_PG, sqlite_where=_WAKES_SQLITE)
 # Metrics read the runs started since they last looked (`store/metrics.py`; migration 0018).
 Index("ix_ratchet_runs_created", runs.c.created_at)
 # Listing runs newest first by status, and by agent and status (migration 0007, `listing.py`):

@@ -77,6 +77,7 @@ def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grac
         updated_at=now,
         queued_at=None,
         deadline_at=None if timeout is None else now + timeout,
+        wakes_session=None,
     )
 
 
@@ -93,14 +94,15 @@ def move(
     publish_grace: float | None,
     delay: float,
     values: dict[str, Any],
+    waiting: bool = False,
 ) -> RunRecord | None:
     """Apply `src -> dst` if the run is in one of `src` (and at `epoch`), setting `values` and the
-    outbox marker `dst` calls for (`publish_grace`, `delay`: see `outbox`); the new row or None."""
+    outbox marker `dst` calls for (`publish_grace`, `delay`, `waiting`: see `outbox`); the new row or None."""
     if "publish_after" in values:
         raise TypeError("the outbox marker is set from publish_grace (store/outbox.py), not written directly")
     src = tuple(src)
     values = {**values, "status": transition(src, dst), "updated_at": now}
-    values["publish_after"] = due_at(dst, now, publish_grace=publish_grace, delay=delay)
+    values["publish_after"] = due_at(dst, now, publish_grace=publish_grace, delay=delay, waiting=waiting)
     if bump_epoch:
         values["epoch"] = runs.c.epoch + 1
     where = [runs.c.run_id == run_id, runs.c.status.in_([s.value for s in src])]

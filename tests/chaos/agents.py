@@ -14,6 +14,9 @@ hold a tool mid-call, learn which pool process runs it, and then kill exactly th
 - `crash-before-publish-<run_id>`   the next worker process that is about to publish a step of
   that run after committing it dies instead (`os._exit`), once: the commit/publish gap (a
   sweep's republish, on a worker with beat, commits no step: it publishes as usual);
+- `crash-before-turn-<run_id>`   the next worker process that is about to give the next run of
+  that run's session its turn, once the run stopped, dies instead (`os._exit`), once: the gap
+  between a stop and its session's wake (`orchestrator.store.turns`);
 - `publish-twice`   every step a worker publishes is published twice (duplicate deliveries);
 - `ready-<node name>`   written by each worker once it consumes.
 
@@ -43,7 +46,9 @@ from orchestrator.messages import Message
 from orchestrator.models import OpenAIChat
 from orchestrator.models.base import CallContext, ModelReply, RateLimit, ToolSpec
 from orchestrator.ports import StepRef
+from orchestrator.run import RunRecord
 from orchestrator.steps import StepRunner
+from orchestrator.steps.admission import Admission
 from orchestrator.store.database import open_engine
 from orchestrator.sweeper import Sweeper, SweepReport
 
@@ -219,6 +224,18 @@ Agent(
     add_history_to_context=True,
 )
 
+#: The same, its session's runs one at a time (`serialize_session_runs`).
+SERIAL_AGENT = "chaos-serial"
+Agent(
+    name=SERIAL_AGENT,
+    model=MarkedChat(id="scripted"),
+    instructions="Remember the conversation.",
+    retries=2,
+    retry_policy=FAST_RETRIES,
+    add_history_to_context=True,
+    serialize_session_runs=True,
+)
+
 #: A model every worker may call at most once per RATE_WINDOW seconds (the limiter's rates).
 RATE_WINDOW = 1.0
 LIMITED_AGENT = "chaos-limited"
@@ -300,5 +317,13 @@ def _fault_hooks(**_: Any) -> None:
         finally:
             sweeping.on = False
 
+    turn = Admission.turn
+
+    def faulty_turn(self: Admission, record: RunRecord) -> None:
+        if _take(chaos_dir() / f"crash-before-turn-{record.run_id}"):
+            os._exit(1)
+        turn(self, record)
+
+    Admission.turn = faulty_turn  # type: ignore[method-assign]
     StepRunner.publish = faulty_publish  # type: ignore[method-assign]
     Sweeper.sweep_once = marked_sweep_once  # type: ignore[method-assign]

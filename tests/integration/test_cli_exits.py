@@ -88,21 +88,24 @@ def test_success_is_0_and_what_is_not_there_is_1_in_one_line_or_as_json(ratchet:
 def test_a_usage_error_is_2_and_nothing_is_written(ratchet: Any, settings: Settings) -> None:
     store = Client(settings).store
 
-    missing = ratchet("cancel")
+    # (`ratchet show`: `ratchet cancel` takes a batch too, and refuses naming none as InvalidInputError)
+    missing = ratchet("show")
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == [
-        "usage: ratchet cancel [-h] [--json] run_id",
-        "ratchet cancel: error: the following arguments are required: run_id",
+        "usage: ratchet show [-h] [--log] [--steps] [--json] run_id",
+        "ratchet show: error: the following arguments are required: run_id",
     ]
-    as_json = ratchet("cancel", "--json")
+    as_json = ratchet("show", "--json")
     assert as_json.returncode == 2 and json.loads(as_json.stderr) == {
         "detail": "the following arguments are required: run_id",
         "error": {
             "type": "UsageError",
             "message": "the following arguments are required: run_id",
-            "usage": "usage: ratchet cancel [-h] [--json] run_id",
+            "usage": "usage: ratchet show [-h] [--log] [--steps] [--json] run_id",
         },
     }
+    nothing = ratchet("cancel", "--json")
+    assert nothing.returncode == 2 and json.loads(nothing.stderr)["error"]["type"] == "InvalidInputError"
     malformed = ratchet("run", AGENT, "hello", "--run-id", "r" * 65, "--app", APP, "--json")
     assert malformed.returncode == 2, malformed.stderr
     error = json.loads(malformed.stderr)["error"]

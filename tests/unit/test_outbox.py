@@ -26,3 +26,8 @@ def test_a_retry_counts_its_grace_from_the_end_of_its_backoff() -> None:
 @pytest.mark.parametrize("status", [s for s in RunStatus if s != RunStatus.QUEUED])
 def test_a_run_in_any_other_status_has_no_step_to_publish(status: RunStatus) -> None:
     assert due_at(status, NOW, publish_grace=30) is None
+
+
+def test_a_run_waiting_for_its_turn_in_its_session_has_no_marker_the_sweeper_would_publish() -> None:
+    assert due_at(RunStatus.QUEUED, NOW, publish_grace=30, waiting=True) is None
+    assert due_at(RunStatus.QUEUED, NOW, publish_grace=None, delay=5, waiting=True) is None

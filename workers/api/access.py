@@ -50,6 +50,8 @@ ROUTE_SCOPES = {
     "waitForRun": READ,
     "continueRun": WRITE,
     "cancelRun": WRITE,
+    "continueRuns": WRITE,
+    "cancelRuns": WRITE,
     "streamRunEvents": READ,
     "listRuns": READ,
     "getRunLog": READ,

@@ -20,6 +20,7 @@ from fastapi import Path
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from orchestrator import validation as v
+from orchestrator.batches import BATCH_MAX
 from orchestrator.requirements import DECISION_TEXT_MAX, Decision
 from orchestrator.status import RunStatus
 
@@ -248,6 +249,45 @@ class ContinueRequest(BaseModel):
         strict=True,
         allow_inf_nan=False,
         description=DEADLINE_TEXT + "; without it, a deadline that passed is given again from now",
+    )
+
+
+class BatchRequest(BaseModel):
+    """The body of `POST /runs/continue` and `POST /runs/cancel`: the runs, by id or by a filter
+    with a status (`orchestrator.batches`), never both, never every run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_ids: list[Annotated[str, Field(json_schema_extra=name(v.RUN_ID_MAX))]] | None = Field(
+        default=None, min_length=1, max_length=BATCH_MAX, description=f"the runs, by id (at most {BATCH_MAX})"
+    )
+    status: list[Annotated[str, Field(json_schema_extra=pattern(STATUSES))]] | None = Field(
+        default=None, min_length=1, description="without run_ids: runs in these statuses (ERROR, say); needed"
+    )
+    agent: str | None = Field(
+        default=None, description="runs of this agent or team", json_schema_extra=name(v.AGENT_NAME_MAX)
+    )
+    session_id: str | None = Field(
+        default=None, description="runs in this session", json_schema_extra=name(v.SESSION_ID_MAX)
+    )
+    user_id: str | None = Field(
+        default=None, description="runs for this user (a user's token: its own)", json_schema_extra=name(v.USER_ID_MAX)
+    )
+    since: str | None = Field(
+        default=None, description="created at or after (as GET /runs)", json_schema_extra=pattern(MOMENT)
+    )
+    until: str | None = Field(
+        default=None, description="created before (as GET /runs)", json_schema_extra=pattern(MOMENT)
+    )
+    limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=BATCH_MAX,
+        strict=True,
+        description=f"runs the filter's batch takes (default {BATCH_MAX})",
+    )
+    cursor: str | None = Field(
+        default=None, description="the next_cursor of the previous batch", json_schema_extra=pattern(CURSOR)
     )
 
 

@@ -14,6 +14,7 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
                                     (204 once the run has stopped and nothing is left to send)
     GET  /runs, GET /runs/{run_id}/log, /steps, GET and DELETE /sessions/{id}: listing, logs,
                                     steps, sessions (`records.py`)
+    POST /runs/continue, POST /runs/cancel: many runs at once, by id or a filter (`batch_routes.py`)
     GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
     POST /runs/{run_id}/requirements/{requirement_id}, GET /approvals: a person's decisions, and
                                     what paused runs wait for (`decisions.py`)
@@ -58,7 +59,7 @@ from orchestrator.events import RunEvent
 from orchestrator.run import RunOutput, RunRecord
 from orchestrator.settings import Settings
 from orchestrator.webhooks import WebhookDelivery
-from workers.api import agents, checks, decisions, problems, records, schedule_routes, ui
+from workers.api import agents, batch_routes, checks, decisions, problems, records, schedule_routes, ui
 from workers.api.access import DECIDE, CallerDep, Verifier, declare_scopes, own_run, starting_user
 from workers.api.contract import (
     EVENT_ID,
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None, *, client: Client | None = None
         add_cors(app, settings.api_cors_origin_values)
     app.include_router(router)
     app.include_router(records.router)
+    app.include_router(batch_routes.router)
     app.include_router(agents.router)
     app.include_router(decisions.router)
     app.include_router(schedule_routes.router)

@@ -4,7 +4,8 @@ as a time axis (its steps as a waterfall), the sessions, the agent catalog, a pl
 starts a run of a chosen agent, streams it and goes on with it, and the schedules. Files shipped
 in the package (`workers/api/static/`): plain HTML, two style sheets and scripts (`app.js`: the
 list, a run, the routing and the helpers the others call; `decide.js`: a person's decisions;
-`schedules.js`: `#/schedules`; `agents.js`: `#/agents`; `sessions.js`: `#/sessions`;
+`schedules.js`: `#/schedules`; `batches.js`: runs of the list picked and continued or cancelled
+together; `agents.js`: `#/agents`; `sessions.js`: `#/sessions`;
 `timeaxis.js`: `#/runs/RUN_ID/time`; `playground.js`: `#/playground`), no build step and nothing
 fetched from elsewhere.
 
@@ -40,6 +41,7 @@ FILES = {
     "sessions.js": "text/javascript; charset=utf-8",
     "timeaxis.js": "text/javascript; charset=utf-8",
     "playground.js": "text/javascript; charset=utf-8",
+    "batches.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }

@@ -6,6 +6,7 @@ Python code does.
                 [--app MODULE] [--json]
     ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--run-timeout T] [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
+    ratchet continue|cancel RUN_ID RUN_ID ... | --status S [filters]   a batch (`batch_commands.py`)
     ratchet show RUN_ID [--log] [--steps] [--json]
     ratchet stream RUN_ID [--after ID] [--json] [--timeout T]
 
@@ -38,6 +39,7 @@ from orchestrator.errors import AgentNotFoundError
 from orchestrator.idempotency import StartRequest
 from orchestrator.run import RunOutput
 from orchestrator.status import RunStatus
+from workers.cli.batch_commands import add_batch_arguments, cmd_batch, is_batch
 from workers.cli.exits import FAILURE, OK, about
 from workers.cli.render import jsonable, print_events, show
 from workers.cli.session_state import add_session_command, state_argument
@@ -54,8 +56,8 @@ def add_run_commands(sub: Any) -> None:
     _add_run(sub)
     _add_continue(sub)
 
-    p = sub.add_parser("cancel", help="cancel a run that has not finished")
-    p.add_argument("run_id")
+    p = sub.add_parser("cancel", help="cancel a run that has not finished, or a batch of runs")
+    add_batch_arguments(p, done="cancelled")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_cancel)
 
@@ -105,8 +107,8 @@ def _add_run(sub: Any) -> None:
 
 
 def _add_continue(sub: Any) -> None:
-    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
-    p.add_argument("run_id")
+    p = sub.add_parser("continue", help="continue a run (ERROR in place, COMPLETED forks), or a batch in place")
+    add_batch_arguments(p, done="continued in place")
     p.add_argument("--input", help="a new user message to add first")
     p.add_argument(
         "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
@@ -173,9 +175,11 @@ def unknown_agent(name: str, modules: Sequence[str], client: Client) -> str:
 
 
 def cmd_continue(args: argparse.Namespace) -> int:
+    if is_batch(args):
+        return cmd_batch(args, "continue", single=("input", "fork_key", "run_timeout", "wait", "timeout"))
     client = Client()
     timeout = None if args.run_timeout is None else validation.run_timeout(args.run_timeout, what="--run-timeout")
-    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key, run_timeout=timeout)
+    handle = client.continue_run(args.run_ids[0], input=args.input, fork_key=args.fork_key, run_timeout=timeout)
     with about(handle.run_id):
         return _answer(client, handle, wait=args.wait, timeout=args.timeout, as_json=args.json)
 
@@ -192,7 +196,9 @@ def _answer(client: Client, handle: RunHandle, *, wait: bool, timeout: float | N
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    out = Client().cancel(args.run_id)
+    if is_batch(args):
+        return cmd_batch(args, "cancel")
+    out = Client().cancel(args.run_ids[0])
     if args.json:
         print_json(jsonable(out))
     else:

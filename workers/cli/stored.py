@@ -103,9 +103,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(
         f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
         f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}, "
-        f"deadlines acted on {len(report.timed_out)}, scheduled {len(report.scheduled)}"
+        f"deadlines acted on {len(report.timed_out)}, scheduled {len(report.scheduled)}, "
+        f"session turns given {len(report.turns)}"
     )
-    for kind in ("requeued", "republished", "poisoned", "fanned_in", "timed_out", "scheduled"):
+    for kind in ("requeued", "republished", "poisoned", "fanned_in", "timed_out", "scheduled", "turns"):
         for run_id in getattr(report, kind):
             print(f"  {kind}: {run_id}")
     return 0

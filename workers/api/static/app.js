@@ -163,11 +163,13 @@ function listView(params) {
   let stopped = false;
   const body = el("tbody");
   const more = el("div", { class: "more" });
+  const batch = batchBar(() => load()); // batches.js: the runs picked, continued or cancelled together
   const table = el("table", { class: "runs panel" },
-    el("thead", {}, el("tr", {}, ["Status", "Run", "Agent", "Session", "User", "Steps", "Messages", "Created", "Updated", "Error"]
-      .map((h) => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, el("th", { class: "pick" }, batch.all),
+      ["Status", "Run", "Agent", "Session", "User", "Steps", "Messages", "Created", "Updated", "Error"]
+        .map((h) => el("th", { text: h })))),
     body);
-  main.replaceChildren(el("h1", { text: "Runs" }), filterForm(params), table, more);
+  main.replaceChildren(el("h1", { text: "Runs" }), filterForm(params), batch.node, table, more);
 
   async function load() {
     clearTimeout(timer);
@@ -176,8 +178,9 @@ function listView(params) {
     try {
       const page = await api(`runs?${query}`);
       if (stopped) return;
-      body.replaceChildren(...page.runs.map(runRow));
-      if (!page.runs.length) body.append(el("tr", {}, el("td", { colspan: 10, class: "empty", text: "No runs match." })));
+      body.replaceChildren(...page.runs.map((run) => runRow(run, batch.cell(run))));
+      batch.drawn(page.runs);
+      if (!page.runs.length) body.append(el("tr", {}, el("td", { colspan: 11, class: "empty", text: "No runs match." })));
       more.replaceChildren(page.next_cursor && shown < 1000
         ? el("button", { class: "ghost", type: "button", text: "Show more", onclick: () => { shown += PAGE; load(); } })
         : "");
@@ -220,6 +223,8 @@ function filterForm(params) {
     el("button", { type: "submit", text: "Filter" }),
     el("button", { type: "button", id: "waiting", class: params.get("status") === "PAUSED" ? "" : "ghost", text: "Waiting for you",
       title: "runs PAUSED until a person decides their calls", onclick: () => { location.hash = "#/?status=PAUSED"; } }),
+    el("button", { type: "button", id: "failed", class: params.get("status") === "ERROR" ? "" : "ghost", text: "Failed",
+      title: "runs in ERROR: pick them to continue or cancel them together", onclick: () => { location.hash = "#/?status=ERROR"; } }),
     el("button", { type: "button", class: "ghost", text: "Clear", onclick: () => { location.hash = "#/"; } }));
   const apply = (event) => {
     event.preventDefault();
@@ -232,9 +237,10 @@ function filterForm(params) {
   return form;
 }
 
-function runRow(run) {
+function runRow(run, pick) {
   const open = () => { location.hash = `#/runs/${encodeURIComponent(run.run_id)}`; };
   return el("tr", { class: "run", "data-run": run.run_id, "data-status": run.status, onclick: open },
+    pick,
     el("td", {}, badge(run.status)),
     el("td", {}, runLink(run.run_id)),
     el("td", { text: run.agent_name }),
