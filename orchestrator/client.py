@@ -207,6 +207,7 @@ class Client:
         fork_key: str | None = None,
         requirements: Sequence[RunRequirement] = (),
         by: str | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunHandle:
         """Resume a run: ERROR and expired RUNNING resume in place (same run_id); COMPLETED
         forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
@@ -218,8 +219,20 @@ class Client:
         Two concurrent continues of one run publish one step: the move is guarded by the epoch.
         A fork's run_id is derived from the source run and `fork_key` (default: the input), so
         continuing a COMPLETED run twice alike returns the same fork; another `fork_key` forks
-        again."""
-        answer = self.control.continue_run(run_id, input=input, fork_key=fork_key, requirements=requirements, by=by)
+        again.
+
+        `accept_definition`: for a run in ERROR with DefinitionChangedError (a deploy changed what
+        its next step depends on: docs/deploys.md), the hash of the definition it may go on under
+        anyway, as the error names it; for a team, a mapping of its members' names to hashes.
+        A definition no worker ever served is InvalidInputError."""
+        answer = self.control.continue_run(
+            run_id,
+            input=input,
+            fork_key=fork_key,
+            requirements=requirements,
+            by=by,
+            accept_definition=accept_definition,
+        )
         return RunHandle(answer, self)
 
     def decide(

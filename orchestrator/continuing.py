@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
@@ -61,7 +62,8 @@ class Continuation:
     """One continue's decisions over a store. `publish` publishes a QUEUED run's step (the run
     control's, which marks the run due when the broker refuses it); `continue_member` continues
     a team's failed member as a continue of its own; `definition_hash` is what a new run (a fork)
-    of an agent records as its definition."""
+    of an agent records as its definition; `accepted`, the definitions a person accepted, by
+    agent name, for the runs it moves on (`continue_run(accept_definition=...)`)."""
 
     def __init__(
         self,
@@ -71,12 +73,16 @@ class Continuation:
         publish: Callable[[RunRecord], None],
         continue_member: Callable[[str], str],
         definition_hash: Callable[[str], str | None],
+        accepted: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.publish = publish
         self.continue_member = continue_member
         self.definition_hash = definition_hash
+        #: The definitions a person accepted for the runs this continue moves on, by agent name
+        #: (`orchestrator.deploys`): recorded on each, for a worker of it to take the run over.
+        self.accepted = dict(accepted or {})
 
     def resume(self, record: RunRecord, input: str | None, fork_key: str | None, *, raced: bool) -> str | None:
         """One try of a continue on the run as read: its answer, or None when the guarded move
@@ -157,11 +163,17 @@ class Continuation:
             error_type=None,
             error_message=None,
             publish_grace=self.settings.publish_grace_seconds,
+            **self._accepting(record),
         )
         if moved is None:
             return None
         self.publish(moved)
         return run_id
+
+    def _accepting(self, record: RunRecord) -> dict[str, Any]:
+        """What a move of `record` writes of the definition a person accepted for it, if any."""
+        accepted = self.accepted.get(record.agent_name)
+        return {"accepted_definition": accepted} if accepted is not None else {}
 
     # ---------------------------------------------------------------- fork
 
@@ -261,6 +273,7 @@ class Continuation:
             lease_expires_at=None,
             error_type=None,
             error_message=None,
+            **self._accepting(team),
         )
         if moved is not None:
             woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)

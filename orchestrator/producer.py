@@ -207,16 +207,21 @@ class Agent(AgentDefinition):
         timeout: float | None = None,
         fork_key: str | None = None,
         by: str | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunOutput:
         """Continue a run and wait (Agno's `continue_run(run_response, run_id=, requirements=)`):
         ERROR resumes in place (same run_id), COMPLETED forks (the same fork for the same input;
         another `fork_key` forks again, see `Client.continue_run`), PAUSED resumes in place once
         every requirement is decided: the decisions made on `requirements` (default: those of
         `run_response`) are stored first. A run still waiting for decisions returns PAUSED.
+        `accept_definition`: a definition a deploy's DefinitionChangedError names, accepted
+        (`Client.continue_run`).
 
         `session_id` is accepted for Agno compatibility; the run id alone finds the run."""
         target, asked = _continued(run_response, run_id, requirements)
-        handle = self.client.continue_run(target, input=input, fork_key=fork_key, requirements=asked, by=by)
+        handle = self.client.continue_run(
+            target, input=input, fork_key=fork_key, requirements=asked, by=by, accept_definition=accept_definition
+        )
         return as_defined(self, handle.wait(timeout))
 
     async def acontinue_run(
@@ -230,11 +235,18 @@ class Agent(AgentDefinition):
         timeout: float | None = None,
         fork_key: str | None = None,
         by: str | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunOutput:
         """`continue_run()` for asyncio."""
         target, asked = _continued(run_response, run_id, requirements)
         handle = await asyncio.to_thread(
-            self.client.continue_run, target, input=input, fork_key=fork_key, requirements=asked, by=by
+            self.client.continue_run,
+            target,
+            input=input,
+            fork_key=fork_key,
+            requirements=asked,
+            by=by,
+            accept_definition=accept_definition,
         )
         return as_defined(self, await handle.await_(timeout))
 

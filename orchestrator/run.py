@@ -72,6 +72,9 @@ class RunRecord:
     queued_at: float | None = None
     #: The URL told of each stop of the run (`orchestrator.webhooks`); None: none.
     webhook: str | None = None
+    #: A definition a continue accepted for the run although it changed what the run's next step
+    #: depends on (`orchestrator.deploys`): a worker serving it takes the run over; None: none.
+    accepted_definition: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -347,8 +350,11 @@ class LogEntry:
     #: last decision queued the run again: `to` QUEUED; a team above it: `to` WAITING), "fallback"
     #: (a model step's model failed for good and the step went on with a fallback model: `from`,
     #: `to`, their `index` in the chain, the `error`), "completed" (the move to COMPLETED, no
-    #: detail: since migration 0018). A "fenced" entry whose run was cancelled while the step ran
-    #: says `cause` "cancel".
+    #: detail: since migration 0018), "definition" (across a deploy, the run went on under the
+    #: definition of the worker that claimed it: `from`, `to`, `why`), "handed_on" (that worker
+    #: handed the step on to a live worker of the run's definition, `to`: `orchestrator.deploys`).
+    #: A "fenced" entry whose run was cancelled while the step ran says `cause` "cancel"; an
+    #: "error" entry of a step says the `definition_hash` of its worker.
     kind: str
     #: The step it happened at.
     seq: int | None

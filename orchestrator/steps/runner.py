@@ -21,7 +21,7 @@ from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import DeltaSink, Dispatcher, StepRef
+from orchestrator.ports import DeltaSink, Dispatcher, StepKind, StepRef
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.runtime import Runtime
@@ -32,6 +32,7 @@ from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight, InFlightSteps
 from orchestrator.steps.model import ModelStep
 from orchestrator.steps.tools import ToolStep
+from orchestrator.steps.versions import Versions
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.untrusted import error_record
@@ -79,6 +80,8 @@ class StepRunner:
         self.admission = Admission(steps, runtime.limiter)
         self._model = ModelStep(steps, self.admission, lambda: self.delta_sink)
         self._tools = ToolStep(steps)
+        #: Which definition each claimed step runs on, across a deploy (`orchestrator.deploys`).
+        self.versions = Versions(steps)
 
     @property
     def delta_sink(self) -> DeltaSink:
@@ -93,7 +96,7 @@ class StepRunner:
         """Run the tool calls the last assistant message still owes, committing each result."""
         return self._run(run_id, seq, "tools", owner, self._tools.run)
 
-    def _run(self, run_id: str, seq: int, kind: str, owner: str, body: Callable[[Claim, InFlight], str]) -> str:
+    def _run(self, run_id: str, seq: int, kind: StepKind, owner: str, body: Callable[[Claim, InFlight], str]) -> str:
         claim = self._claim(run_id, seq, kind, owner)
         if claim is None:
             return "dropped"
@@ -101,7 +104,9 @@ class StepRunner:
         self.heartbeat.wake()
         with tracing.step(claim.record, kind) as span:  # nothing, unless a tracer provider is set
             try:
-                outcome = body(claim, flight)
+                # Stamped with this worker's definition: no read unless the run is on another.
+                checked = self.versions.checked(claim, kind, flight)
+                outcome = body(checked, flight) if checked is not None else "handed_on"
             except BaseException as exc:
                 self._abort(claim, flight, exc)
                 raise
@@ -247,6 +252,7 @@ class StepRunner:
                     inflight=inflight,
                     system_message=flight.system_message,
                     state_changes=flight.changes_of(inflight),
+                    definition_hash=flight.definition_hash,
                 ),
                 landed=lambda: None,  # a failed fail() left the run RUNNING at this epoch; the move is guarded
                 within=self.settings.lease_seconds,

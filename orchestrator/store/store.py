@@ -41,6 +41,7 @@ from orchestrator.store.backend import Backend
 from orchestrator.store.catalog_rows import CatalogRow, Served
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
+from orchestrator.store.definitions import RunDefinitions
 from orchestrator.store.endings import Endings
 from orchestrator.store.history import HistoryCache
 from orchestrator.store.metrics import MetricsSnapshot
@@ -84,6 +85,8 @@ class Store(reads.Reader):
         self.webhooks = WebhookOutbox(self.engine)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
         self.endings = Endings(self)
+        #: A claimed run's definition across a deploy: adopted, or its step handed on (`store/definitions.py`).
+        self.definitions = RunDefinitions(self)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
         self.schedules = Schedules(engine)
 
@@ -352,6 +355,7 @@ class Store(reads.Reader):
             b_system=system_message,
             b_started=claim.record.updated_at,
             b_queued=claim.record.queued_at,
+            b_definition=claim.definition_hash,
         )
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
@@ -369,8 +373,9 @@ class Store(reads.Reader):
             count = writes.count_tool_result(conn, claim, now)
             if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
+            seq, stamp = claim.record.seq, claim.definition_hash
             writes.insert_messages(
-                conn, claim.run_id, count - 1, [message], now, seq=claim.record.seq, epoch=claim.epoch
+                conn, claim.run_id, count - 1, [message], now, seq=seq, epoch=claim.epoch, definition_hash=stamp
             )
             sessions.apply(conn, claim.record, [change] if change is not None else [])
         self.transcripts.extend(claim.run_id, count - 1, [message])
@@ -524,16 +529,8 @@ class Store(reads.Reader):
             )
             if record is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the step was parked")
-            self.log_event(
-                conn,
-                claim.run_id,
-                event,
-                record.seq,
-                delay=round(delay, 3),
-                **why,
-                by="countdown" if published else "sweeper",
-                **writes.position(record),
-            )
+            where = dict(by="countdown" if published else "sweeper", **writes.position(record))
+            self.log_event(conn, claim.run_id, event, record.seq, delay=round(delay, 3), **why, **where)
             return record
 
     def fail(
@@ -546,10 +543,12 @@ class Store(reads.Reader):
         system_message: str | None = None,
         owner: str | None = None,
         state_changes: Sequence[StateChange] = (),
+        definition_hash: str | None = None,
     ) -> RunRecord | None:
         """Put the run in ERROR, flushing the in-flight messages after the committed ones (the
         move keeps the step's seq and epoch, so they are stamped with the failed step's), and
         applying `state_changes`, what the tool calls whose results are among them changed.
+        `definition_hash`: the failed step's worker's definition, logged with the error.
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
@@ -576,6 +575,7 @@ class Store(reads.Reader):
                     type=values["error_type"],
                     message=values["error_message"],
                     **writes.position(record),
+                    **({"definition_hash": definition_hash} if definition_hash else {}),
                 )
                 sessions.apply(conn, record, state_changes)
             return record

@@ -106,6 +106,10 @@ runs = Table(
     # migration 0021); NULL: none. Each move to a final status writes a `ratchet_webhook_deliveries`
     # row in the same transaction.
     Column("webhook", Text, nullable=True),
+    # A definition a continue accepted for the run although it changed what the run's next step
+    # depends on (`orchestrator.deploys`, migration 0024): a worker serving it takes the run over at
+    # its next claim (setting `definition_hash` to it) and clears it. NULL: none.
+    Column("accepted_definition", String(64), nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -176,6 +180,10 @@ messages = Table(
     # the agent has); and on a streamed reply, seconds to its first text (migration 0018).
     Column("duration", Float, nullable=True),
     Column("time_to_first_token", Float, nullable=True),
+    # The definition hash of the worker whose step wrote the row (migration 0024): the version of
+    # the agent that ran that step, beside the run's own `definition_hash`. NULL on rows no step
+    # wrote (a run's input, a continue's message, a fan-in's results) and on older rows.
+    Column("definition_hash", String(64), nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # Metrics read the rows written since they last looked (`store/metrics.py`; migration 0010).

@@ -313,7 +313,8 @@ def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: Cont
     decided: the decisions in `requirements` are stored first, one by one, as `POST
     /runs/{run_id}/requirements/{id}` stores each (and refused alike: 404, 409, 422); without
     them, or with some still pending, it stays PAUSED, and input for it is a 409. Decisions
-    need the decide scope besides write."""
+    need the decide scope besides write. `accept_definition`: a definition a deploy's
+    DefinitionChangedError names, accepted (422 for one no worker ever served)."""
     body = body or ContinueRequest()
     own_run(client, caller, run_id)
     if body.requirements and not caller.may(DECIDE):
@@ -322,7 +323,12 @@ def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: Cont
         )
     requirements = decisions.carried(client, run_id, body.requirements or [], by=body.by)
     handle = client.continue_run(
-        run_id, input=body.input, fork_key=body.fork_key, requirements=requirements, by=body.by
+        run_id,
+        input=body.input,
+        fork_key=body.fork_key,
+        requirements=requirements,
+        by=body.by,
+        accept_definition=body.accept_definition,
     )
     return client.get_run(handle.run_id)
 

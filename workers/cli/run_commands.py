@@ -3,7 +3,8 @@ Python code does.
 
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
                 [--priority 0-9] [--webhook URL] [--wait | --stream] [--timeout T] [--app MODULE] [--json]
-    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--wait] [--timeout T] [--json]
+    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--accept-definition HASH|AGENT=HASH]
+                            [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
     ratchet show RUN_ID [--log] [--steps] [--json]
     ratchet stream RUN_ID [--after ID] [--json] [--timeout T]
@@ -28,7 +29,7 @@ from typing import Any
 
 from orchestrator import catalog, validation
 from orchestrator.client import Client, RunHandle
-from orchestrator.errors import AgentNotFoundError
+from orchestrator.errors import AgentNotFoundError, InvalidInputError
 from orchestrator.idempotency import StartRequest
 from orchestrator.run import RunOutput
 from orchestrator.status import RunStatus
@@ -65,17 +66,7 @@ def add_run_commands(sub: Any) -> None:
     p.add_argument("--app", action="append", default=[], metavar="MODULE", help="import these modules first")
     p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (with --stream: one event a line)")
     p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
-    p.add_argument("run_id")
-    p.add_argument("--input", help="a new user message to add first")
-    p.add_argument(
-        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
-    )
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (the run that goes on: a fork's own)")
-    p.set_defaults(func=cmd_continue)
+    _add_continue(sub)
 
     p = sub.add_parser("cancel", help="cancel a run that has not finished")
     p.add_argument("run_id")
@@ -147,11 +138,46 @@ def unknown_agent(name: str, modules: Sequence[str], client: Client) -> str:
     )
 
 
+def _add_continue(sub: Any) -> None:
+    """Add `ratchet continue`."""
+    p = sub.add_parser("continue", help="continue a run (ERROR resumes in place, COMPLETED forks)")
+    p.add_argument("run_id")
+    p.add_argument("--input", help="a new user message to add first")
+    p.add_argument(
+        "--fork-key", help="a COMPLETED run forks once per key (default: the input); another key forks again"
+    )
+    p.add_argument(
+        "--accept-definition",
+        action="append",
+        default=[],
+        metavar="HASH|AGENT=HASH",
+        help="go on under this definition although a deploy changed what the run's next step depends on "
+        "(DefinitionChangedError); AGENT=HASH for a member of the team (repeatable)",
+    )
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--json", action="store_true", help=f"{JSON_HELP} (the run that goes on: a fork's own)")
+    p.set_defaults(func=cmd_continue)
+
+
 def cmd_continue(args: argparse.Namespace) -> int:
     client = Client()
-    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key)
+    accept = accepted(args.accept_definition)
+    handle = client.continue_run(args.run_id, input=args.input, fork_key=args.fork_key, accept_definition=accept)
     with about(handle.run_id):
         return _answer(client, handle, wait=args.wait, timeout=args.timeout, as_json=args.json)
+
+
+def accepted(given: list[str]) -> str | dict[str, str] | None:
+    """`--accept-definition` as `Client.continue_run` takes it: one HASH, or AGENT=HASH pairs."""
+    if not given:
+        return None
+    if len(given) == 1 and "=" not in given[0]:
+        return given[0]
+    pairs = [item.rpartition("=") for item in given]
+    if any(not sep or not name for name, sep, _ in pairs):
+        raise InvalidInputError("--accept-definition: give one HASH, or AGENT=HASH for each agent of the team")
+    return {name: value for name, _, value in pairs}
 
 
 def _answer(client: Client, handle: RunHandle, *, wait: bool, timeout: float | None, as_json: bool) -> int:
