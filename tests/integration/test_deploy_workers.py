@@ -137,40 +137,41 @@ def fleet(tmp_path: Path, pg_url: str, redis_url: str, scripted: ScriptedServer)
         forget_stores()
 
 
-def test_a_run_in_flight_while_its_workers_are_replaced_by_a_compatible_version_completes_on_the_new_one(
-    fleet: Fleet,
-) -> None:
+def in_flight_on_version_1(fleet: Fleet) -> str:
+    """A run whose lookup call a worker of version 1 was running when it was killed (SIGKILL:
+    a lost node), with nothing else left: its lease expires, and the sweeper queues the step again."""
     old = fleet.start_worker(1)
     hold = fleet.hold("otters")
     define(1)  # the producer runs the code of version 1 too
     run_id = fleet.client.start(AGENT, input="find otters").run_id
     fleet.started("otters")
-
-    # A rolling deploy: the new version starts, the old one is stopped (it finishes its step first)
-    fleet.start_worker(2)
-    os.killpg(old.pid, signal.SIGTERM)
+    fleet.stop(old, signal.SIGKILL)
     hold.unlink()
-    old.wait(30)
+    return run_id
+
+
+def test_a_run_in_flight_while_its_workers_are_replaced_by_a_compatible_version_completes_on_the_new_one(
+    fleet: Fleet,
+) -> None:
+    run_id = in_flight_on_version_1(fleet)
+
+    # The old worker is lost mid-call (a worker stopped gracefully finishes its steps first, and
+    # takes the run's next ones while it lives); only version 2, of other instructions, is left
+    fleet.start_worker(2)
 
     done = fleet.client.wait(run_id, timeout=60)
     assert done.status == S.COMPLETED, fleet.log()
     assert done.definition_hash == HASHES[2]
-    assert fleet.ran(run_id) == [("lookup:otters", 1)]
-    assert fleet.steps_on(run_id) == [("model", "done", 1), ("tools", "done", 1), ("model", "done", 2)]
+    assert fleet.ran(run_id) == [("lookup:otters", 2)]
+    assert fleet.steps_on(run_id) == [("model", "done", 1), ("tools", "done", 2), ("model", "done", 2)]
     moved = [e.detail or {} for e in fleet.client.get_log(run_id) if e.kind == "definition"]
     assert [(d["from"], d["to"], d["why"]) for d in moved] == [(HASHES[1], HASHES[2], "unchanged")]
 
 
 def test_a_run_owing_a_call_of_a_tool_the_new_version_changed_stops_and_goes_on_once_accepted(fleet: Fleet) -> None:
-    old = fleet.start_worker(1)
-    hold = fleet.hold("otters")
-    define(1)
-    run_id = fleet.client.start(AGENT, input="find otters").run_id
-    fleet.started("otters")
+    run_id = in_flight_on_version_1(fleet)
 
-    # The old worker is lost mid-call; only version 3, whose lookup takes a limit too, is left
-    fleet.stop(old, signal.SIGKILL)
-    hold.unlink()
+    # Only version 3, whose lookup takes a limit too, is left
     fleet.start_worker(3)
 
     stopped = fleet.client.wait(run_id, timeout=60)
@@ -220,8 +221,10 @@ def test_a_run_paused_across_a_deploy_resumes_on_the_new_version(fleet: Fleet) -
     done = fleet.client.wait(out.run_id, timeout=60)
     assert done.status == S.COMPLETED and done.definition_hash == HASHES[2], fleet.log()
     assert fleet.ran(out.run_id) == [("pay:ann", 2)]
+    # (The batch that paused wrote nothing: no stamp says which worker ran it)
     assert [(task, version) for task, _, version in fleet.steps_on(out.run_id)] == [
         ("model", 1),
+        ("tools", None),
         ("decision", None),
         ("tools", 2),
         ("model", 2),
