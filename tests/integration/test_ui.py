@@ -19,13 +19,16 @@ from typing import Any
 
 import playwright.sync_api as pw
 import pytest
+from sqlalchemy import update
 
 import tests.integration.ui_agents  # noqa: F401  (the embedded worker runs its agents)
 from orchestrator import Client
-from orchestrator.catalog import Definition
+from orchestrator.agent import get_agent
+from orchestrator.catalog import Definition, describe
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.database import open_engine
+from orchestrator.store.tables import runs
 from tests.conftest import make_settings
 from tests.integration.test_api import ApiServer, start_api
 from tests.integration.ui_agents import MARKUP, WORDS
@@ -193,6 +196,43 @@ def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_a
     pw.expect(definition).to_contain_text("not live · last seen")
     pw.expect(definition).to_contain_text("2 d ago")
     pw.expect(definition).to_contain_text("openai / gpt-old")
+
+
+@pytest.mark.parametrize(
+    "db_url", ["sqlite"], indirect=True
+)  # the page's part: the rules are tests/unit/test_deploys.py
+@pytest.mark.usefixtures("worker")
+def test_a_run_a_deploy_stopped_is_continued_under_the_new_definition_from_its_page(
+    api: ApiServer, page: Any, settings: Settings
+) -> None:
+    failed = start(api, "ui-researcher", "how does celery retry?", until="ERROR")
+    # Given the run on an older version whose answer had another schema, no worker of it left
+    body = describe(get_agent("ui-researcher")).body()
+    old = Definition.from_body({**body, "output_schema": {"type": "object", "properties": {}}})
+    engine = open_engine(settings.database_url)
+    try:
+        Store(engine, clock=lambda: time.time() - 3600).write_catalog([old.served()])
+        with engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.run_id == failed).values(definition_hash=old.hash))
+    finally:
+        engine.dispose()
+    signed_in(page, f"{api.url}/ui/#/runs/{failed}")
+
+    page.click("#continue")
+
+    pw.expect(page.locator("#run-error")).to_contain_text("DefinitionChangedError")
+    pw.expect(page.locator("#run-error")).to_contain_text("its output schema changed")
+    new = describe(get_agent("ui-researcher")).hash
+    pw.expect(page.locator("#accept-definition")).to_have_text(f"Continue under definition {new[:12]}")
+    # Its steps ran on this worker's definition, not the one the run is on now: each says so
+    pw.expect(page.locator(".step.failed .definition").last).to_have_text(f"definition {new[:12]} (not the run's now)")
+
+    page.click("#accept-definition")
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(page.locator('.logline[data-kind="definition"]')).to_contain_text("accepted by a continue")
+    assert Client(settings).get_run(failed).definition_hash == new
+    pw.expect(page.locator(".step .definition.flag")).to_have_count(0)
 
 
 # ---------------------------------------------------------------- a person in the loop

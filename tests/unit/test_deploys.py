@@ -28,6 +28,7 @@ from orchestrator.testing import InMemoryDispatcher
 from orchestrator.testing.script import ScriptConfig
 from tests.deploy_support import first_tool_takes, gone, older, on, served_once, with_instructions
 from tests.support import Clock, CountingModel
+from workers.cli.render import show
 from workers.cli.run_commands import accepted
 
 S = RunStatus
@@ -283,6 +284,20 @@ def test_a_verdict_takes_an_acceptance_first_then_a_live_worker_of_the_runs_defi
     assert decide(replace(record, accepted_definition=new.hash), new, old, live=True).why == "accepted"
     assert decide(record, new, None, live=False).why == "unknown"
     assert decide(replace(record, definition_hash=None), new, old, live=True).why == "unrecorded"
+
+
+def test_ratchet_show_says_the_runs_definition_and_each_steps(
+    inline: InMemoryDispatcher, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = looker()
+    out = agent.run("find otters")
+
+    show(out, steps=agent.client.get_steps)
+
+    printed = capsys.readouterr().out
+    own = describe(agent).hash[:12]
+    assert f"  definition {own}\n" in printed
+    assert printed.count(f"definition {own}") == 4  # the run's, and each of its three steps'
 
 
 def test_the_command_line_reads_one_hash_or_a_hash_for_each_agent() -> None:

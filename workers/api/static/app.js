@@ -485,10 +485,38 @@ function actions(run, ctx) {
     }
   });
   box.append(input, go, stop);
+  const accept = run.status === "ERROR" ? accepting(run.error) : null;
+  if (accept) { // a deploy stopped the run (or its member): go on under the definition its error names
+    const shown = typeof accept === "string" ? accept : Object.values(accept)[0];
+    // A member's error names a mapping for its team: the team is what is continued
+    const target = typeof accept === "string" || !run.parent_run_id ? run.run_id : run.parent_run_id;
+    const under = el("button", { type: "button", id: "accept-definition", text: `Continue under definition ${shown.slice(0, 12)}` });
+    under.addEventListener("click", async () => {
+      under.disabled = true;
+      try {
+        await api(`runs/${encodeURIComponent(target)}/continue`, { method: "POST", body: JSON.stringify({ accept_definition: accept }) });
+        ctx.reload();
+      } catch (error) {
+        flash(`Continue: ${error.message}`);
+        under.disabled = false;
+      }
+    });
+    box.append(under, el("div", { class: "note", id: "definition-note", text: "A deploy changed what this run's next step depends on (its error says what). Check that the new definition may answer it, then continue under it." }));
+  }
   if (run.status === "PAUSED") {
     box.append(el("div", { class: "note", id: "paused-note", text: "This run is PAUSED: it waits for a person and holds no worker. Decide each call below; the last decision resumes it." }));
   }
   return box;
+}
+
+// What a DefinitionChangedError (the run's, or its member's in a MemberRunError) says to accept:
+// its own definition's hash, or {member name: hash} for its team (docs/deploys.md).
+function accepting(error) {
+  const text = error ? error.message : "";
+  const own = text.match(/accept_definition='([0-9a-f]{64})'/);
+  if (own) return own[1];
+  const member = text.match(/accept_definition=\{'([^']+)': '([0-9a-f]{64})'\}/);
+  return member ? { [member[1]]: member[2] } : null;
 }
 
 function memberTree(members, root) {
