@@ -21,7 +21,8 @@ A producer that does not import an agent routes its run's first step by the live
 process (`DefinitionCache`). Without one it publishes the step unrouted, and the worker that
 takes it sends it on (`StepRunner.reroute`). Each run stores the hash of the definition it
 started with (`RunRecord.definition_hash`): the producer's own when it imports the agent, else
-the live one's.
+the live one's; each step, the hash of its worker's. What a worker does with a run of another
+definition than its own is `orchestrator.deploys`'s.
 """
 
 from __future__ import annotations

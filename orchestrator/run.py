@@ -61,8 +61,9 @@ class RunRecord:
     #: SHA-256 of the input and session_state its start asked for (`orchestrator.idempotency`);
     #: None for a run no start wrote (a fork, a member run) or one written before migration 0012.
     request_digest: str | None = None
-    #: The hash of its agent's definition when it started (`orchestrator.catalog`); None when
-    #: its producer found none, or for a run written before migration 0013.
+    #: The hash of its agent's definition when it started (`orchestrator.catalog`), or of the one
+    #: a worker took it over under across a deploy (`orchestrator.deploys`); None when its
+    #: producer found none, or for a run written before migration 0013.
     definition_hash: str | None = None
     #: The place in its agent's fallback chain of the model its current model step calls
     #: (`orchestrator.models.fallback`); None: 0, the agent's own model.
@@ -160,7 +161,9 @@ class RunOutput:
     session_state: dict[str, Any] = field(default_factory=dict)
     #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
     priority: int | None = None
-    #: The hash of its agent's definition when it started (`orchestrator.catalog`; None: unknown).
+    #: The hash of its agent's definition: the one it started with, or the one a worker took it
+    #: over under across a deploy (`orchestrator.deploys`; None: unknown). Each step's own is
+    #: `Step.definition_hash` (`Client.get_steps`).
     definition_hash: str | None = None
     #: What the run asked of a person, in order of arrival (Agno's `RunOutput.requirements`),
     #: decided ones included; a team's include its members' (naming the member).

@@ -1,10 +1,12 @@
 """The step protocol, and `StepRunner`, which applies it to every step a process runs.
 
 The protocol (docs/guarantees.md, "How a step works"): claim (guarded, bumps the epoch, sets the
-lease); work outside any transaction; commit fenced by the epoch, tried again through transient database errors
-(`durably`); publish the next step after the commit. A step that raises is aborted here (a
-fenced one leaves only a trace); the task's failure handler then calls `fail_step`, which flushes
-the step's in-flight messages onto the run's ERROR row.
+lease), checked against the worker's definition of the run's agent (`steps.versions`: nothing
+read unless a deploy put the run on another); work outside any transaction; commit fenced by
+the epoch, tried again through transient database errors (`durably`); publish the next step
+after the commit. A step that raises is aborted here (a fenced one leaves only a trace); the
+task's failure handler then calls `fail_step`, which flushes the step's in-flight messages onto
+the run's ERROR row.
 
 What a step does between its claim and its commit is the business of a step object
 (`ModelStep`, `ToolStep`), which the runner owns and gives its parts of the protocol

@@ -92,7 +92,9 @@ runs = Table(
     Column("request_digest", String(64), nullable=True),
     # The definition hash of its agent when it started (`orchestrator.catalog`, migration 0013):
     # from the producer's own definition, else the catalog's live one; NULL when neither was
-    # there (a producer without the agent and no worker serving it yet) or written before.
+    # there (a producer without the agent and no worker serving it yet) or written before. A
+    # worker of another definition that takes the run over across a deploy writes its own
+    # (`orchestrator.deploys`, `store/definitions.py`).
     Column("definition_hash", String(64), nullable=True),
     # The place in its agent's fallback chain of the model its current model step calls
     # (`orchestrator.models.fallback`, migration 0017); NULL: 0, the agent's own model. Written
