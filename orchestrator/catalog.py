@@ -312,6 +312,15 @@ def cache_of(store: Store) -> DefinitionCache:
 # ---------------------------------------------------------------- writing
 
 
+def contested(store: Store, settings: Settings, served: Sequence[Definition]) -> list[Definition]:
+    """Those of the `served` definitions whose agent has another definition live (a deploy in
+    progress: workers of two versions side by side), read in one query."""
+    own = {d.name: d.hash for d in served}
+    rows = store.read_catalog(since=store.clock() - live_seconds(settings))
+    rivals = {r.name for r in rows if own.get(r.name) not in (None, r.definition_hash)}
+    return [d for d in served if d.name in rivals]
+
+
 def write_served(store: Store, agents: Sequence[AgentDefinition]) -> list[Definition]:
     """Write the definitions of `agents` as served, seen now; returns them."""
     definitions = [describe(a) for a in agents]
@@ -322,18 +331,24 @@ def write_served(store: Store, agents: Sequence[AgentDefinition]) -> list[Defini
 class CatalogKeeper:
     """Writes what this process serves into the catalog at start, then again (marking it seen)
     every RATCHET_CATALOG_SEEN_SECONDS from a thread of its own, until stopped. A failed write is
-    logged and tried again at the next interval: the catalog never stops a worker."""
+    logged and tried again at the next interval: the catalog never stops a worker.
+
+    `rivals`, if given, is called after each write with the definitions served whose agent has
+    another definition live (`contested`): a worker then takes the steps handed on to its own
+    (`orchestrator.deploys`) from then on."""
 
     def __init__(
         self,
         store: Callable[[], Store],
         settings: Settings,
         agents: Callable[[], Sequence[AgentDefinition]] = registered,
+        rivals: Callable[[list[Definition]], None] | None = None,
     ) -> None:
         #: Opens the store at the first write, not before: a worker starts while its database is down.
         self.store = store
         self.settings = settings
         self.agents = agents
+        self.rivals = rivals
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -341,7 +356,11 @@ class CatalogKeeper:
         """Write (or mark seen) every definition served now; [] when the write failed."""
         try:
             with unforked():  # a pool process forked mid-write would inherit its locks held
-                return write_served(self.store(), self.agents())
+                store = self.store()
+                written = write_served(store, self.agents())
+                if self.rivals is not None and written:
+                    self.rivals(contested(store, self.settings, written))
+                return written
         except Exception:
             log.exception("could not write the agent catalog; trying again in %ss", self.settings.catalog_seen_seconds)
             return []

@@ -83,11 +83,14 @@ def write(conn: Connection, item: Served, now: float) -> None:
         mark_seen(conn, [item], now)
 
 
-def read(conn: Connection, name: str | None = None) -> list[CatalogRow]:
-    """The catalog's rows (those of `name` only, if given): by name, then most recently seen first."""
+def read(conn: Connection, name: str | None = None, since: float | None = None) -> list[CatalogRow]:
+    """The catalog's rows (those of `name` only, and seen at `since` or later, if given): by name,
+    then most recently seen first."""
     query = select(agent_catalog)
     if name is not None:
         query = query.where(c.name == name)
+    if since is not None:
+        query = query.where(c.last_seen >= since)
     rows = conn.execute(query.order_by(c.name, c.last_seen.desc(), c.definition_hash))
     return [CatalogRow.from_row(r) for r in rows]
 

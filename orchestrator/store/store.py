@@ -215,9 +215,9 @@ class Store(reads.Reader):
             for item in sorted(served, key=lambda s: (s.name, s.definition_hash)):
                 catalog_rows.write(conn, item, now)
 
-    def read_catalog(self, name: str | None = None) -> list[CatalogRow]:
-        """The catalog's rows (of `name` only, if given): by name, most recently seen first."""
-        return self._backend.quick(lambda c: catalog_rows.read(c, name))
+    def read_catalog(self, name: str | None = None, since: float | None = None) -> list[CatalogRow]:
+        """The catalog's rows (of `name`, seen at `since` or later, if given): by name, most recently seen first."""
+        return self._backend.quick(lambda c: catalog_rows.read(c, name, since))
 
     def latest_catalog_row(self, name: str) -> CatalogRow | None:
         """The definition of `name` a worker served most recently, or None if none ever did."""

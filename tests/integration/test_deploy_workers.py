@@ -31,6 +31,7 @@ from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import TEST_KEY, make_settings, settings_env
 from tests.integration.deploy_agents import AGENT, DIR, VERSION, define
+from workers.celery.app import CONTINUE_TASK, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.integration.deploy_agents"
@@ -110,8 +111,12 @@ class Fleet:
         hold.touch()
         return hold
 
-    def started(self, query: str) -> None:
-        wait_until(lambda: list(self.dir.glob(f"started-{query}.*")), 60, what=f"lookup({query}) to start")
+    def completed(self, run_id: str) -> None:
+        wait_until(lambda: self.client.store.get_record(run_id).status == S.COMPLETED, 60, what="the run to complete")
+
+    def running_lookup(self, run_id: str) -> bool:
+        record = self.client.store.get_record(run_id)
+        return record.status == S.RUNNING and record.next_step == "tools" and any(self.dir.glob("started-otters.*"))
 
     def live(self, version: int) -> bool:
         found = [e for e in entries(self.client.store, self.settings, AGENT) if e.definition.hash == HASHES[version]]
@@ -137,23 +142,23 @@ def fleet(tmp_path: Path, pg_url: str, redis_url: str, scripted: ScriptedServer)
         forget_stores()
 
 
-def in_flight_on_version_1(fleet: Fleet) -> str:
-    """A run whose lookup call a worker of version 1 was running when it was killed (SIGKILL:
-    a lost node), with nothing else left: its lease expires, and the sweeper queues the step again."""
+def in_flight_on_version_1(fleet: Fleet, runs: int = 1) -> list[str]:
+    """Runs whose lookup calls a worker of version 1 was running when it was killed (SIGKILL: a
+    lost node), with nothing else left: their leases expire, and the sweeper queues them again."""
     old = fleet.start_worker(1)
     hold = fleet.hold("otters")
     define(1)  # the producer runs the code of version 1 too
-    run_id = fleet.client.start(AGENT, input="find otters").run_id
-    fleet.started("otters")
+    run_ids = [fleet.client.start(AGENT, input="find otters").run_id for _ in range(runs)]
+    wait_until(lambda: all(fleet.running_lookup(r) for r in run_ids), 60, what="every run's lookup call to run")
     fleet.stop(old, signal.SIGKILL)
     hold.unlink()
-    return run_id
+    return run_ids
 
 
 def test_a_run_in_flight_while_its_workers_are_replaced_by_a_compatible_version_completes_on_the_new_one(
     fleet: Fleet,
 ) -> None:
-    run_id = in_flight_on_version_1(fleet)
+    [run_id] = in_flight_on_version_1(fleet)
 
     # The old worker is lost mid-call (a worker stopped gracefully finishes its steps first, and
     # takes the run's next ones while it lives); only version 2, of other instructions, is left
@@ -168,25 +173,33 @@ def test_a_run_in_flight_while_its_workers_are_replaced_by_a_compatible_version_
     assert [(d["from"], d["to"], d["why"]) for d in moved] == [(HASHES[1], HASHES[2], "unchanged")]
 
 
-def test_a_run_owing_a_call_of_a_tool_the_new_version_changed_stops_and_goes_on_once_accepted(fleet: Fleet) -> None:
-    run_id = in_flight_on_version_1(fleet)
+def test_runs_owing_a_call_of_a_tool_the_new_version_changed_stop_and_go_on_once_accepted(fleet: Fleet) -> None:
+    by_cli, by_task = in_flight_on_version_1(fleet, runs=2)
 
     # Only version 3, whose lookup takes a limit too, is left
     fleet.start_worker(3)
 
-    stopped = fleet.client.wait(run_id, timeout=60)
-    assert stopped.status == S.ERROR and stopped.error is not None, fleet.log()
-    assert stopped.error.type == "DefinitionChangedError"
-    assert "tool 'lookup'" in stopped.error.message and "its arguments' schema changed" in stopped.error.message
-    assert fleet.ran(run_id) == []
+    for run_id in (by_cli, by_task):
+        stopped = fleet.client.wait(run_id, timeout=60)
+        assert stopped.status == S.ERROR and stopped.error is not None, fleet.log()
+        assert stopped.error.type == "DefinitionChangedError"
+        assert "tool 'lookup'" in stopped.error.message and "its arguments' schema changed" in stopped.error.message
+        assert fleet.ran(run_id) == []
 
-    accept = [sys.executable, "-m", "workers.cli", "continue", run_id, "--accept-definition", HASHES[3], "--wait"]
+    # Accepted from the command line, and by the Celery task any language sends by name
+    accept = [sys.executable, "-m", "workers.cli", "continue", by_cli, "--accept-definition", HASHES[3], "--wait"]
     done = subprocess.run(accept, env=fleet.env(), capture_output=True, text=True, timeout=90)
-
     assert done.returncode == 0, done.stdout + done.stderr
-    out = fleet.client.get_run(run_id)
-    assert out.status == S.COMPLETED and out.definition_hash == HASHES[3]
-    assert fleet.ran(run_id) == [("lookup:otters", 3)]
+    app = create_app(fleet.settings)
+    try:
+        app.send_task(CONTINUE_TASK, args=[by_task], kwargs={"accept_definition": HASHES[3]})
+    finally:
+        app.close()
+
+    for run_id in (by_cli, by_task):  # (the task is sent: the run is in ERROR until a worker takes it)
+        fleet.completed(run_id)
+        assert fleet.client.get_run(run_id).definition_hash == HASHES[3]
+        assert fleet.ran(run_id) == [("lookup:otters", 3)]
 
 
 def test_two_versions_side_by_side_each_run_the_steps_of_their_own_runs(fleet: Fleet) -> None:

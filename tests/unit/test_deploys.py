@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import select, update
 
 from orchestrator import Agent, InvalidInputError, RunStatus, Team, tool
-from orchestrator.catalog import describe
+from orchestrator.catalog import contested, describe
 from orchestrator.deploys import changes, decide
 from orchestrator.messages import ToolCall
 from orchestrator.requirements import Decision, RunRequirement
@@ -205,6 +205,22 @@ def test_a_step_is_handed_on_while_a_worker_of_its_runs_definition_lives_and_tak
     assert run_id in inline.sweep().republished
     inline.run_until_idle()
     assert agent.client.get_run(run_id).status == S.COMPLETED
+
+
+def test_a_worker_sees_its_agents_contested_while_another_definition_of_one_is_live(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    agent, other = looker(), looker()
+    own = [describe(agent), describe(other)]
+    served_once(inline, own[0])
+    served_once(inline, own[1])
+    assert contested(inline.store, inline.settings, own) == []
+
+    rival = older(agent, with_instructions("0" * 64))
+    served_once(inline, rival)
+    assert contested(inline.store, inline.settings, own) == [own[0]]
+    gone(inline, clock)  # the rival's workers stopped (and so, as far as the catalog says, these)
+    assert contested(inline.store, inline.settings, own) == []
 
 
 # ---------------------------------------------------------------- the rules

@@ -10,7 +10,8 @@ not route carries `reroute=True`, and the worker that takes it sends it on (`Ste
 
 A step handed on to the workers of one definition of its agent (`StepRef.definition`, during a
 deploy: `orchestrator.deploys`) goes to that queue's version queue, `<queue>@<16 hex digits of
-the hash>`, which only the workers serving that definition consume (`version_queues`).
+the hash>`, which only the workers serving that definition consume (`version_queues`), from when
+they see another definition of the agent live (`workers.celery.catalog_boot`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from contextlib import suppress
 
 from celery import Celery
 
-from orchestrator.agent import AgentDefinition, registered
+from orchestrator.agent import AgentDefinition
 from orchestrator.catalog import describe
 from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
@@ -39,12 +40,12 @@ def version_queue(queue: str, definition_hash: str) -> str:
     return f"{queue}@{definition_hash[:VERSION_DIGITS]}"
 
 
-def version_queues(settings: Settings, consumed: Collection[str], agents: Iterable[AgentDefinition] = ()) -> set[str]:
-    """The version queues a worker consuming `consumed` consumes besides: for each agent it
-    serves (`agents`, default every one this process defines), the version queue of its
-    definition for each of those queues its steps go to."""
+def version_queues(settings: Settings, consumed: Collection[str], agents: Iterable[AgentDefinition]) -> set[str]:
+    """The version queues of `agents`' definitions a worker consuming `consumed` takes the
+    steps handed on to them from: for each agent, the version queue of each of those queues its
+    steps go to."""
     found: set[str] = set()
-    for agent in agents or registered():
+    for agent in agents:
         bases = {agent.queue or settings.model_queue, agent.queue or settings.tools_queue, agent.tool_queue}
         found.update(version_queue(q, describe(agent).hash) for q in bases if q is not None and q in consumed)
     return found

@@ -22,7 +22,6 @@ from orchestrator.routing import named_queues
 from orchestrator.runtime import Runtime, uninstall
 from orchestrator.settings import Settings
 from workers.celery.app import create_app
-from workers.celery.dispatch import version_queues
 from workers.celery.tasks import runner_for
 
 
@@ -58,10 +57,8 @@ class EmbeddedWorker:
         self._runtime = runner_for(self.app).runtime
         setup_app_for_worker(self.app, self.loglevel, None)
         s = self.settings
-        # The default queues and every queue the agents of this process name: it runs them all,
-        # and the version queues of their definitions (`orchestrator.deploys`).
+        # The default queues and every queue the agents of this process name: it runs them all.
         queues = [s.model_queue, s.tools_queue, s.control_queue, *sorted(named_queues())]
-        queues += sorted(version_queues(s, queues))
         self.worker = TestWorkController(
             app=self.app,
             concurrency=self.concurrency,

@@ -22,13 +22,11 @@ from typing import Any
 
 from celery import bootsteps
 from celery.apps.worker import Worker as CeleryWorker
-from kombu.entity import Exchange, Queue
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.routing import named_queues
 from orchestrator.sweeping import SweeperThread
 from workers.celery.app import NO_AGENT_MODULES, import_agent_modules
-from workers.celery.dispatch import version_queues
 from workers.celery.tasks import runner_for
 
 log = logging.getLogger("ratchet.worker")
@@ -52,11 +50,6 @@ class Worker(CeleryWorker):  # type: ignore[misc]  # Celery is untyped
         super().setup_queues(include, exclude)
         queues = self.app.amqp.queues
         consumed = set(queues.consume_from or queues)
-        settings = getattr(self.app, "ratchet_settings", None)
-        # The steps handed on to this worker's definitions during a deploy (`orchestrator.deploys`),
-        # declared as Celery declares a queue it creates on first use (a direct exchange of its name).
-        for name in sorted(version_queues(settings, consumed) if settings is not None else ()):
-            queues.select_add(Queue(name, Exchange(name), routing_key=name))  # type: ignore[no-untyped-call]
         missing = sorted(named_queues() - consumed)
         if missing:
             # Not an error: a worker of the default queues is meant to leave a GPU queue alone.
