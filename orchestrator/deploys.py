@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from orchestrator.catalog import Definition, ToolDefinition
 from orchestrator.errors import DefinitionChangedError
@@ -53,7 +54,7 @@ class Verdict:
     """What a worker of definition `own` does with a claimed step of a run of another."""
 
     #: "adopt" (the run takes `own`), "hand_on" (to a worker of the run's), or "refuse".
-    action: str
+    action: Literal["adopt", "hand_on", "refuse"]
     #: Why, for the run's log: "accepted", "unrecorded", "unknown" or "unchanged" for an adoption.
     why: str = ""
     #: What changed, for a refusal.

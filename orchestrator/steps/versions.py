@@ -68,7 +68,13 @@ class Versions:
             raise deploys.refused(record, record.definition_hash, own.hash, verdict.changes)
         self.steps.durably(claim, lambda: self.store.definitions.adopt(claim, own.hash, why=verdict.why))
         was = (record.definition_hash or "none")[: deploys.SHORT]
-        log.info("run %s: goes on under definition %s (was %s: %s)", record.run_id, own.hash[:12], was, verdict.why)
+        log.info(
+            "run %s: goes on under definition %s (was %s: %s)",
+            record.run_id,
+            own.hash[: deploys.SHORT],
+            was,
+            verdict.why,
+        )
         # The step keeps the run's row as claimed (its old definition), so that a tool step
         # still reads the decisions stored for its calls before the deploy (`pausing.sort`).
         return replace(claim, definition_hash=own.hash)
@@ -91,6 +97,11 @@ class Versions:
         )
         self.steps.end(claim)
         queue = queue_for(served, kind, lambda: calls)
-        log.info("run %s step %s: handed on to a worker of definition %s", record.run_id, record.seq, served.hash[:12])
+        log.info(
+            "run %s step %s: handed on to a worker of definition %s",
+            record.run_id,
+            record.seq,
+            served.hash[: deploys.SHORT],
+        )
         step = StepRef(run_id=record.run_id, seq=record.seq, kind=kind, queue=queue, priority=record.priority)
         self.steps.publish(replace(step, definition=served.hash))
