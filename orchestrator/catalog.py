@@ -22,7 +22,8 @@ A producer that does not import an agent routes its run's first step by the live
 process (`DefinitionCache`). Without one it publishes the step unrouted, and the worker that
 takes it sends it on (`StepRunner.reroute`). Each run stores the hash of the definition it
 started with (`RunRecord.definition_hash`): the producer's own when it imports the agent, else
-the live one's.
+the live one's; each step, the hash of its worker's. What a worker does with a run of another
+definition than its own is `orchestrator.deploys`'s.
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ def entry_of(row: CatalogRow, *, now: float, window: float) -> Entry:
 def entries(store: Store, settings: Settings, name: str | None = None) -> list[Entry]:
     """Every catalog entry (those of `name` only, if given): by name, most recently seen first."""
     now, window = store.clock(), live_seconds(settings)
-    return [entry_of(r, now=now, window=window) for r in store.read_catalog(name)]
+    return [entry_of(r, now=now, window=window) for r in store.catalog.read(name)]
 
 
 def known(store: Store, name: str) -> bool:
@@ -295,7 +296,7 @@ def known(store: Store, name: str) -> bool:
     a worker served it once (an entry in the catalog, live or not: a worker that serves it may
     come back). A producer that asks before it writes a run refuses one that nothing would ever
     run, rather than writing a run that fails on the worker (`ratchet run`)."""
-    return find_agent(name) is not None or store.latest_catalog_row(name) is not None
+    return find_agent(name) is not None or store.catalog.latest(name) is not None
 
 
 class DefinitionCache:
@@ -312,7 +313,7 @@ class DefinitionCache:
         now = time.monotonic()
         cached = self._read.get(name)
         if cached is None or now - cached[0] >= self.seconds:
-            cached = (now, self.store.latest_catalog_row(name))
+            cached = (now, self.store.catalog.latest(name))
             self._read[name] = cached
         row = cached[1]
         if row is None:
@@ -335,28 +336,43 @@ def cache_of(store: Store) -> DefinitionCache:
 # ---------------------------------------------------------------- writing
 
 
+def contested(store: Store, settings: Settings, served: Sequence[Definition]) -> list[Definition]:
+    """Those of the `served` definitions whose agent has another definition live (a deploy in
+    progress: workers of two versions side by side), read in one query."""
+    own = {d.name: d.hash for d in served}
+    rows = store.catalog.read(since=store.clock() - live_seconds(settings))
+    rivals = {r.name for r in rows if own.get(r.name) not in (None, r.definition_hash)}
+    return [d for d in served if d.name in rivals]
+
+
 def write_served(store: Store, agents: Sequence[AgentDefinition]) -> list[Definition]:
     """Write the definitions of `agents` as served, seen now; returns them."""
     definitions = [describe(a) for a in agents]
-    store.write_catalog([d.served() for d in definitions])
+    store.catalog.write([d.served() for d in definitions])
     return definitions
 
 
 class CatalogKeeper:
     """Writes what this process serves into the catalog at start, then again (marking it seen)
     every RATCHET_CATALOG_SEEN_SECONDS from a thread of its own, until stopped. A failed write is
-    logged and tried again at the next interval: the catalog never stops a worker."""
+    logged and tried again at the next interval: the catalog never stops a worker.
+
+    `rivals`, if given, is called after each write with the definitions served whose agent has
+    another definition live (`contested`): a worker then takes the steps handed on to its own
+    (`orchestrator.deploys`) from then on."""
 
     def __init__(
         self,
         store: Callable[[], Store],
         settings: Settings,
         agents: Callable[[], Sequence[AgentDefinition]] = registered,
+        rivals: Callable[[list[Definition]], None] | None = None,
     ) -> None:
         #: Opens the store at the first write, not before: a worker starts while its database is down.
         self.store = store
         self.settings = settings
         self.agents = agents
+        self.rivals = rivals
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -364,7 +380,11 @@ class CatalogKeeper:
         """Write (or mark seen) every definition served now; [] when the write failed."""
         try:
             with unforked():  # a pool process forked mid-write would inherit its locks held
-                return write_served(self.store(), self.agents())
+                store = self.store()
+                written = write_served(store, self.agents())
+                if self.rivals is not None and written:
+                    self.rivals(contested(store, self.settings, written))
+                return written
         except Exception:
             log.exception("could not write the agent catalog; trying again in %ss", self.settings.catalog_seen_seconds)
             return []

@@ -209,6 +209,7 @@ class Client:
         requirements: Sequence[RunRequirement] = (),
         by: str | None = None,
         run_timeout: float | timedelta | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunHandle:
         """Resume a run: ERROR and expired RUNNING resume in place (same run_id); COMPLETED
         forks a new run; QUEUED and WAITING are already going (no-op); CANCELLED is refused.
@@ -225,9 +226,19 @@ class Client:
         The run that goes on keeps a deadline that is still ahead; one that passed (a run stopped
         by RunTimeoutError) is given again from now, as long as the run's `run_timeout`;
         `run_timeout` here gives it a new one from now (a fork: its source's, else none). A run
-        the continue leaves going takes no `run_timeout` (RunBusyError)."""
+        the continue leaves going takes no `run_timeout` (RunBusyError).
+        `accept_definition`: for a run in ERROR with DefinitionChangedError (a deploy changed what
+        its next step depends on: docs/deploys.md), the hash of the definition it may go on under
+        anyway, as the error names it; for a team, a mapping of its members' names to hashes.
+        A definition no worker ever served is InvalidInputError."""
         answer = self.control.continue_run(
-            run_id, input=input, fork_key=fork_key, requirements=requirements, by=by, run_timeout=run_timeout
+            run_id,
+            input=input,
+            fork_key=fork_key,
+            requirements=requirements,
+            by=by,
+            run_timeout=run_timeout,
+            accept_definition=accept_definition,
         )
         return RunHandle(answer, self)
 

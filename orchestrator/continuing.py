@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -69,7 +69,8 @@ class Continuation:
     """One continue's decisions over a store. `publish` publishes a QUEUED run's step (the run
     control's, which marks the run due when the broker refuses it); `continue_member` continues
     a team's failed member as a continue of its own; `definition_hash` is what a new run (a fork)
-    of an agent records as its definition."""
+    of an agent records as its definition; `accepted`, the definitions a person accepted, by
+    agent name, for the runs it moves on (`continue_run(accept_definition=...)`)."""
 
     def __init__(
         self,
@@ -79,12 +80,16 @@ class Continuation:
         publish: Callable[[RunRecord], None],
         continue_member: Callable[[str], str],
         definition_hash: Callable[[str], str | None],
+        accepted: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.publish = publish
         self.continue_member = continue_member
         self.definition_hash = definition_hash
+        #: The definitions a person accepted for the runs this continue moves on, by agent name
+        #: (`orchestrator.deploys`): recorded on each, for a worker of it to take the run over.
+        self.accepted = dict(accepted or {})
 
     def resume(
         self,
@@ -192,11 +197,17 @@ class Continuation:
             publish_grace=self.settings.publish_grace_seconds,
             **_next_stretch(record, self.store.clock()),
             **self._deadline(record, run_timeout),
+            **self._accepting(record),
         )
         if moved is None:
             return None
         self.publish(moved)
         return run_id
+
+    def _accepting(self, record: RunRecord) -> dict[str, Any]:
+        """What a move of `record` writes of the definition a person accepted for it, if any."""
+        accepted = self.accepted.get(record.agent_name)
+        return {"accepted_definition": accepted} if accepted is not None else {}
 
     # ---------------------------------------------------------------- fork
 
@@ -303,6 +314,7 @@ class Continuation:
             error_message=None,
             **_next_stretch(team, self.store.clock()),
             **self._deadline(team, run_timeout),
+            **self._accepting(team),
         )
         if moved is not None:
             woken = fan_in_now(self.store, team.run_id, publish_grace=self.settings.publish_grace_seconds)

@@ -25,12 +25,14 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from orchestrator import limits, paused_tools, starting, validation, webhooks
+from orchestrator import agent as registry
+from orchestrator import catalog, limits, paused_tools, starting, validation, webhooks
 from orchestrator.continuing import Continuation, derived_run_id
 from orchestrator.delegation import fan_in_now, wake_step
 from orchestrator.errors import (
     BrokerUnavailableError,
     ConfigurationError,
+    InvalidInputError,
     RunBusyError,
     RunNotContinuableError,
 )
@@ -205,6 +207,7 @@ class RunControl:
         requirements: Sequence[RunRequirement] = (),
         by: str | None = None,
         run_timeout: float | timedelta | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> str:
         """Resume a run and return the id of the run that goes on: ERROR and expired RUNNING
         resume in place; COMPLETED forks; QUEUED and WAITING are going already (no-op); PAUSED
@@ -212,6 +215,11 @@ class RunControl:
         one with a mutator, are stored first, one by one, as `decide` does); CANCELLED is refused.
         The move out of the run's status is guarded by its epoch, so two concurrent continues
         publish one step (`orchestrator.continuing`).
+
+        `accept_definition`: the hash of a definition the run may go on under although it changed
+        what its next step depends on (`DefinitionChangedError`, `orchestrator.deploys`), or, for
+        a team, agent names to hashes for its failed members; one a worker served (`_accepted`),
+        recorded on each run the continue moves on for a worker of it to take the run over.
 
         A continue answers only for a move it made or found made. When its guarded move matches
         nothing, the run moved since it was read (another continue, a cancel, its worker, a
@@ -231,6 +239,7 @@ class RunControl:
         timeout = None if run_timeout is None else validation.run_timeout(run_timeout)
         if fork_key is not None:
             fork_key = validation.fork_key(fork_key)
+        accepted = self._accepted(run_id, accept_definition)
         decided = self._decide_all(run_id, requirements, by)
         if decided and input is None and timeout is None and self.store.get_record(run_id).status != S.ERROR:
             # The decisions are the continue: the last one queued the run (which may have finished
@@ -241,8 +250,9 @@ class RunControl:
             self.store,
             self.settings,
             publish=self.publish,
-            continue_member=self.continue_run,
+            continue_member=lambda member: self.continue_run(member, accept_definition=accepted or None),
             definition_hash=lambda name: self._definition(name)[1],
+            accepted=accepted,
         )
         raced = False
         for _ in range(_TRIES):
@@ -256,6 +266,24 @@ class RunControl:
             f"run {run_id} changed {_TRIES} times while this continue tried to resume it; nothing was added: "
             "continue it again"
         )
+
+    def _accepted(self, run_id: str, accept: str | Mapping[str, str] | None) -> dict[str, str]:
+        """A continue's `accept_definition` checked, by agent name (a hash alone is the run's own
+        agent's): each a definition this process defines or a worker served."""
+        if accept is None:
+            return {}
+        checked = validation.accept_definition(accept)
+        by_name = {self.store.get_record(run_id).agent_name: checked} if isinstance(checked, str) else checked
+        for name, definition_hash in by_name.items():
+            agent = registry.find_agent(name)
+            if agent is not None and catalog.describe(agent).hash == definition_hash:
+                continue
+            if not any(row.definition_hash == definition_hash for row in self.store.catalog.read(name)):
+                raise InvalidInputError(
+                    f"accept_definition: no worker ever served definition {definition_hash[:12]} of {name!r}, "
+                    f"so there is nothing to accept; `ratchet agents {name}` lists the definitions workers served"
+                )
+        return by_name
 
     # ---------------------------------------------------------------- cancel
 

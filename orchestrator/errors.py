@@ -31,6 +31,7 @@
     ├── PoisonStepError           a step's worker died RATCHET_MAX_STEP_ATTEMPTS times
     ├── PauseTimeoutError         nobody decided a paused call before its deadline (on_timeout="error")
     ├── RunTimeoutError           the run passed its deadline (run_timeout=) before it finished
+    ├── DefinitionChangedError    a deploy changed what the run's next step depends on (says what, and how to go on)
     └── MemberRunError            a member of a team ended in ERROR, so the team stopped
 
 Each error's docstring says what happened and what to do. The errors above ModelCallError are
@@ -294,6 +295,19 @@ class RunTimeoutError(RatchetError):
     Read it (`ratchet show RUN_ID`), then continue it: it gets its run_timeout again, counted
     from the continue, or the one the continue gives (`continue_run(run_id, run_timeout=...)`,
     `ratchet continue RUN_ID --run-timeout 30m`)."""
+
+
+class DefinitionChangedError(RatchetError):
+    """No live worker serves the definition the run has been running on any more, and the
+    definition the workers serve now changed what its next step depends on: a tool its pending
+    calls name was removed, its arguments' schema or its human-in-the-loop or at-most-once flags
+    changed, or the output schema changed (docs/deploys.md says what is safe to change).
+
+    The run is in ERROR with its messages kept. The message says what changed and the hash of
+    the definition served now: continue the run with `accept_definition=` that hash (`ratchet
+    continue RUN_ID --accept-definition HASH`, `{"accept_definition": HASH}` over HTTP; for a
+    member of a team, `{member name: HASH}` on its team), or bring back a worker of its own
+    definition and continue it."""
 
 
 class MemberRunError(RatchetError):

@@ -27,7 +27,9 @@ class StepRef:
     RATCHET_TOOLS_QUEUE); `priority` is its run's, 0-9, higher first (None: none, as 0).
     `routed` is False when the publisher does not define the run's agent and so could not tell
     its queue: the step goes to the default queue, and the worker that takes it sends it on to
-    its agent's queue if that names one."""
+    its agent's queue if that names one. `definition` is set on a step a worker handed on to the
+    workers of its run's definition (`orchestrator.deploys`): only a worker serving that
+    definition of the run's agent may take it (on Celery, from that queue's version queue)."""
 
     run_id: str
     seq: int
@@ -38,6 +40,7 @@ class StepRef:
     routed: bool = True
     #: The run's stored trace context (`RunRecord.trace_context`), for the publish's span and headers.
     trace_context: str | None = None
+    definition: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

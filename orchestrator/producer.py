@@ -222,18 +222,27 @@ class Agent(AgentDefinition):
         fork_key: str | None = None,
         by: str | None = None,
         run_timeout: float | timedelta | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunOutput:
         """Continue a run and wait (Agno's `continue_run(run_response, run_id=, requirements=)`):
         ERROR resumes in place (same run_id), COMPLETED forks (the same fork for the same input;
         another `fork_key` forks again, see `Client.continue_run`), PAUSED resumes in place once
         every requirement is decided: the decisions made on `requirements` (default: those of
         `run_response`) are stored first. A run still waiting for decisions returns PAUSED.
+        `accept_definition`: a definition a deploy's DefinitionChangedError names, accepted
+        (`Client.continue_run`).
 
         `session_id` is accepted for Agno compatibility; the run id alone finds the run.
         `run_timeout`: a new deadline for the run that goes on (`Client.continue_run`)."""
         target, asked = _continued(run_response, run_id, requirements)
         handle = self.client.continue_run(
-            target, input=input, fork_key=fork_key, requirements=asked, by=by, run_timeout=run_timeout
+            target,
+            input=input,
+            fork_key=fork_key,
+            requirements=asked,
+            by=by,
+            run_timeout=run_timeout,
+            accept_definition=accept_definition,
         )
         return as_defined(self, handle.wait(timeout))
 
@@ -249,6 +258,7 @@ class Agent(AgentDefinition):
         fork_key: str | None = None,
         by: str | None = None,
         run_timeout: float | timedelta | None = None,
+        accept_definition: str | Mapping[str, str] | None = None,
     ) -> RunOutput:
         """`continue_run()` for asyncio."""
         target, asked = _continued(run_response, run_id, requirements)
@@ -260,6 +270,7 @@ class Agent(AgentDefinition):
             requirements=asked,
             by=by,
             run_timeout=run_timeout,
+            accept_definition=accept_definition,
         )
         return as_defined(self, await handle.await_(timeout))
 

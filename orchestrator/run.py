@@ -61,8 +61,9 @@ class RunRecord:
     #: SHA-256 of the input and session_state its start asked for (`orchestrator.idempotency`);
     #: None for a run no start wrote (a fork, a member run) or one written before migration 0012.
     request_digest: str | None = None
-    #: The hash of its agent's definition when it started (`orchestrator.catalog`); None when
-    #: its producer found none, or for a run written before migration 0013.
+    #: The hash of its agent's definition when it started (`orchestrator.catalog`), or of the one
+    #: a worker took it over under across a deploy (`orchestrator.deploys`); None when its
+    #: producer found none, or for a run written before migration 0013.
     definition_hash: str | None = None
     #: The place in its agent's fallback chain of the model its current model step calls
     #: (`orchestrator.models.fallback`); None: 0, the agent's own model.
@@ -79,6 +80,9 @@ class RunRecord:
     #: A run of its session waits behind this one (`serialize_session_runs`): its stop gives the
     #: first one waiting its turn (`orchestrator.store.turns`). None: none waits.
     wakes_session: bool | None = None
+    #: A definition a continue accepted for the run although it changed what the run's next step
+    #: depends on (`orchestrator.deploys`): a worker serving it takes the run over; None: none.
+    accepted_definition: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -164,7 +168,9 @@ class RunOutput:
     session_state: dict[str, Any] = field(default_factory=dict)
     #: The priority the run was started with, 0-9, higher first (None: none given, the lowest).
     priority: int | None = None
-    #: The hash of its agent's definition when it started (`orchestrator.catalog`; None: unknown).
+    #: The hash of its agent's definition: the one it started with, or the one a worker took it
+    #: over under across a deploy (`orchestrator.deploys`; None: unknown). Each step's own is
+    #: `Step.definition_hash` (`Client.get_steps`).
     definition_hash: str | None = None
     #: What the run asked of a person, in order of arrival (Agno's `RunOutput.requirements`),
     #: decided ones included; a team's include its members' (naming the member).
@@ -362,8 +368,11 @@ class LogEntry:
     #: `to`, their `index` in the chain, the `error`), "session_wait" (a serialized session's run
     #: parked at its first step: `behind`, the runs ahead of it, up to 10, and `ahead`, how many),
     #: "session_turn" (its turn came: it is due again), "completed" (the move to COMPLETED, no
-    #: detail: since migration 0018). A "fenced" entry whose run was cancelled while the step ran
-    #: says `cause` "cancel".
+    #: detail: since migration 0018), "definition" (across a deploy, the run went on under the
+    #: definition of the worker that claimed it: `from`, `to`, `why`), "handed_on" (that worker
+    #: handed the step on to a live worker of the run's definition, `to`: `orchestrator.deploys`).
+    #: A "fenced" entry whose run was cancelled while the step ran says `cause` "cancel"; an
+    #: "error" entry of a step says the `definition_hash` of its worker.
     kind: str
     #: The step it happened at.
     seq: int | None

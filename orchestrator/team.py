@@ -28,7 +28,12 @@ DELEGATION_TOOLS = frozenset({TO_MEMBER, TO_MEMBERS})
 
 def member_id(agent: AgentDefinition) -> str:
     """The id the leader names a member by: its name made URL-safe, as Agno's `get_member_id`."""
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", agent.name.replace(" ", "-")).lower().replace("_", "-")
+    return id_of(agent.name)
+
+
+def id_of(name: str) -> str:
+    """The member id of a member named `name` (`member_id`)."""
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", name.replace(" ", "-")).lower().replace("_", "-")
     return re.sub(r"-+", "-", re.sub(r"[^\w\-.]", "", text))
 
 

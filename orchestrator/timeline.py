@@ -27,6 +27,10 @@ What a step shows, and where it comes from:
   that failed, its error, and the model the step went on with), from the log's "fallback" entries.
 - `worker`, `task_id`: only for the step in progress, from the lease (host:pid:task id); a
   commit clears the lease, so a past step's worker is not stored anywhere.
+- `definition_hash`: the definition of its agent the worker that ran it served (the version of
+  the code that ran it, beside the run's own `RunRecord.definition_hash`), stamped on every
+  message the step wrote (migration 0025), or logged with its error; None for a step no worker
+  ran (a fan-in, a decision), one in progress, and rows older than the stamp.
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class Step:
     #: written, or a row older than migration 0017), and the fallbacks it took, in order.
     model: str | None = None
     fallbacks: tuple[StepFallback, ...] = ()
+    #: The definition hash of the worker that ran it (see the module docstring; None: unknown).
+    definition_hash: str | None = None
 
 
 def derive_steps(record: RunRecord, rows: Sequence[Any], log: Sequence[LogEntry]) -> list[Step]:
@@ -253,20 +259,22 @@ def _written(group: list[Any], fanned: set[tuple[Any, Any]]) -> dict[str, Any]:
         started_at=min((r.step_started_at for r in group if r.step_started_at is not None), default=None),
         tool_errors=sum(bool(r.tool_call_error) for r in group),
         model=model,
+        definition_hash=next((d for r in group if (d := getattr(r, "definition_hash", None)) is not None), None),
     )
 
 
 def _failed(steps: list[dict[str, Any]], rows: Sequence[Any], seq: int, at: float, detail: dict[str, Any]) -> None:
     """Mark the step an error entry ended: the one that wrote rows under its seq and epoch (a tool
     batch that failed part way), or a new one that wrote nothing."""
-    error = _error(detail)
+    error, ran_on = _error(detail), detail.get("definition_hash")
     for step in steps:
         if (step["seq"], step["epoch"]) == (seq, detail.get("epoch")) and step["task"] != "fan_in":
             step.update(status="failed", error=error, ended_at=at)
+            step["definition_hash"] = step.get("definition_hash") or ran_on
             return
     where = _where(detail)
     task: Task = "tools" if _owes(rows, where["position"]) else "model"
-    steps.append(dict(seq=seq, task=task, status="failed", ended_at=at, error=error, **where))
+    steps.append(dict(seq=seq, task=task, status="failed", ended_at=at, error=error, definition_hash=ran_on, **where))
 
 
 def _current(record: RunRecord, steps: list[dict[str, Any]]) -> None:

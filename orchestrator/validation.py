@@ -114,6 +114,40 @@ def agent_name(value: object) -> str:
     return _name(value, "agent", AGENT_NAME_MAX)
 
 
+#: A definition hash (`orchestrator.catalog`): SHA-256 in lowercase hex.
+_DEFINITION_HASH = re.compile(r"[0-9a-f]{64}")
+#: The most agents one continue's `accept_definition` names.
+ACCEPTED_MAX = 64
+
+
+def accept_definition(value: object) -> str | dict[str, str]:
+    """What a continue accepts (`orchestrator.deploys`): a definition hash for the continued run,
+    or a mapping of agent names (its team's members) to definition hashes."""
+    if isinstance(value, str):
+        return definition_hash(value)
+    if not isinstance(value, dict) or not value:
+        raise InvalidInputError(
+            "accept_definition must be a definition hash (64 hex digits), or a mapping of agent names to "
+            f"definition hashes, not {_show(repr(value))}"
+        )
+    if len(value) > ACCEPTED_MAX:
+        raise InvalidInputError(f"accept_definition names {len(value)} agents; the limit is {ACCEPTED_MAX}")
+    return {
+        agent_name(name): definition_hash(hash_, what=f"accept_definition[{name!r}]") for name, hash_ in value.items()
+    }
+
+
+def definition_hash(value: object, *, what: str = "accept_definition") -> str:
+    """A definition hash as `ratchet agents NAME` and a DefinitionChangedError show it: 64 hex digits."""
+    text = _string(value, what)
+    if _DEFINITION_HASH.fullmatch(text) is None:
+        raise InvalidInputError(
+            f"{what} {_show(text)} is not a definition hash: give all 64 lowercase hex digits, as "
+            "`ratchet agents NAME` and the run's DefinitionChangedError show them"
+        )
+    return text
+
+
 def fork_key(value: object) -> str:
     """A producer's key for a fork: 1-256 characters, no control characters, valid UTF-8."""
     return _name(value, "fork_key", FORK_KEY_MAX)

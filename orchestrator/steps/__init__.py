@@ -9,6 +9,7 @@
 - `tools`: `ToolStep`, a batch of tool calls run concurrently, at most once where a tool asks.
 - `inflight`: what each held step built but has not committed (the failure handler flushes it)
   and the claims the lease heartbeat renews.
+- `versions`: which definition a claimed step runs on, across a deploy (`orchestrator.deploys`).
 """
 
 from orchestrator.steps.runner import StepRunner

@@ -14,6 +14,7 @@ retry between two models loses none of them).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent import AgentDefinition
@@ -65,7 +66,7 @@ class Fallbacks:
             exc.kind,
             chain.model(following).describe(),
         )
-        return Claim(record=record, transcript=claim.transcript)
+        return replace(claim, record=record)
 
     def _landed(self, claim: Claim, following: int) -> RunRecord | None:
         """After a transient error: the run if the fallback's move committed after all."""

@@ -40,6 +40,9 @@ class InFlight:
     #: The step's own exception: Celery hands the failure handler a copy rebuilt from JSON,
     #: which loses the error's attributes.
     error: BaseException | None = None
+    #: The definition of the run's agent this worker serves (`steps.versions`): logged with
+    #: the step's error if it fails.
+    definition_hash: str | None = None
 
     def changes_of(self, results: list[Message]) -> list[StateChange]:
         """What the calls whose `results` these are changed in the session's state, in order."""

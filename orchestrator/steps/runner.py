@@ -1,10 +1,12 @@
 """The step protocol, and `StepRunner`, which applies it to every step a process runs.
 
 The protocol (docs/guarantees.md, "How a step works"): claim (guarded, bumps the epoch, sets the
-lease); work outside any transaction; commit fenced by the epoch, tried again through transient database errors
-(`durably`); publish the next step after the commit. A step that raises is aborted here (a
-fenced one leaves only a trace); the task's failure handler then calls `fail_step`, which flushes
-the step's in-flight messages onto the run's ERROR row.
+lease), checked against the worker's definition of the run's agent (`steps.versions`: nothing
+read unless a deploy put the run on another); work outside any transaction; commit fenced by
+the epoch, tried again through transient database errors (`durably`); publish the next step
+after the commit. A step that raises is aborted here (a fenced one leaves only a trace); the
+task's failure handler then calls `fail_step`, which flushes the step's in-flight messages onto
+the run's ERROR row.
 
 What a step does between its claim and its commit is the business of a step object
 (`ModelStep`, `ToolStep`), which the runner owns and gives its parts of the protocol
@@ -21,7 +23,7 @@ from orchestrator import delegation, tracing
 from orchestrator.errors import FencedError, RunNotFoundError, StepTimeoutError
 from orchestrator.heartbeat import Heartbeat
 from orchestrator.messages import Message
-from orchestrator.ports import Delivery, DeltaSink, Dispatcher, StepRef
+from orchestrator.ports import Delivery, DeltaSink, Dispatcher, StepKind, StepRef
 from orchestrator.routing import owed, step_of
 from orchestrator.run import RunRecord
 from orchestrator.runtime import Runtime
@@ -32,6 +34,7 @@ from orchestrator.steps.context import StepContext
 from orchestrator.steps.inflight import InFlight, InFlightSteps
 from orchestrator.steps.model import ModelStep
 from orchestrator.steps.tools import ToolStep
+from orchestrator.steps.versions import Versions
 from orchestrator.store import Claim, Store
 from orchestrator.store.transient import is_transient, retry_transient
 from orchestrator.untrusted import error_record
@@ -79,6 +82,8 @@ class StepRunner:
         self.admission = Admission(steps, runtime.limiter)
         self._model = ModelStep(steps, self.admission, lambda: self.delta_sink)
         self._tools = ToolStep(steps)
+        #: Which definition each claimed step runs on, across a deploy (`orchestrator.deploys`).
+        self.versions = Versions(steps)
 
     @property
     def delta_sink(self) -> DeltaSink:
@@ -98,7 +103,7 @@ class StepRunner:
         self,
         run_id: str,
         seq: int,
-        kind: str,
+        kind: StepKind,
         owner: str,
         body: Callable[[Claim, InFlight], str],
         delivery: Delivery | None,
@@ -110,7 +115,9 @@ class StepRunner:
         self.heartbeat.wake()
         with tracing.step(claim.record, kind, delivery) as span:  # nothing, unless a tracer provider is set
             try:
-                outcome = body(claim, flight)
+                # Stamped with this worker's definition: no read unless the run is on another.
+                checked = self.versions.checked(claim, kind, flight)
+                outcome = body(checked, flight) if checked is not None else "handed_on"
             except BaseException as exc:
                 self._abort(claim, flight, exc)
                 raise
@@ -256,6 +263,7 @@ class StepRunner:
                     inflight=inflight,
                     system_message=flight.system_message,
                     state_changes=flight.changes_of(inflight),
+                    definition_hash=flight.definition_hash,
                 ),
                 landed=lambda: None,  # a failed fail() left the run RUNNING at this epoch; the move is guarded
                 within=self.settings.lease_seconds,

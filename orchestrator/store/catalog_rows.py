@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Row, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from orchestrator.store.backend import Backend
 from orchestrator.store.tables import agent_catalog
+
+if TYPE_CHECKING:
+    from orchestrator.store.store import Store
 
 c = agent_catalog.c
 
@@ -83,11 +88,14 @@ def write(conn: Connection, item: Served, now: float) -> None:
         mark_seen(conn, [item], now)
 
 
-def read(conn: Connection, name: str | None = None) -> list[CatalogRow]:
-    """The catalog's rows (those of `name` only, if given): by name, then most recently seen first."""
+def read(conn: Connection, name: str | None = None, since: float | None = None) -> list[CatalogRow]:
+    """The catalog's rows (those of `name` only, and seen at `since` or later, if given): by name,
+    then most recently seen first."""
     query = select(agent_catalog)
     if name is not None:
         query = query.where(c.name == name)
+    if since is not None:
+        query = query.where(c.last_seen >= since)
     rows = conn.execute(query.order_by(c.name, c.last_seen.desc(), c.definition_hash))
     return [CatalogRow.from_row(r) for r in rows]
 
@@ -110,3 +118,29 @@ def newest_live(conn: Connection, name: str, since: float) -> CatalogRow | None:
     )
     row = conn.execute(query).first()
     return CatalogRow.from_row(row) if row is not None else None
+
+
+class Catalog:
+    """The catalog's rows as the store writes and reads them (`Store.catalog`)."""
+
+    def __init__(self, store: Store, backend: Backend) -> None:
+        self._store = store
+        self._backend = backend
+
+    def write(self, served: Sequence[Served]) -> None:
+        """Write the definitions a worker serves, seen now: a new one first seen now, a known one
+        marked seen, in one transaction. In one order, by name and hash, whatever the worker's:
+        two workers serving the same agents never lock their rows crosswise."""
+        now = self._store.clock()
+        with self._store.engine.begin() as conn:
+            for item in sorted(served, key=lambda s: (s.name, s.definition_hash)):
+                write(conn, item, now)
+
+    def read(self, name: str | None = None, since: float | None = None) -> list[CatalogRow]:
+        """The catalog's rows (of `name`, seen at `since` or later, if given): by name, most
+        recently seen first."""
+        return self._backend.quick(lambda c: read(c, name, since))
+
+    def latest(self, name: str) -> CatalogRow | None:
+        """The definition of `name` a worker served most recently, or None if none ever did."""
+        return self._backend.quick(lambda c: latest(c, name))

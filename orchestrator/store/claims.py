@@ -20,6 +20,9 @@ class Claim:
 
     record: RunRecord
     transcript: Transcript
+    #: The definition hash of the run's agent as the claiming worker serves it (`orchestrator.
+    #: deploys`): every message the step writes is stamped with it. None: not known to it.
+    definition_hash: str | None = None
 
     @property
     def messages(self) -> list[Message]:

@@ -33,7 +33,7 @@ T = TypeVar("T")
 #: message is and who wrote it, not its content.
 STAMPS = (
     "idx", "role", "seq", "epoch", "created_at", "step_started_at", "tool_calls", "tool_call_id", "tool_call_error",
-    "model", *USAGE_COLUMNS,
+    "model", "definition_hash", *USAGE_COLUMNS,
 )  # fmt: skip
 
 

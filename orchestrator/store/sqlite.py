@@ -100,6 +100,7 @@ class SqliteBackend(Backend):
             epoch=record.epoch,
             step_started_at=params["b_started"],
             step_queued_at=params["b_queued"],
+            definition_hash=params["b_definition"],
         )
         return record
 

@@ -156,13 +156,24 @@ _ARRAY_TYPES = (
 )  # fmt: skip
 
 
+#: The columns a write stamps its messages with, in the order `_append_messages` selects them.
+_STAMPS = ("created_at", "seq", "epoch", "step_started_at", "step_queued_at", "definition_hash")
+
+
 def _append_messages(
-    source: CTE, first_idx: Any, *, seq: Any, epoch: Any, started: Any = None, queued: Any = None
+    source: CTE,
+    first_idx: Any,
+    *,
+    seq: Any,
+    epoch: Any,
+    started: Any = None,
+    queued: Any = None,
+    definition: Any = None,
 ) -> CTE:
     """PostgreSQL: INSERT the bound `message_arrays` as messages of the run `source` returns, at
     `first_idx` onwards, written by step `seq` at `epoch` (`started` and `queued`: the claim time
-    of the step whose commit this is, and when it was queued); nothing when `source` returns no
-    row (a guard that did not match)."""
+    of the step whose commit this is, and when it was queued; `definition`: its worker's
+    definition hash); nothing when `source` returns no row (a guard that did not match)."""
     rows = (
         func.unnest(*(bindparam(f"b_m_{c}", type_=ARRAY(t)) for c, t in zip(_APPENDED, _ARRAY_TYPES, strict=True)))
         .table_valued(*_APPENDED, with_ordinality="ord")
@@ -171,7 +182,7 @@ def _append_messages(
     return (
         insert(messages)
         .from_select(
-            ["run_id", "idx", *_APPENDED, "created_at", "seq", "epoch", "step_started_at", "step_queued_at"],
+            ["run_id", "idx", *_APPENDED, *_STAMPS],
             select(
                 source.c.run_id,
                 first_idx + rows.c.ord - 1,
@@ -181,6 +192,7 @@ def _append_messages(
                 epoch,
                 started if started is not None else null(),
                 queued if queued is not None else null(),
+                definition if definition is not None else null(),
             )
             .select_from(source)
             .join(rows, true()),
@@ -206,6 +218,7 @@ def _commit_pg(notify: bool, completed: bool = False) -> Select[Any]:
         epoch=bindparam("b_epoch", type_=Integer),
         started=bindparam("b_started", type_=Float),
         queued=bindparam("b_queued", type_=Float),
+        definition=bindparam("b_definition", type_=String),
     )
     if notify:  # a stop: the delivery its webhook is owed, in the same statement (nothing without one)
         ctes.append(stopped_pg(moved))
@@ -224,7 +237,8 @@ def _completed(source: Any) -> Select[Any]:
 
 #: PostgreSQL: COMMIT and the INSERT of the step's messages in one statement; bind `COMMIT`'s
 #: parameters, `b_step` (the claimed step's seq), `b_started` (its claim's time), `b_queued` (when
-#: the step was queued) and `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
+#: the step was queued), `b_definition` (its worker's definition hash) and
+#: `message_arrays(new_messages)`. Zero rows: fenced, nothing written.
 COMMIT_PG = _commit_pg(notify=False)
 #: The same for a move to a final status, which also wakes the run's waiters when it commits and
 #: writes the delivery its webhook is owed (`webhook_rows`).

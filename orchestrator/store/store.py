@@ -35,13 +35,14 @@ from orchestrator.messages import Message
 from orchestrator.run import RunRecord
 from orchestrator.state import StateChange
 from orchestrator.status import RunStatus, transition
-from orchestrator.store import catalog_rows, leases, metrics, reads, sessions, webhook_rows, writes
 from orchestrator.store import history as session_history
+from orchestrator.store import leases, metrics, reads, sessions, webhook_rows, writes
 from orchestrator.store.backend import Backend
 from orchestrator.store.backlog import Backlog
-from orchestrator.store.catalog_rows import CatalogRow, Served
+from orchestrator.store.catalog_rows import Catalog
 from orchestrator.store.claims import Claim, held
 from orchestrator.store.database import open_migrated
+from orchestrator.store.definitions import RunDefinitions
 from orchestrator.store.endings import Endings
 from orchestrator.store.history import HistoryCache
 from orchestrator.store.metrics import MetricsSnapshot
@@ -87,8 +88,12 @@ class Store(reads.Reader):
         self.webhooks = WebhookOutbox(self.engine)
         #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
         self.endings = Endings(self, self._backend)
+        #: A claimed run's definition across a deploy: adopted, or its step handed on (`store/definitions.py`).
+        self.definitions = RunDefinitions(self)
         #: Agents run on a cron schedule (`store/schedule_rows.py`, `orchestrator.schedules`).
         self.schedules = Schedules(engine)
+        #: The agent catalog: what workers serve, written and read (`store/catalog_rows.py`).
+        self.catalog = Catalog(self, self._backend)
         #: Who hears of each committed stop of a run (`store/stops.py`: the run's span).
         self.stops = Stops(engine)
         #: New runs written under bounds on the runs QUEUED (`store/backlog.py`).
@@ -211,25 +216,6 @@ class Store(reads.Reader):
             now = conn.execute(select(runs.c.status).where(runs.c.run_id == held.run_id)).scalar_one_or_none()
             cause = {"cause": "cancel"} if now == S.CANCELLED.value else {}
             self.log_event(conn, held.run_id, "fenced", held.seq, epoch=held.epoch, owner=held.lease_owner, **cause)
-
-    # ---------------------------------------------------------------- the agent catalog
-
-    def write_catalog(self, served: Sequence[Served]) -> None:
-        """Write the definitions a worker serves, seen now: a new one first seen now, a known one
-        marked seen (`store/catalog_rows.py`), in one transaction. In one order, by name and hash,
-        whatever the worker's: two workers serving the same agents never lock their rows crosswise."""
-        now = self.clock()
-        with self.engine.begin() as conn:
-            for item in sorted(served, key=lambda s: (s.name, s.definition_hash)):
-                catalog_rows.write(conn, item, now)
-
-    def read_catalog(self, name: str | None = None) -> list[CatalogRow]:
-        """The catalog's rows (of `name` only, if given): by name, most recently seen first."""
-        return self._backend.quick(lambda c: catalog_rows.read(c, name))
-
-    def latest_catalog_row(self, name: str) -> CatalogRow | None:
-        """The definition of `name` a worker served most recently, or None if none ever did."""
-        return self._backend.quick(lambda c: catalog_rows.latest(c, name))
 
     # ---------------------------------------------------------------- the guarded move
 
@@ -364,6 +350,7 @@ class Store(reads.Reader):
             b_system=system_message,
             b_started=claim.record.updated_at,
             b_queued=claim.record.queued_at,
+            b_definition=claim.definition_hash,
         )
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
@@ -382,8 +369,9 @@ class Store(reads.Reader):
             count = writes.count_tool_result(conn, claim, now)
             if count is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost; tool result not recorded")
+            seq, stamp = claim.record.seq, claim.definition_hash
             writes.insert_messages(
-                conn, claim.run_id, count - 1, [message], now, seq=claim.record.seq, epoch=claim.epoch
+                conn, claim.run_id, count - 1, [message], now, seq=seq, epoch=claim.epoch, definition_hash=stamp
             )
             sessions.apply(conn, claim.record, [change] if change is not None else [])
         self.transcripts.extend(claim.run_id, count - 1, [message])
@@ -538,16 +526,8 @@ class Store(reads.Reader):
             )
             if record is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before the step was parked")
-            self.log_event(
-                conn,
-                claim.run_id,
-                event,
-                record.seq,
-                delay=round(delay, 3),
-                **why,
-                by="countdown" if published else "sweeper",
-                **writes.position(record),
-            )
+            where = dict(by="countdown" if published else "sweeper", **writes.position(record))
+            self.log_event(conn, claim.run_id, event, record.seq, delay=round(delay, 3), **why, **where)
             return record
 
     def fail(
@@ -560,10 +540,12 @@ class Store(reads.Reader):
         system_message: str | None = None,
         owner: str | None = None,
         state_changes: Sequence[StateChange] = (),
+        definition_hash: str | None = None,
     ) -> RunRecord | None:
         """Put the run in ERROR, flushing the in-flight messages after the committed ones (the
         move keeps the step's seq and epoch, so they are stamped with the failed step's), and
         applying `state_changes`, what the tool calls whose results are among them changed.
+        `definition_hash`: the failed step's worker's definition, logged with the error.
 
         Committed messages are never touched; a system message already stored is kept. Fenced by
         the epoch when given, and by the claim's owner when given (on PostgreSQL a claim lost in
@@ -590,6 +572,7 @@ class Store(reads.Reader):
                     type=values["error_type"],
                     message=values["error_message"],
                     **writes.position(record),
+                    **({"definition_hash": definition_hash} if definition_hash else {}),
                 )
                 sessions.apply(conn, record, state_changes)
             return record

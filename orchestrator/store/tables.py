@@ -92,7 +92,9 @@ runs = Table(
     Column("request_digest", String(64), nullable=True),
     # The definition hash of its agent when it started (`orchestrator.catalog`, migration 0013):
     # from the producer's own definition, else the catalog's live one; NULL when neither was
-    # there (a producer without the agent and no worker serving it yet) or written before.
+    # there (a producer without the agent and no worker serving it yet) or written before. A
+    # worker of another definition that takes the run over across a deploy writes its own
+    # (`orchestrator.deploys`, `store/definitions.py`).
     Column("definition_hash", String(64), nullable=True),
     # The place in its agent's fallback chain of the model its current model step calls
     # (`orchestrator.models.fallback`, migration 0017); NULL: 0, the agent's own model. Written
@@ -117,6 +119,10 @@ runs = Table(
     # migration 0024): when it stops, whoever stopped it, or else the sweeper, gives the first run
     # waiting its turn, and clears this. NULL: none waits (what every other run holds).
     Column("wakes_session", Boolean, nullable=True),
+    # A definition a continue accepted for the run although it changed what the run's next step
+    # depends on (`orchestrator.deploys`, migration 0025): a worker serving it takes the run over at
+    # its next claim (setting `definition_hash` to it) and clears it. NULL: none.
+    Column("accepted_definition", String(64), nullable=True),
     # PostgreSQL: pages keep a fifth free for the rows' updates, so that one which changes no
     # indexed column (a lease renewed) is done in place, with no index entry (migration 0015).
     postgresql_with={"fillfactor": 80},
@@ -201,6 +207,10 @@ messages = Table(
     # the agent has); and on a streamed reply, seconds to its first text (migration 0018).
     Column("duration", Float, nullable=True),
     Column("time_to_first_token", Float, nullable=True),
+    # The definition hash of the worker whose step wrote the row (migration 0025): the version of
+    # the agent that ran that step, beside the run's own `definition_hash`. NULL on rows no step
+    # wrote (a run's input, a continue's message, a fan-in's results) and on older rows.
+    Column("definition_hash", String(64), nullable=True),
     PrimaryKeyConstraint("run_id", "idx", name="pk_ratchet_messages"),
 )
 # Metrics read the rows written since they last looked (`store/metrics.py`; migration 0010).

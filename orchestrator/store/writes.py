@@ -38,13 +38,15 @@ def insert_messages(
     epoch: int | None,
     step_started_at: float | None = None,
     step_queued_at: float | None = None,
+    definition_hash: str | None = None,
 ) -> None:
     """Append `items` at index `start` on, written by step `seq` at `epoch`; `step_started_at`
     and `step_queued_at`: the claim time of the step whose own commit this is, and when that
-    step was queued (see the schema)."""
+    step was queued; `definition_hash`: the definition of the worker whose step wrote them (see
+    the schema)."""
     stamp = {
         "run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch,
-        "step_started_at": step_started_at, "step_queued_at": step_queued_at,
+        "step_started_at": step_started_at, "step_queued_at": step_queued_at, "definition_hash": definition_hash,
     }  # fmt: skip
     if items:
         rows = [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)]
@@ -78,6 +80,7 @@ def new_run(fields: dict[str, Any], *, now: float, n_messages: int, publish_grac
         queued_at=None,
         deadline_at=None if timeout is None else now + timeout,
         wakes_session=None,
+        accepted_definition=None,
     )
 
 

@@ -30,6 +30,11 @@ are gone.
   (`orchestrator.limits`) whose clock runs on by the countdowns waited: a step parked for a
   model's rate runs again once its countdown is due, with the rate's window that much further
   on, and nothing sleeps. A test may give it another (`in_memory(limiter=...)`).
+- **One version of each agent.** The dispatcher serves the definitions this process defines, as
+  a worker does: a step a deploy's check handed on to a worker of another definition of its
+  agent (`StepRef.definition`, `orchestrator.deploys`) is not run but kept in `unserved`, as on
+  a version queue no worker consumes, until the run's outbox marker has the sweeper publish it
+  again (`sweep()`).
 - **Failures as on a worker.** A step that raises goes to `StepRunner.fail_step` with its claim's
   owner, as `StepTask.on_failure` does; a fenced step (cancelled while it ran) is dropped, as
   the Celery task drops it.
@@ -57,7 +62,7 @@ from functools import cached_property
 from pathlib import Path
 
 from orchestrator.agent import registered
-from orchestrator.catalog import write_served
+from orchestrator.catalog import describe, write_served
 from orchestrator.client import Client
 from orchestrator.errors import FencedError
 from orchestrator.limits import LocalLimiter
@@ -93,6 +98,8 @@ class InMemoryDispatcher:
         self.autorun = autorun
         #: Every step published, in order, with its countdown (what a test asserts a backoff on).
         self.published: list[StepRef] = []
+        #: The steps handed on to a definition of their agent this process does not serve: not run.
+        self.unserved: list[StepRef] = []
         #: The virtual clock: the seconds of countdown the steps so far would have waited.
         self.now = 0.0
         self._queue: list[tuple[float, int, int, StepRef]] = []
@@ -194,6 +201,9 @@ class InMemoryDispatcher:
         """Run one delivery as a Celery worker's step task does: the step, then the failure
         handler if it raised."""
         self._serve()
+        if step.definition is not None and step.definition not in {describe(a).hash for a in registered()}:
+            self.unserved.append(step)
+            return
         owner = f"{socket.gethostname()}:{os.getpid()}:{step.run_id}.{step.seq}.{step.kind}.{next(self._order)}"
         run = self.runner.model_step if step.kind == "model" else self.runner.tool_step
         queue = step.queue or (self.settings.model_queue if step.kind == "model" else self.settings.tools_queue)

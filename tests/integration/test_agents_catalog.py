@@ -111,12 +111,12 @@ def test_two_workers_of_one_version_writing_at_once_leave_one_row_and_another_ve
         t.join(30)
 
     assert errors == []
-    assert [r.definition_hash for r in store.read_catalog(agent.name)] == [describe(agent).hash]
+    assert [r.definition_hash for r in store.catalog.read(agent.name)] == [describe(agent).hash]
     newer = Agent(name=agent.name, model=ScriptedModel(id="m2"))
     agent_module._registry.pop(agent.name, None)
     agent_module._sites.pop(agent.name, None)
     write_served(store, [newer])
-    assert [r.definition_hash for r in store.read_catalog(agent.name)] == [describe(newer).hash, describe(agent).hash]
+    assert [r.definition_hash for r in store.catalog.read(agent.name)] == [describe(newer).hash, describe(agent).hash]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the command's part: the store's is above

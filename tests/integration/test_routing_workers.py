@@ -166,10 +166,10 @@ def test_a_producer_that_never_imported_a_routed_team_starts_it_with_one_broker_
     # Given both workers wrote the team into the catalog at boot
     store = Client(settings).store
     deadline = time.monotonic() + 60
-    while not store.read_catalog("routed-team"):
+    while not store.catalog.read("routed-team"):
         assert time.monotonic() < deadline, logs["gpu"].read_text()[-2000:]
         time.sleep(0.1)
-    [served] = store.read_catalog("routed-team")
+    [served] = store.catalog.read("routed-team")
     watch = BrokerWatch(urlsplit(settings.broker_url).port or 6379).start()
     try:
         # When a producer without the team's module starts it
@@ -187,4 +187,4 @@ def test_a_producer_that_never_imported_a_routed_team_starts_it_with_one_broker_
     assert record.kind == "team"
     assert record.definition_hash == served.definition_hash == team.definition_hash
     [member] = team.member_runs
-    assert member.definition_hash == store.read_catalog("private-agent")[0].definition_hash
+    assert member.definition_hash == store.catalog.read("private-agent")[0].definition_hash

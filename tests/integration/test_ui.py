@@ -20,13 +20,16 @@ from typing import Any
 
 import playwright.sync_api as pw
 import pytest
+from sqlalchemy import update
 
 import tests.integration.ui_agents  # noqa: F401  (the embedded worker runs its agents)
 from orchestrator import Client
-from orchestrator.catalog import Definition
+from orchestrator.agent import get_agent
+from orchestrator.catalog import Definition, describe
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.database import open_engine
+from orchestrator.store.tables import runs
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.integration.browser import CHROMIUM, DEADLINE_MS
@@ -156,7 +159,7 @@ def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_a
     )
     engine = open_engine(settings.database_url)
     try:
-        Store(engine, clock=lambda: time.time() - 2 * 86400).write_catalog([gone.served()])
+        Store(engine, clock=lambda: time.time() - 2 * 86400).catalog.write([gone.served()])
     finally:
         engine.dispose()
     other = Client(settings).start("ui-gone", input="hello").run_id  # no worker serves it: it fails
@@ -166,6 +169,43 @@ def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_a
     pw.expect(definition).to_contain_text("not live · last seen")
     pw.expect(definition).to_contain_text("2 d ago")
     pw.expect(definition).to_contain_text("openai / gpt-old")
+
+
+@pytest.mark.parametrize(
+    "db_url", ["sqlite"], indirect=True
+)  # the page's part: the rules are tests/unit/test_deploys.py
+@pytest.mark.usefixtures("worker")
+def test_a_run_a_deploy_stopped_is_continued_under_the_new_definition_from_its_page(
+    api: ApiServer, page: Any, settings: Settings
+) -> None:
+    failed = start(api, "ui-researcher", "how does celery retry?", until="ERROR")
+    # Given the run on an older version whose answer had another schema, no worker of it left
+    body = describe(get_agent("ui-researcher")).body()
+    old = Definition.from_body({**body, "output_schema": {"type": "object", "properties": {}}})
+    engine = open_engine(settings.database_url)
+    try:
+        Store(engine, clock=lambda: time.time() - 3600).catalog.write([old.served()])
+        with engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.run_id == failed).values(definition_hash=old.hash))
+    finally:
+        engine.dispose()
+    signed_in(page, f"{api.url}/ui/#/runs/{failed}")
+
+    page.click("#continue")
+
+    pw.expect(page.locator("#run-error")).to_contain_text("DefinitionChangedError")
+    pw.expect(page.locator("#run-error")).to_contain_text("its output schema changed")
+    new = describe(get_agent("ui-researcher")).hash
+    pw.expect(page.locator("#accept-definition")).to_have_text(f"Continue under definition {new[:12]}")
+    # Its steps ran on this worker's definition, not the one the run is on now: each says so
+    pw.expect(page.locator(".step.failed .definition").last).to_have_text(f"definition {new[:12]} (not the run's now)")
+
+    page.click("#accept-definition")
+
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(page.locator('.logline[data-kind="definition"]')).to_contain_text("accepted by a continue")
+    assert Client(settings).get_run(failed).definition_hash == new
+    pw.expect(page.locator(".step .definition.flag")).to_have_count(0)
 
 
 # ---------------------------------------------------------------- a person in the loop
@@ -294,12 +334,12 @@ def test_an_approval_of_a_tool_a_deploy_changed_is_refused_on_the_page_saying_wh
 ) -> None:
     paused = start(api, "ui-payer", "pay them", until="PAUSED")
     # A worker of the next version of ui-payer, whose `pay` asks nobody, booted (seen last, live)
-    [row] = Client(settings).store.read_catalog("ui-payer")
+    [row] = Client(settings).store.catalog.read("ui-payer")
     body = Definition.from_json(row.definition).body()
     body["tools"] = [{**t, "flags": {}} for t in body["tools"]]
     engine = open_engine(settings.database_url)
     try:
-        Store(engine, clock=lambda: time.time() + 3600).write_catalog([Definition.from_body(body).served()])
+        Store(engine, clock=lambda: time.time() + 3600).catalog.write([Definition.from_body(body).served()])
     finally:
         engine.dispose()
     signed_in(page, f"{api.url}/ui/#/runs/{paused}")

@@ -58,6 +58,7 @@ EXACT = [
     ("input", contract.INPUT_TEXT, validation.input_text),
     ("requirement_id", contract.name(validation.RUN_ID_MAX), validation.requirement_id),
     ("by", contract.DECIDER, validation.decider),
+    ("accept_definition", contract.DEFINITION, validation.definition_hash),
 ]
 
 

@@ -160,7 +160,7 @@ def test_a_definition_no_worker_saw_lately_is_not_live_says_when_it_was_last_see
     agent = Agent(name=name("stale"), model=CountingModel(), queue="old-q")
     keeper = CatalogKeeper(lambda: inline.store, inline.settings, agents=lambda: [agent])
     keeper.write()
-    seen = inline.store.read_catalog(agent.name)[0].last_seen
+    seen = inline.store.catalog.read(agent.name)[0].last_seen
     unregister(agent.name)
 
     # Within the live window it is live, and routes
@@ -208,16 +208,16 @@ def test_a_producer_reads_the_catalog_once_in_a_while_not_on_every_start(inline:
     unregister(agent.name)
     cache = DefinitionCache(inline.store)
     reads = []
-    real = inline.store.latest_catalog_row
+    real = inline.store.catalog.latest
 
     def counted(n: str) -> object:
         reads.append(n)
         return real(n)
 
-    inline.store.latest_catalog_row = counted  # type: ignore[method-assign]
+    inline.store.catalog.latest = counted  # type: ignore[method-assign]
     try:
         for _ in range(5):
             assert cache.live(agent.name, inline.settings) is not None
     finally:
-        del inline.store.latest_catalog_row
+        del inline.store.catalog.latest
     assert reads == [agent.name]

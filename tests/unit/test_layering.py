@@ -168,6 +168,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "cron": {"store", "steps", "control", "sweeper", "routing", "schedules"} | TOP,
     "idempotency": {"steps", "sweeper", "control"} | TOP,
     "catalog": {"steps", "sweeper", "control"} | TOP,
+    # A deploy's rules, on definitions and records: the steps and run control apply them.
+    "deploys": {"store", "steps", "control", "sweeper", "routing"} | TOP,
     "reader": {"steps", "sweeper", "control"} | TOP,
     "tracing": {"store", "steps", "delegation", "control", "sweeper", "agent", "team", "tools"} | TOP,
     "client": PRODUCER | {"testing"},

@@ -317,7 +317,7 @@ def test_the_catalog_carries_an_agents_run_timeout_to_producers_that_do_not_impo
     assert "run_timeout" not in catalog.describe(Agent(name=name(), model=CountingModel())).body()  # hash as before
     # A definition only a worker serves (this process does not define it), live in the catalog
     served = catalog.Definition.from_body({**described.body(), "name": name()})
-    inline.store.write_catalog([served.served()])
+    inline.store.catalog.write([served.served()])
     inline.autorun = False
 
     record = inline.store.get_record(inline.client.start(served.name, input="hi").run_id)

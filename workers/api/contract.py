@@ -60,9 +60,18 @@ _CHECK = f"[{SPACE}]*(database|broker|workers|sweeper|beat)[{SPACE}]*"
 CHECKS = rf"^{_CHECK}(,{_CHECK})*$"
 
 
+#: A definition hash, as the agent catalog and a DefinitionChangedError show it.
+DEFINITION_HASH = r"^[0-9a-f]{64}$"
+
+
 def name(limit: int) -> dict[str, Any]:
     """The schema of a name or an id of at most `limit` characters."""
     return {"minLength": 1, "maxLength": limit, "pattern": NO_CONTROL}
+
+
+#: The schema of a definition hash (as text: the rule alone applies to a text of a union).
+DEFINITION_RULE: dict[str, Any] = {"minLength": 64, "maxLength": 64, "pattern": DEFINITION_HASH}
+DEFINITION: dict[str, Any] = {"type": "string", **DEFINITION_RULE}
 
 
 def pattern(regex: str) -> dict[str, Any]:
@@ -249,6 +258,21 @@ class ContinueRequest(BaseModel):
         strict=True,
         allow_inf_nan=False,
         description=DEADLINE_TEXT + "; without it, a deadline that passed is given again from now",
+    )
+    accept_definition: str | dict[str, str] | None = Field(
+        default=None,
+        description="for a run in ERROR with DefinitionChangedError (a deploy changed what its next step depends on): "
+        "the hash of the definition it may go on under anyway, as the error names it; for a team, agent names to "
+        "hashes for its members",
+        json_schema_extra={
+            **DEFINITION_RULE,
+            "maxProperties": v.ACCEPTED_MAX,
+            "anyOf": [
+                {"type": "string"},
+                {"type": "object", "additionalProperties": DEFINITION, "propertyNames": name(v.AGENT_NAME_MAX)},
+                {"type": "null"},
+            ],
+        },
     )
 
 

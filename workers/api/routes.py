@@ -318,7 +318,8 @@ def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: Cont
     decided: the decisions in `requirements` are stored first, one by one, as `POST
     /runs/{run_id}/requirements/{id}` stores each (and refused alike: 404, 409, 422); without
     them, or with some still pending, it stays PAUSED, and input for it is a 409. Decisions
-    need the decide scope besides write."""
+    need the decide scope besides write. `accept_definition`: a definition a deploy's
+    DefinitionChangedError names, accepted (422 for one no worker ever served)."""
     body = body or ContinueRequest()
     own_run(client, caller, run_id)
     if body.requirements and not caller.may(DECIDE):
@@ -333,6 +334,7 @@ def continue_run(run_id: RunId, client: ClientDep, caller: CallerDep, body: Cont
         requirements=requirements,
         by=body.by,
         run_timeout=body.run_timeout,
+        accept_definition=body.accept_definition,
     )
     return client.get_run(handle.run_id)
 

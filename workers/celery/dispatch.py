@@ -7,17 +7,25 @@ A step goes to the queue its agent or tool names (`orchestrator.routing`), else 
 queue of its kind, with its run's priority (0-9, higher first, on Redis as on RabbitMQ: on Redis
 written as kombu orders it, `workers.celery.broker.message_priority`). A step its publisher could
 not route carries `reroute=True`, and the worker that takes it sends it on (`StepRunner.reroute`).
+
+A step handed on to the workers of one definition of its agent (`StepRef.definition`, during a
+deploy: `orchestrator.deploys`) goes to that queue's version queue, `<queue>@<16 hex digits of
+the hash>`, which only the workers serving that definition consume (`version_queues`), from when
+they see another definition of the agent live (`workers.celery.catalog_boot`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Iterable
 from contextlib import suppress
 from typing import Any
 
 from celery import Celery
 
 from orchestrator import tracing
+from orchestrator.agent import AgentDefinition
+from orchestrator.catalog import describe
 from orchestrator.ports import StepRef
 from orchestrator.routing import named_queues
 from orchestrator.settings import Settings
@@ -25,6 +33,24 @@ from workers.celery.app import MODEL_TASK, TOOLS_TASK, create_app
 from workers.celery.broker import message_priority
 
 _TASKS = {"model": MODEL_TASK, "tools": TOOLS_TASK}
+#: How many hex digits of a definition hash name its version queues.
+VERSION_DIGITS = 16
+
+
+def version_queue(queue: str, definition_hash: str) -> str:
+    """The queue of the steps of `queue` handed on to the workers of one definition."""
+    return f"{queue}@{definition_hash[:VERSION_DIGITS]}"
+
+
+def version_queues(settings: Settings, consumed: Collection[str], agents: Iterable[AgentDefinition]) -> set[str]:
+    """The version queues of `agents`' definitions a worker consuming `consumed` takes the
+    steps handed on to them from: for each agent, the version queue of each of those queues its
+    steps go to."""
+    found: set[str] = set()
+    for agent in agents:
+        bases = {agent.queue or settings.model_queue, agent.queue or settings.tools_queue, agent.tool_queue}
+        found.update(version_queue(q, describe(agent).hash) for q in bases if q is not None and q in consumed)
+    return found
 
 
 class CeleryDispatcher:
@@ -59,6 +85,10 @@ class CeleryDispatcher:
                         channel.close()
         return lengths
 
+    def _queue_of(self, step: StepRef) -> str:
+        queue = step.queue or self._queues[step.kind]
+        return queue if step.definition is None else version_queue(queue, step.definition)
+
     def publish(self, step: StepRef) -> None:
         """Send the step's task; raises if the broker cannot take it (after kombu's short retry).
 
@@ -73,7 +103,7 @@ class CeleryDispatcher:
                 _TASKS[step.kind],
                 args=[step.run_id, step.seq],
                 kwargs=None if step.routed else {"reroute": True},
-                queue=step.queue or self._queues[step.kind],
+                queue=self._queue_of(step),
                 priority=message_priority(self.settings.broker_url, step.priority),
                 task_id=f"{step.run_id}.{step.seq}.{step.kind}.{uuid.uuid4().hex[:8]}",
                 countdown=step.countdown,

@@ -6,11 +6,12 @@
   with `reroute=True` (by a producer that does not define its agent) is sent on to that queue.
 - `ratchet.start_run(agent, input, session_id=None, run_id=None, stream=False, user_id=None,
   session_state=None, priority=None, webhook=None, run_timeout=None)` and
-  `ratchet.continue_run(run_id, input=None, fork_key=None, run_timeout=None)`: for producers that send tasks by name
-  with JSON arguments (any language). Both return the run_id. Both are idempotent: a start
-  without a run_id takes one derived from its task id, so a redelivered message finds the run it
-  started; a continue that forks a COMPLETED run derives the fork's id. Both call the run control
-  (`orchestrator.control`) that `Client` calls.
+  `ratchet.continue_run(run_id, input=None, fork_key=None, run_timeout=None,
+  accept_definition=None)`: for producers that send tasks by name with JSON arguments (any
+  language). Both return the run_id. Both are idempotent: a start without a run_id takes one
+  derived from its task id, so a redelivered message finds the run it started; a continue that
+  forks a COMPLETED run derives the fork's id. Both call the run control (`orchestrator.control`)
+  that `Client` calls.
 - `ratchet.sweep()`: one sweeper pass under the fleet's sweep lease (`orchestrator.sweeping`), for
   `ratchet beat`, which sends it every RATCHET_SWEEP_SECONDS; it sends no task events. Workers
   sweep without it, in their main process (`workers.celery.worker.SweeperStep`).
@@ -189,9 +190,16 @@ def _register_control(app: Celery) -> None:
 
     @app.task(name=CONTINUE_TASK, bind=True, acks_late=True, shared=False, throws=(RatchetError,))
     def continue_run(
-        self: Task, run_id: str, input: str | None = None, fork_key: str | None = None, run_timeout: float | None = None
+        self: Task,
+        run_id: str,
+        input: str | None = None,
+        fork_key: str | None = None,
+        run_timeout: float | None = None,
+        accept_definition: str | dict[str, str] | None = None,
     ) -> str:
-        return _control(self.app).continue_run(run_id, input=input, fork_key=fork_key, run_timeout=run_timeout)
+        return _control(self.app).continue_run(
+            run_id, input=input, fork_key=fork_key, run_timeout=run_timeout, accept_definition=accept_definition
+        )
 
     _ = (start_run, continue_run)
 

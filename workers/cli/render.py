@@ -45,6 +45,8 @@ def show(
     if out.deadline_at is not None:
         when = datetime.fromtimestamp(out.deadline_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         print(f"{indent}  deadline {when} (run_timeout {out.run_timeout or 0:g}s)")
+    if out.definition_hash is not None:
+        print(f"{indent}  definition {out.definition_hash[:12]}")
     if out.history_run_ids is not None:
         runs = ", ".join(out.history_run_ids) or "none yet"
         print(f"{indent}  history: {len(out.history_run_ids)} earlier run(s) of the session in its context: {runs}")
@@ -130,7 +132,8 @@ def log_line(entry: LogEntry) -> str:
 
 
 def step_line(step: Step) -> str:
-    """One line for a step: its seq, task, status, attempt, duration, tokens, worker, error."""
+    """One line for a step: its seq, task, status, attempt, duration, tokens, worker, the
+    definition its worker ran it on, error."""
     took = f"{step.duration:.3f}s" if step.duration is not None else "-"
     parts = [f"step {step.seq}", step.task, step.status, f"attempt {step.attempt}", took]
     if step.metrics is not None:
@@ -141,6 +144,8 @@ def step_line(step: Step) -> str:
         parts.append(f"on {step.worker} task {step.task_id}")
     if step.model is not None:
         parts.append(f"model {step.model}")
+    if step.definition_hash is not None:
+        parts.append(f"definition {step.definition_hash[:12]}")
     for fallback in step.fallbacks:
         parts.append(f"fell back {fallback.failed_model} -> {fallback.model} ({fallback.error.type})")
     if step.error is not None:

@@ -4,7 +4,8 @@ Python code does.
     ratchet run AGENT INPUT [--session S] [--run-id ID] [--user-id U] [--session-state JSON]
                 [--priority 0-9] [--webhook URL] [--run-timeout T] [--wait | --stream] [--timeout T]
                 [--app MODULE] [--json]
-    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--run-timeout T] [--wait] [--timeout T] [--json]
+    ratchet continue RUN_ID [--input TEXT] [--fork-key KEY] [--run-timeout T]
+                            [--accept-definition HASH|AGENT=HASH] [--wait] [--timeout T] [--json]
     ratchet cancel RUN_ID [--json]
     ratchet continue|cancel RUN_ID RUN_ID ... | --status S [filters]   a batch (`batch_commands.py`)
     ratchet show RUN_ID [--log] [--steps] [--json]
@@ -35,7 +36,7 @@ from typing import Any
 
 from orchestrator import catalog, validation
 from orchestrator.client import Client, RunHandle
-from orchestrator.errors import AgentNotFoundError
+from orchestrator.errors import AgentNotFoundError, InvalidInputError
 from orchestrator.idempotency import StartRequest
 from orchestrator.run import RunOutput
 from orchestrator.status import RunStatus
@@ -107,6 +108,7 @@ def _add_run(sub: Any) -> None:
 
 
 def _add_continue(sub: Any) -> None:
+    """Add `ratchet continue`."""
     p = sub.add_parser("continue", help="continue a run (ERROR in place, COMPLETED forks), or a batch in place")
     add_batch_arguments(p, done="continued in place")
     p.add_argument("--input", help="a new user message to add first")
@@ -117,6 +119,13 @@ def _add_continue(sub: Any) -> None:
         "--run-timeout",
         metavar="T",
         help="a new deadline, from now, for the run that goes on (default: a deadline that passed is given again)",
+    )
+    p.add_argument(
+        "--accept-definition",
+        action="append",
+        metavar="HASH|AGENT=HASH",
+        help="go on under this definition although a deploy changed what the run's next step depends on "
+        "(DefinitionChangedError); AGENT=HASH for a member of the team (repeatable)",
     )
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float)
@@ -176,12 +185,29 @@ def unknown_agent(name: str, modules: Sequence[str], client: Client) -> str:
 
 def cmd_continue(args: argparse.Namespace) -> int:
     if is_batch(args):
-        return cmd_batch(args, "continue", single=("input", "fork_key", "run_timeout", "wait", "timeout"))
+        return cmd_batch(
+            args, "continue", single=("input", "fork_key", "run_timeout", "accept_definition", "wait", "timeout")
+        )
     client = Client()
     timeout = None if args.run_timeout is None else validation.run_timeout(args.run_timeout, what="--run-timeout")
-    handle = client.continue_run(args.run_ids[0], input=args.input, fork_key=args.fork_key, run_timeout=timeout)
+    accept = accepted(args.accept_definition)
+    handle = client.continue_run(
+        args.run_ids[0], input=args.input, fork_key=args.fork_key, run_timeout=timeout, accept_definition=accept
+    )
     with about(handle.run_id):
         return _answer(client, handle, wait=args.wait, timeout=args.timeout, as_json=args.json)
+
+
+def accepted(given: list[str] | None) -> str | dict[str, str] | None:
+    """`--accept-definition` as `Client.continue_run` takes it: one HASH, or AGENT=HASH pairs."""
+    if not given:
+        return None
+    if len(given) == 1 and "=" not in given[0]:
+        return given[0]
+    pairs = [item.rpartition("=") for item in given]
+    if any(not sep or not name for name, sep, _ in pairs):
+        raise InvalidInputError("--accept-definition: give one HASH, or AGENT=HASH for each agent of the team")
+    return {name: value for name, _, value in pairs}
 
 
 def _answer(client: Client, handle: RunHandle, *, wait: bool, timeout: float | None, as_json: bool) -> int:

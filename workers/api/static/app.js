@@ -436,7 +436,7 @@ function renderRun(run, steps, log, ctx) {
   return out;
 }
 
-// The agent's definition as the catalog holds it: the one the run started with when the
+// The agent's definition as the catalog holds it: the one the run is on when the
 // catalog has it, else the latest, with whether a live worker serves it.
 function definitionNode(run, agent) {
   if (agent === undefined) return el("p", { class: "muted panel", id: "definition", text: "Reading the catalog…" });
@@ -453,7 +453,7 @@ function definitionNode(run, agent) {
   const node = el("div", { class: "panel", id: "definition", "data-live": d.live ? "true" : "false" },
     el("dl", { class: "facts" }, facts.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v, title: k === "Hash" ? d.definition_hash : v })))));
   if (run.definition_hash && run.definition_hash !== d.definition_hash) {
-    node.append(el("p", { class: "note", text: `This run started with definition ${run.definition_hash.slice(0, 12)}, which the catalog does not hold; the latest is shown.` }));
+    node.append(el("p", { class: "note", text: `This run is on definition ${run.definition_hash.slice(0, 12)}, which the catalog does not hold; the latest is shown.` }));
   }
   const tools = d.tools.map((t) => {
     const flags = Object.entries(t.flags).map(([k, v]) => (v === true ? k : `${k}=${v}`)).join(", ");
@@ -502,10 +502,38 @@ function actions(run, ctx) {
     }
   });
   box.append(input, go, stop);
+  const accept = run.status === "ERROR" ? accepting(run.error) : null;
+  if (accept) { // a deploy stopped the run (or its member): go on under the definition its error names
+    const shown = typeof accept === "string" ? accept : Object.values(accept)[0];
+    // A member's error names a mapping for its team: the team is what is continued
+    const target = typeof accept === "string" || !run.parent_run_id ? run.run_id : run.parent_run_id;
+    const under = el("button", { type: "button", id: "accept-definition", text: `Continue under definition ${shown.slice(0, 12)}` });
+    under.addEventListener("click", async () => {
+      under.disabled = true;
+      try {
+        await api(`runs/${encodeURIComponent(target)}/continue`, { method: "POST", body: JSON.stringify({ accept_definition: accept }) });
+        ctx.reload();
+      } catch (error) {
+        flash(`Continue: ${error.message}`);
+        under.disabled = false;
+      }
+    });
+    box.append(under, el("div", { class: "note", id: "definition-note", text: "A deploy changed what this run's next step depends on (its error says what). Check that the new definition may answer it, then continue under it." }));
+  }
   if (run.status === "PAUSED") {
     box.append(el("div", { class: "note", id: "paused-note", text: "This run is PAUSED: it waits for a person and holds no worker. Decide each call below; the last decision resumes it." }));
   }
   return box;
+}
+
+// What a DefinitionChangedError (the run's, or its member's in a MemberRunError) says to accept:
+// its own definition's hash, or {member name: hash} for its team (docs/deploys.md).
+function accepting(error) {
+  const text = error ? error.message : "";
+  const own = text.match(/accept_definition='([0-9a-f]{64})'/);
+  if (own) return own[1];
+  const member = text.match(/accept_definition=\{'([^']+)': '([0-9a-f]{64})'\}/);
+  return member ? { [member[1]]: member[2] } : null;
 }
 
 function memberTree(members, root) {
@@ -532,7 +560,7 @@ function timeline(run, steps, log) {
     if (!at.has(position)) at.set(position, []);
     at.get(position).push([...key, node]);
   };
-  steps.forEach((step, i) => put(step.position, [step.seq, 1, i], stepNode(step)));
+  steps.forEach((step, i) => put(step.position, [step.seq, 1, i], stepNode(step, run.definition_hash)));
   log.forEach((entry, i) => {
     const d = entry.detail || {};
     if ((entry.kind === "error" && !d.member_run_id) || entry.kind === "retry" || entry.kind === "fallback") return; // on their step
@@ -557,7 +585,9 @@ function timeline(run, steps, log) {
   return box;
 }
 
-function stepNode(step) {
+// `runs_on`: the run's definition now; a step its worker ran on another is marked (a deploy).
+function stepNode(step, runs_on) {
+  const other = step.definition_hash && step.definition_hash !== runs_on;
   const what = { model: "model call", tools: "tool batch", fan_in: "fan-in", decision: "waiting for a person" }[step.task] || step.task;
   const took_ = step.duration !== null ? took(step.duration) : step.ready_at ? `${took(Date.now() / 1000 - step.ready_at)} so far` : "–";
   const worker = step.worker ? `${step.worker} · task ${step.task_id || "?"}` : "–";
@@ -568,6 +598,8 @@ function stepNode(step) {
     el("span", { title: "from its claim to its last write (where the claim was not stamped: from when it could start, queue time included)", text: took_ }),
     step.metrics ? el("span", { text: tokens(step.metrics) }) : null,
     step.model ? el("span", { class: "model", text: `model ${step.model}` }) : null,
+    step.definition_hash ? el("span", { class: `definition${other ? " flag" : ""}`, title: other ? `the run is on ${runs_on ? runs_on.slice(0, 12) : "no recorded definition"} now` : step.definition_hash,
+      text: `definition ${step.definition_hash.slice(0, 12)}${other ? " (not the run's now)" : ""}` }) : null,
     (step.fallbacks || []).map((f) => el("div", { class: "fallback", text: `fell back: ${f.failed_model} → ${f.model} after ${f.error.type}: ${f.error.message}` })),
     step.tool_errors ? el("span", { class: "flag", text: `${step.tool_errors} tool error${step.tool_errors > 1 ? "s" : ""}` }) : null,
     el("span", { class: "muted", title: "a step's worker is known while it holds its lease; a commit clears it", text: `worker ${worker}` }),
@@ -620,6 +652,8 @@ function logNode(entry) {
     completed: "the final answer was committed",
     continue: "continued", cancel: "cancelled", delegate: "delegated to member runs",
     fan_in: "the members ended: their answers were fanned in",
+    definition: `goes on under definition ${String(d.to || "").slice(0, 12)}, was ${d.from ? String(d.from).slice(0, 12) : "none"} (${d.why === "accepted" ? "accepted by a continue" : d.why === "unchanged" ? "nothing its next step depends on changed" : "no worker ran the other"})`,
+    handed_on: `handed on to a worker of definition ${String(d.to || "").slice(0, 12)}`,
     error: `${d.type || "Error"}: ${d.message || ""}`,
     paused: d.requirements ? `paused: waiting for ${d.requirements.length} decision${d.requirements.length === 1 ? "" : "s"}` : "paused with its member",
     decision: `${d.decision || "decided"}${d.by ? ` by ${d.by}` : ""} (requirement ${short(String(d.requirement || ""))})`,
