@@ -113,6 +113,13 @@ def _call(old: Definition, new: Definition, call: ToolCall, requirement: RunRequ
         return []  # a person answered it: it does not run
     was, now = _tool(old, call.name), _tool(new, call.name)
     what = f"tool {call.name!r} (call {call.id})"
+    if decision in ("confirm", "input"):
+        # The tool as it paused (gone, its arguments, what it asks) is the decision's own check
+        # when the decision is applied (`orchestrator.paused_tools`: PausedToolChangedError, the
+        # decision kept for a continue); here only how it runs once it runs.
+        if was is None or now is None:
+            return []
+        return [_flag_change(what, f, was, now) for f in RUNS if was.flags.get(f) != now.flags.get(f)]
     if was is None and now is None:
         return []  # the model called a tool neither has: answered as unknown either way
     if now is None:
@@ -120,12 +127,13 @@ def _call(old: Definition, new: Definition, call: ToolCall, requirement: RunRequ
     if was is None:
         return [f"{what} is new: the call would run, where it was answered as an unknown tool"]
     found = [f"{what}: its arguments' schema changed"] if was.parameters != now.parameters else []
-    flags = RUNS if decision == "confirm" else (*RUNS, "user_input_fields") if decision == "input" else (*ASKS, *RUNS)
-    for flag in flags:
-        before, after = was.flags.get(flag), now.flags.get(flag)
-        if before != after:
-            found.append(f"{what}: its flag {flag} changed from {_said(before)} to {_said(after)}")
+    flags = (*ASKS, *RUNS)
+    found += [_flag_change(what, f, was, now) for f in flags if was.flags.get(f) != now.flags.get(f)]
     return found
+
+
+def _flag_change(what: str, flag: str, was: ToolDefinition, now: ToolDefinition) -> str:
+    return f"{what}: its flag {flag} changed from {_said(was.flags.get(flag))} to {_said(now.flags.get(flag))}"
 
 
 def _delegation(old: Definition, new: Definition, call: ToolCall) -> list[str]:

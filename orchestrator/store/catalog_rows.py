@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Row, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator.store.backend import Backend
 from orchestrator.store.tables import agent_catalog
 
 if TYPE_CHECKING:
+    from orchestrator.store.backend import Backend
     from orchestrator.store.store import Store
 
 c = agent_catalog.c

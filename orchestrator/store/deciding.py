@@ -222,13 +222,15 @@ def _decide_pg() -> Any:
     t, q = runs.alias("t"), R.alias("q")
     # Aliased targets of UPDATE (`UPDATE ratchet_runs AS u`), which SQLAlchemy's types do not know.
     u: Any = runs.alias("u")
+    # The CTEs have one-letter names: every run column is named twice in the SQL, and the
+    # statement must stay under the 4096 bytes past which psycopg parses it on every call.
     run = (
         select(t.c.run_id, t.c.epoch, t.c.seq, t.c.n_messages)
         .where(
             t.c.run_id == bindparam("b_run_id", type_=String), t.c.status == S.PAUSED.value, t.c.parent_run_id.is_(None)
         )
         .with_for_update()
-        .cte("run")
+        .cte("t0")
     )
     asked = (
         select(q.c.id)
@@ -236,7 +238,7 @@ def _decide_pg() -> Any:
         .where(q.c.status == "pending")
         .order_by(q.c.id)
         .with_for_update(of=q)
-        .cte("asked")
+        .cte("a")
     )
     r: Any = R.alias("r")
     decided = (
@@ -244,7 +246,7 @@ def _decide_pg() -> Any:
         .where(*_open(r, r.c.id.in_(select(asked.c.id))))
         .values(**_DECIDED)
         .returning(*(r.c[c] for c in _READ))
-        .cte("decided")
+        .cte("d")
     )
     others = select(func.count()).select_from(asked).where(asked.c.id != bindparam("b_id", type_=String))
     moved = (
@@ -257,7 +259,7 @@ def _decide_pg() -> Any:
         )
         .values(**_resumed(u))
         .returning(*u.c)
-        .cte("moved")
+        .cte("m")
     )
     logged = _logged(run, decided, moved)
     return (
@@ -290,7 +292,7 @@ def _logged(run: Any, decided: Any, moved: Any) -> Any:
     both = logged_decision.union_all(logged_resume).subquery("e")
     columns = ["run_id", "at", "kind", "seq", "detail"]
     logged = (
-        insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("logged")
+        insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("l")
     )
     return logged
 

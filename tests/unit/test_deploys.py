@@ -267,7 +267,8 @@ def test_what_an_owed_call_depends_on_is_its_tool_its_argument_schema_and_the_fl
         "tool 'lookup' (call c1): its flag at_most_once changed from true to unset",
     ]
     # A call a person decided: a rejection answers it (nothing of its tool matters), a
-    # confirmation runs it (its arguments and at_most_once matter, not what it asks)
+    # confirmation runs it (at_most_once matters here; its arguments and what it asks are the
+    # decision's own check, `orchestrator.paused_tools`)
     assert changes(new, older(agent, lambda b: b.update(tools=[])), [call(query="x")], decided("reject")) == []
     assert changes(older(agent, flagged), new, [call(query="x")], decided("confirm")) == [
         "tool 'lookup' (call c1): its flag at_most_once changed from true to unset"

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, update
 
 from orchestrator import Agent, Decision, PausedToolChangedError, RunStatus, Team, Tool, tool
-from orchestrator.catalog import write_served
+from orchestrator.catalog import live_seconds, write_served
 from orchestrator.errors import DecisionKindError
 from orchestrator.store import deciding
 from orchestrator.store.tables import requirements
@@ -101,9 +101,9 @@ def paused(inline: InMemoryDispatcher, agent: Agent) -> tuple[str, str]:
 
 
 def deployed(inline: InMemoryDispatcher, clock: Clock, agent: Agent) -> None:
-    """A worker of `agent`'s version booted, a second after the one that paused: its catalog entry
-    is the newest live one."""
-    clock.advance(1)
+    """The workers of the version that paused stopped and a worker of `agent`'s version booted:
+    its catalog entry is the one live (with the old one live, a step would be handed on to it)."""
+    clock.advance(live_seconds(inline.settings) + 1)
     write_served(inline.store, [agent])
 
 
@@ -183,14 +183,16 @@ def test_an_external_result_for_an_external_tool_a_deploy_removed_is_refused_at_
 
 @pytest.mark.parametrize("change", ["removed", "renamed", "flag dropped", "arguments changed"])
 def test_a_worker_that_serves_the_paused_tool_changed_stops_the_run_in_error_and_keeps_the_decision(
-    inline: InMemoryDispatcher, change: str
+    inline: InMemoryDispatcher, clock: Clock, change: str
 ) -> None:
     payments, agent_name = Payments(), name()
     agent = version(agent_name, payments.pay)
     run_id, req_id = paused(inline, agent)
     tools, said = CHANGES[change]
-    # Given a deploy the catalog does not know of yet: its worker has not written it
+    # Given a deploy the catalog does not know of yet: its worker has not written it, and the
+    # workers of the version that paused are gone (else the step would be handed on to them)
     version(agent_name, *tools(payments))
+    clock.advance(live_seconds(inline.settings) + 1)
 
     stored = agent.client.decide(run_id, req_id, CONFIRM, by="ann")  # the run resumes on the new worker
 
@@ -203,12 +205,15 @@ def test_a_worker_that_serves_the_paused_tool_changed_stops_the_run_in_error_and
     assert [(r.status, r.decision) for r in failed.requirements] == [("decided", CONFIRM)]
     # When a deploy serves the tool as it was again, a continue applies the decision kept
     version(agent_name, payments.pay)
+    clock.advance(live_seconds(inline.settings) + 1)  # the workers of the version before are gone
     done = agent.continue_run(run_id=run_id)
     assert done.run_id == run_id and done.status == S.COMPLETED
     assert payments.paid == [(1, "pay bob")]
 
 
-def test_a_persons_input_for_fields_a_deploy_changed_is_not_applied_by_the_worker(inline: InMemoryDispatcher) -> None:
+def test_a_persons_input_for_fields_a_deploy_changed_is_not_applied_by_the_worker(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
     sent: list[tuple[str, str]] = []
 
     @tool(requires_user_input=True, user_input_fields=["recipient"])
@@ -221,6 +226,7 @@ def test_a_persons_input_for_fields_a_deploy_changed_is_not_applied_by_the_worke
     agent = version(agent_name, send_mail)
     run_id, req_id = paused(inline, agent)
     version(agent_name, send_mail.with_flags(user_input_fields=["subject", "recipient"]))
+    clock.advance(live_seconds(inline.settings) + 1)  # the workers of the version before are gone
 
     agent.client.decide(run_id, req_id, Decision(kind="input", values={"recipient": "ann@example.com"}))
 
@@ -230,7 +236,7 @@ def test_a_persons_input_for_fields_a_deploy_changed_is_not_applied_by_the_worke
 
 
 def test_a_requirement_written_before_tools_were_recorded_is_compared_by_name_and_flag(
-    inline: InMemoryDispatcher,
+    inline: InMemoryDispatcher, clock: Clock
 ) -> None:
     payments, agent_name = Payments(), name()
     agent = version(agent_name, payments.pay)
@@ -241,6 +247,7 @@ def test_a_requirement_written_before_tools_were_recorded_is_compared_by_name_an
         )
     # Other arguments are not seen (nothing recorded to compare with); a dropped flag is
     version(agent_name, payments.pay.with_flags(requires_confirmation=False))
+    clock.advance(live_seconds(inline.settings) + 1)  # the workers of the version before are gone
 
     agent.client.decide(run_id, req_id, CONFIRM)
 
