@@ -144,6 +144,25 @@ def test_the_playground_starts_a_run_streams_it_and_continues_it_with_a_message_
     pw.expect(page.locator("#pg-state a.mono").first).to_have_attribute("href", f"#/runs/{fork[0]['run_id']}")
 
 
+def test_the_playground_waits_before_following_again_a_run_whose_event_stream_answers_an_error(
+    api: ApiServer, page: Any
+) -> None:
+    answered: list[str] = []
+
+    def refuse(route: Any) -> None:  # a proxy that fails the stream while the run goes on
+        answered.append(route.request.url)
+        route.fulfill(status=503, body="unavailable")
+
+    page.route("**/runs/*/events", refuse)
+    signed_in(page, f"{api.url}/ui/#/playground?agent=ui-chatter")
+    pw.expect(page.locator("#pg-agent")).to_have_value("ui-chatter")
+    page.fill("#pg-message", "hello")
+    page.click("#pg-send")
+    # The run's stop is read by the page's own poll, each a poll interval after a refused stream
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED", timeout=DEADLINE_MS)
+    assert 1 <= len(answered) <= 3, answered  # not a request loop while the run went on
+
+
 def test_the_playground_continues_a_run_in_error_in_place_with_the_message(api: ApiServer, page: Any) -> None:
     signed_in(page, f"{api.url}/ui/#/playground?agent=ui-researcher")
     pw.expect(page.locator("#pg-agent")).to_have_value("ui-researcher")

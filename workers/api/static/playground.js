@@ -5,16 +5,16 @@
 // session, and the page says so; a run in ERROR takes the message in place, under its own id.
 // #/playground?agent=NAME picks the agent; ?run=RUN_ID goes on from that run. The model's text,
 // tool names, arguments and results are untrusted: written as text only. Loaded before app.js,
-// whose helpers (el, api, badge, runLink, readEvents, flash) it calls once the page routes here.
+// whose helpers (el, api, badge, runLink, readEvents, flash) and constants (FINAL, RUN_POLL_MS)
+// it uses once the page routes here.
 "use strict";
-
-const STOPPED = new Set(["COMPLETED", "ERROR", "CANCELLED", "PAUSED"]);
 
 function playgroundView(params) {
   const main = document.getElementById("main");
   document.body.dataset.view = "playground";
   let stopped = false;
   let stream = null;
+  let again = null; // the timer that follows the run again after its stream gave up
   let run = null; // the run the conversation is at: {run_id, session_id, status}
   let turn = null; // the nodes of the turn being written
   let last = "0-0-0-0"; // the last event id read of `run`
@@ -44,7 +44,7 @@ function playgroundView(params) {
     state.replaceChildren(badge(next.status), " ", el("span", { text: next.agent_name }), " · run ", runLink(next.run_id),
       el("span", { class: "muted" }, " · session ", el("a", { href: `#/sessions/${encodeURIComponent(next.session_id)}`, class: "mono", id: "pg-session-link", text: next.session_id })),
       " · ", el("a", { href: `#/runs/${encodeURIComponent(next.run_id)}/time`, text: "time axis" }));
-    const going = !STOPPED.has(next.status);
+    const going = !FINAL.has(next.status);
     agent.disabled = true;
     session.disabled = true;
     session.value = next.session_id;
@@ -109,6 +109,7 @@ function playgroundView(params) {
   function follow(after) {
     last = after;
     if (stream) stream.abort();
+    if (again) { clearTimeout(again); again = null; }
     setLive("Live", true);
     const id = run.run_id;
     stream = readEvents(id, after, onEvent, async () => {
@@ -118,7 +119,10 @@ function playgroundView(params) {
         const now = await api(`runs/${encodeURIComponent(id)}`);
         if (stopped) return;
         setRun(now);
-        if (!STOPPED.has(now.status)) { follow(last); return; } // the stream gave up early: read on
+        if (!FINAL.has(now.status)) { // the stream gave up early (an error answered): read on, later
+          again = setTimeout(() => { again = null; if (!stopped) follow(last); }, RUN_POLL_MS);
+          return;
+        }
         if (now.status === "COMPLETED" && turn && !turn.answer.querySelector(".final")) { // its end not streamed
           turn.live.remove();
           turn.answer.append(el("pre", { class: "final", text: typeof now.content === "string" ? now.content : JSON.stringify(now.content) }));
@@ -182,7 +186,7 @@ function playgroundView(params) {
         replay(from);
         setRun(from);
         say(`Going on from run ${from.run_id}: what you send next continues it.`, false);
-        if (!STOPPED.has(from.status)) follow(lastEventId(from));
+        if (!FINAL.has(from.status)) follow(lastEventId(from));
       }
       document.body.dataset.state = "ready";
     } catch (error) {
@@ -191,7 +195,7 @@ function playgroundView(params) {
   }
 
   load();
-  return { stop() { stopped = true; if (stream) stream.abort(); } };
+  return { stop() { stopped = true; if (stream) stream.abort(); if (again) clearTimeout(again); } };
 }
 
 // The id after which a run's events are those of the messages after its first `stored + more`
