@@ -2,7 +2,8 @@
 // start a run (POST /runs, streamed), watch its events arrive (GET /runs/{id}/events: its text as
 // it is written, its tool calls, its end), then go on with another message (POST
 // /runs/{id}/continue with input). A COMPLETED run is continued as a new run, a fork in the same
-// session, and the page says so; a run in ERROR takes the message in place, under its own id.
+// session, and the page says so; a run in ERROR takes the message in place, under its own id, or
+// goes on without one (Continue: the tool calls it still owes refuse a message until they ran).
 // #/playground?agent=NAME picks the agent; ?run=RUN_ID goes on from that run. The model's text,
 // tool names, arguments and results are untrusted: written as text only. Loaded before app.js,
 // whose helpers (el, api, badge, runLink, readEvents, flash) and constants (FINAL, RUN_POLL_MS)
@@ -23,6 +24,8 @@ function playgroundView(params) {
   const streamed = el("input", { type: "checkbox", id: "pg-stream", checked: true });
   const message = el("textarea", { id: "pg-message", rows: 3, placeholder: "a message to the agent" });
   const send = el("button", { type: "submit", id: "pg-send", text: "Start a run" });
+  const resume = el("button", { type: "button", id: "pg-continue", class: "ghost", text: "Continue", hidden: true,
+    title: "Go on from where the run stopped, without a message: the tool calls it still owes first", onclick: () => resumeRun() });
   const fresh = el("button", { type: "button", id: "pg-new", class: "ghost", text: "New conversation", onclick: () => {
     const target = `#/playground?agent=${encodeURIComponent(agent.value)}`;
     if (location.hash === target) route(); else location.hash = target; // a new view either way
@@ -30,7 +33,7 @@ function playgroundView(params) {
   const state = el("div", { id: "pg-state", class: "pg-state" });
   const note = el("div", { id: "pg-note", class: "note", hidden: true });
   const transcript = el("div", { id: "pg-transcript", class: "pg-transcript" });
-  const form = el("form", { class: "pg-composer panel", id: "pg-form" }, message, el("div", { class: "pg-send" }, send, fresh));
+  const form = el("form", { class: "pg-composer panel", id: "pg-form" }, message, el("div", { class: "pg-send" }, send, resume, fresh));
   main.replaceChildren(el("h1", { text: "Playground" }),
     el("div", { class: "filters panel" }, el("label", {}, "Agent", agent), el("label", {}, "Session", session),
       el("label", { class: "check" }, streamed, "stream its text")),
@@ -50,6 +53,8 @@ function playgroundView(params) {
     session.value = next.session_id;
     send.textContent = "Send";
     send.disabled = going || next.status === "CANCELLED";
+    resume.hidden = next.status !== "ERROR"; // a run in ERROR that owes tool calls takes no message first
+    resume.disabled = false;
     if (next.status === "PAUSED") say(`The run is PAUSED: it waits for a person. Decide its calls on its page (#/runs/${next.run_id}), then come back.`);
     if (next.status === "CANCELLED") say("The run was cancelled: start a new conversation.");
   }
@@ -144,7 +149,25 @@ function playgroundView(params) {
       message.value = "";
     } catch (error) {
       flash(`${run ? "Continue" : "Start"}: ${error.message}`);
+      if (run && run.status === "ERROR") say(`Not sent: ${error.message}`); // e.g. owed tool calls: use Continue
       send.disabled = false;
+    }
+  }
+
+  async function resumeRun() { // POST /runs/{id}/continue with no input: the run goes on in place
+    if (!run || run.status !== "ERROR" || resume.disabled) return;
+    const from = run;
+    resume.disabled = send.disabled = true;
+    say("");
+    try {
+      const next = await api(`runs/${encodeURIComponent(from.run_id)}/continue`, { method: "POST", body: "{}" });
+      say(`Continued in place without a message: the same run, ${next.run_id}, goes on from where it stopped.`, false);
+      if (turn && !turn.live.isConnected) turn.answer.append(turn.live = el("pre", { class: "live" }));
+      setRun(next);
+      follow(lastEventId(from)); // what it holds already is not read again
+    } catch (error) {
+      say(`Continue: ${error.message}`); // the API's refusal, as it said it
+      resume.disabled = send.disabled = false;
     }
   }
 
