@@ -40,6 +40,7 @@ from typing import Any
 
 from orchestrator.agent import AgentDefinition, find_agent, registered
 from orchestrator.forks import unforked
+from orchestrator.requirements import pause_type_of
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.store.catalog_rows import CatalogRow, Served
@@ -71,10 +72,12 @@ class ToolDefinition:
 
     @property
     def pause_type(self) -> str | None:
-        """What a call of it pauses for, by `Tool.pause_type`'s order (None: it runs)."""
-        flags = ("external_execution", "requires_user_input", "requires_confirmation")
-        kinds = ("external_execution", "user_input", "confirmation")
-        return next((kind for flag, kind in zip(flags, kinds, strict=True) if self.flags.get(flag)), None)
+        """What a call of it pauses for, as `Tool.pause_type` says (None: it runs)."""
+        return pause_type_of(
+            external_execution=bool(self.flags.get("external_execution")),
+            requires_user_input=bool(self.flags.get("requires_user_input")),
+            requires_confirmation=bool(self.flags.get("requires_confirmation")),
+        )
 
     @property
     def user_input_fields(self) -> list[str]:

@@ -26,6 +26,23 @@ from orchestrator.errors import ConfigurationError, DecisionKindError
 #: What a requirement asks of a person (Agno's `pause_type`), and Ratchet's budget pause.
 PauseType = Literal["confirmation", "user_input", "external_execution", "budget"]
 PAUSE_TYPES: tuple[PauseType, ...] = ("confirmation", "user_input", "external_execution", "budget")
+
+
+def pause_type_of(
+    *, external_execution: bool, requires_user_input: bool, requires_confirmation: bool
+) -> PauseType | None:
+    """What a call of a tool with these flags pauses for (None: it runs), by Agno's priority: an
+    external call, then a person's input, then a confirmation. A tool and its catalog entry both
+    answer with it."""
+    if external_execution:
+        return "external_execution"
+    if requires_user_input:
+        return "user_input"
+    if requires_confirmation:
+        return "confirmation"
+    return None
+
+
 #: What a requirement is: waiting for a person, decided (by a person or its deadline's policy),
 #: expired (its deadline ended the run: on_timeout "error" or "cancel"), or void (its run moved on
 #: without it: cancelled).
@@ -353,5 +370,6 @@ __all__ = [
     "active",
     "check",
     "needs_the_tool",
+    "pause_type_of",
     "timeout_decision",
 ]

@@ -123,6 +123,7 @@ def build(
     `current` has them): what a worker brings its own dispatcher to, or a test its own store."""
     with _lock:
         store = store if store is not None else open_store(settings)
+        tracing.stamp_log_records()  # every `ratchet.*` record has `trace_id`, even before a step
         if tracing.available():  # each run's span is emitted where its stop commits
             store.stops.observe(tracing.stopped)
         return Runtime(

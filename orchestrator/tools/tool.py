@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ConfigurationError, ToolArgumentsError
 from orchestrator.models.base import ToolSpec
-from orchestrator.requirements import PausePolicy, PauseType
+from orchestrator.requirements import PausePolicy, PauseType, pause_type_of
 from orchestrator.state import CallState
 from orchestrator.tools.loop import process_loop
 from orchestrator.tools.schema import docstring_parts, signature_model
@@ -151,15 +151,12 @@ class Tool:
 
     @property
     def pause_type(self) -> PauseType | None:
-        """What a call of it pauses for (None: it runs), by Agno's priority: an external call,
-        then a person's input, then a confirmation."""
-        if self.external_execution:
-            return "external_execution"
-        if self.requires_user_input:
-            return "user_input"
-        if self.requires_confirmation:
-            return "confirmation"
-        return None
+        """What a call of it pauses for (None: it runs), by `pause_type_of`'s priority."""
+        return pause_type_of(
+            external_execution=self.external_execution,
+            requires_user_input=self.requires_user_input,
+            requires_confirmation=self.requires_confirmation,
+        )
 
     def user_input_schema(self) -> list[dict[str, Any]]:
         """The fields a person fills in, as a requirement shows them: name, type, description."""

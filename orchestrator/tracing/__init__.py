@@ -21,7 +21,7 @@ pays one look at a module-level flag; the API is imported on first use, not with
 - **A span per tool call** (`execute_tool {tool}`) and **per model call** (`chat {model}`),
   children of their step's, with the attributes of OpenTelemetry's GenAI semantic conventions.
 - **Log records** of Ratchet's loggers carry the current span's `trace_id` and `span_id`
-  (`log_records.py`).
+  (`log_records.py`; both empty outside a span, from the process's first runtime on).
 
 What a span never holds: prompts, replies, tool arguments or results, and error messages (which
 may quote any of them, or a database's parameters); never a key. A run's error is on the run,
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from orchestrator.tracing.agent_span import stopped
 from orchestrator.tracing.log_records import current_ids
+from orchestrator.tracing.log_records import install as stamp_log_records
 from orchestrator.tracing.provider import active, available, flush, use_tracer_provider
 from orchestrator.tracing.step_spans import OFF, Current, Traced, model_call, publishing, step, tool_call
 from orchestrator.tracing.trace_context import derived, resumed, run_context, run_trace, starting
@@ -50,6 +51,7 @@ __all__ = [
     "resumed",
     "run_context",
     "run_trace",
+    "stamp_log_records",
     "starting",
     "step",
     "stopped",

@@ -3,8 +3,10 @@ span is current (a step's, a tool call's) carries `trace_id` and `span_id` (hex,
 writes them; empty outside any span), for a formatter to print (`%(trace_id)s`, a JSON formatter's
 fields) and for OpenTelemetry's own logging handler, which reads the current span itself.
 
-Set on Python's log record factory, the first time a process traces a step (records of other
-loggers are left as they are): each handler sees them, whichever its formatter.
+Set on Python's log record factory where a process composes Ratchet (`runtime.build`, the
+`ratchet` command, the Celery app) and again where it traces a step, so a record logged before
+any step (a boot line, the sweeper's) has both too; records of other loggers are left as they are.
+Each handler sees them, whichever its formatter.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ test_ui.py drives the run pages: `ratchet api` in a uvicorn subprocess with a st
 users' JWTs, a real worker running the steps. The agents page lists the catalog and opens an
 agent; the playground starts a run of the agent picked, shows its text as it streams and its tool
 calls, and goes on with a message (a COMPLETED run as a fork in the same session, an ERROR run in
-place); a run's time axis draws each step's wait in the queue, its call and each tool call from
+place) or, for a run in ERROR, without one (Continue); a stream that answers an error is followed
+again a poll interval later; a run's time axis draws each step's wait in the queue, its call and each tool call from
 the stored times, and a team's member runs; a session's page shows its runs as one conversation;
 two users each see only their own sessions and runs; markup a tool or the model wrote stays text."""
 
@@ -144,6 +145,25 @@ def test_the_playground_starts_a_run_streams_it_and_continues_it_with_a_message_
     pw.expect(page.locator("#pg-state a.mono").first).to_have_attribute("href", f"#/runs/{fork[0]['run_id']}")
 
 
+def test_the_playground_waits_before_following_again_a_run_whose_event_stream_answers_an_error(
+    api: ApiServer, page: Any
+) -> None:
+    answered: list[str] = []
+
+    def refuse(route: Any) -> None:  # a proxy that fails the stream while the run goes on
+        answered.append(route.request.url)
+        route.fulfill(status=503, body="unavailable")
+
+    page.route("**/runs/*/events", refuse)
+    signed_in(page, f"{api.url}/ui/#/playground?agent=ui-chatter")
+    pw.expect(page.locator("#pg-agent")).to_have_value("ui-chatter")
+    page.fill("#pg-message", "hello")
+    page.click("#pg-send")
+    # The run's stop is read by the page's own poll, each a poll interval after a refused stream
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED", timeout=DEADLINE_MS)
+    assert 1 <= len(answered) <= 3, answered  # not a request loop while the run went on
+
+
 def test_the_playground_continues_a_run_in_error_in_place_with_the_message(api: ApiServer, page: Any) -> None:
     signed_in(page, f"{api.url}/ui/#/playground?agent=ui-researcher")
     pw.expect(page.locator("#pg-agent")).to_have_value("ui-researcher")
@@ -165,6 +185,25 @@ def test_the_playground_continues_a_run_in_error_in_place_with_the_message(api: 
     [resumed] = read(api, "/runs")["runs"]
     assert resumed["run_id"] == failed["run_id"] and resumed["status"] == "COMPLETED"
     assert read(api, f"/runs/{failed['run_id']}")["messages"][-2]["content"] == "try once more"
+
+
+def test_the_playground_continues_a_run_in_error_in_place_without_a_message(api: ApiServer, page: Any) -> None:
+    signed_in(page, f"{api.url}/ui/#/playground?agent=ui-researcher")
+    pw.expect(page.locator("#pg-agent")).to_have_value("ui-researcher")
+    pw.expect(page.locator("#pg-continue")).to_be_hidden()
+    page.fill("#pg-message", "how does celery retry?")
+    page.click("#pg-send")
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "ERROR")
+    [failed] = read(api, "/runs")["runs"]
+
+    page.click("#pg-continue")  # POST /runs/{id}/continue with {}: what a run owing tool calls needs
+    pw.expect(page.locator("#pg-note")).to_contain_text(f"without a message: the same run, {failed['run_id']}")
+    pw.expect(page.locator(".turn").nth(0).locator("pre.final")).to_contain_text("Researched:")
+    pw.expect(page.locator("body")).to_have_attribute("data-status", "COMPLETED")
+    pw.expect(page.locator("#pg-continue")).to_be_hidden()
+    pw.expect(page.locator(".turn")).to_have_count(1)  # no message: no turn of its own
+    done = read(api, f"/runs/{failed['run_id']}")
+    assert done["status"] == "COMPLETED" and [m["role"] for m in done["messages"]].count("user") == 1
 
 
 def bars(row: Any) -> dict[str, float]:

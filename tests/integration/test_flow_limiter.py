@@ -90,6 +90,16 @@ def test_a_released_place_goes_to_the_waiting_run_of_highest_priority_then_first
     assert limiter.release("c", 1) is None
 
 
+def test_a_released_step_keeps_the_run_s_stored_trace_context(limiter: Limiter) -> None:
+    traced = StepRef(
+        run_id="b", seq=3, kind="tools", trace_context="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    )
+    assert limiter.admit(run("a", limit=1)).admitted
+    assert not limiter.admit(run("b", limit=1)).admitted
+    assert limiter.wait_for_room("tenant-a", 1, traced) is False
+    assert limiter.release("a", 1) == traced  # published under the stored parent, not the derived trace
+
+
 def test_a_run_parked_when_a_place_came_free_meanwhile_takes_it_at_once(limiter: Limiter) -> None:
     assert limiter.admit(run("a", limit=1)).admitted
     assert not limiter.admit(run("b", limit=1)).admitted

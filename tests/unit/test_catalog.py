@@ -24,6 +24,7 @@ from orchestrator.catalog import (
     write_served,
 )
 from orchestrator.ports import StepRef
+from orchestrator.requirements import pause_type_of
 from orchestrator.testing import InMemoryDispatcher
 from tests.support import Clock, CountingModel
 
@@ -221,3 +222,25 @@ def test_a_producer_reads_the_catalog_once_in_a_while_not_on_every_start(inline:
     finally:
         del inline.store.catalog.latest
     assert reads == [agent.name]
+
+
+@pytest.mark.parametrize("external", [False, True])
+@pytest.mark.parametrize("user_input", [False, True])
+@pytest.mark.parametrize("confirmation", [False, True])
+def test_a_tool_and_its_catalog_entry_pause_for_the_same_thing_by_one_priority(
+    external: bool, user_input: bool, confirmation: bool
+) -> None:
+    @tool(external_execution=external, requires_user_input=user_input, requires_confirmation=confirmation)
+    def act(target: str) -> str:
+        """Act on a target."""
+        return target
+
+    agent = Agent(name=name("pauser"), model=CountingModel(), tools=[act])
+    expected = pause_type_of(
+        external_execution=external, requires_user_input=user_input, requires_confirmation=confirmation
+    )
+    assert expected == (
+        "external_execution" if external else "user_input" if user_input else "confirmation" if confirmation else None
+    )
+    (described,) = describe(agent).tools
+    assert act.pause_type == described.pause_type == expected

@@ -136,3 +136,28 @@ def test_each_continue_after_error_is_a_stretch_of_its_own_in_the_same_trace_und
     assert len({first.span_id, second.span_id, third.span_id}) == 3
     assert [(t.stretch, t.since) for t in (first, second, third)] == [(0, None), (1, 1700000000.25), (2, 1700000100.5)]
     assert tracing.run_trace(SimpleNamespace(run_id="r-1", trace_context=twice.trace_context)) == third  # type: ignore[arg-type]
+
+
+#: A fresh process that builds a runtime and logs a sweeper's line through a `%(trace_id)s`
+#: format before any step: the line the API, a producer or the worker's main process writes.
+LOG_SCRIPT = """
+import logging, os, sys
+if os.environ["MODE"] == "absent":
+    sys.modules["opentelemetry"] = None
+from orchestrator import runtime
+from orchestrator.settings import Settings
+handler = logging.StreamHandler(sys.stdout)
+handler.setFormatter(logging.Formatter("[%(trace_id)s|%(span_id)s] %(name)s %(message)s"))
+logging.getLogger("ratchet").addHandler(handler)
+runtime.build(Settings(database_url=os.environ["DB"], dispatcher="orchestrator.testing:InMemoryDispatcher"))
+logging.getLogger("ratchet.sweeper").warning("swept %d", 3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["absent", "unset"])
+def test_a_ratchet_record_logged_before_any_step_formats_with_empty_trace_fields(mode: str, tmp_path: Path) -> None:
+    env = {**os.environ, "MODE": mode, "PYTHONPATH": str(ROOT), "DB": f"sqlite:///{tmp_path / 'r.db'}"}
+    result = subprocess.run([sys.executable, "-c", LOG_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Logging error" not in result.stderr, result.stderr[-3000:]  # the format's KeyError, as logging reports it
+    assert result.stdout.splitlines() == ["[|] ratchet.sweeper swept 3"]

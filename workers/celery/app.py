@@ -68,6 +68,7 @@ class RatchetCelery(Celery):  # type: ignore[misc]  # Celery is untyped
 def create_app(settings: Settings | None = None) -> Celery:
     """A Celery app for these settings, with Ratchet's tasks registered on it."""
     settings = settings or Settings.from_env()
+    tracing.stamp_log_records()  # the worker's boot lines and its sweeper's carry `trace_id` too
     app = RatchetCelery("ratchet", broker=settings.broker_url, set_as_current=False)
     app.conf.update(celery_config(settings))
     app.ratchet_settings = settings

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from orchestrator import tracing
 from orchestrator.errors import ConfigurationError
 from orchestrator.settings import Settings
 from workers.api.serve import add_api_command
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()
         return SIGPIPE_EXIT
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    tracing.stamp_log_records()  # a format naming `%(trace_id)s` works from the first line on
     try:
         code = int(args.func(args) or 0)
     except BrokenPipeError:

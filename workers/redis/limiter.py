@@ -281,6 +281,7 @@ class RedisLimiter:
                 "queue": step.queue,
                 "priority": step.priority,
                 "routed": step.routed,
+                "trace_context": step.trace_context,  # published under the run's stored parent
             }
         )
         keys = [
@@ -402,4 +403,5 @@ def _step(fields: dict[str, Any]) -> StepRef:
         queue=fields.get("queue"),
         priority=fields.get("priority"),
         routed=bool(fields.get("routed", True)),
+        trace_context=fields.get("trace_context"),  # absent from a step parked before it was kept
     )

@@ -2,19 +2,20 @@
 // start a run (POST /runs, streamed), watch its events arrive (GET /runs/{id}/events: its text as
 // it is written, its tool calls, its end), then go on with another message (POST
 // /runs/{id}/continue with input). A COMPLETED run is continued as a new run, a fork in the same
-// session, and the page says so; a run in ERROR takes the message in place, under its own id.
+// session, and the page says so; a run in ERROR takes the message in place, under its own id, or
+// goes on without one (Continue: the tool calls it still owes refuse a message until they ran).
 // #/playground?agent=NAME picks the agent; ?run=RUN_ID goes on from that run. The model's text,
 // tool names, arguments and results are untrusted: written as text only. Loaded before app.js,
-// whose helpers (el, api, badge, runLink, readEvents, flash) it calls once the page routes here.
+// whose helpers (el, api, badge, runLink, readEvents, flash) and constants (FINAL, RUN_POLL_MS)
+// it uses once the page routes here.
 "use strict";
-
-const STOPPED = new Set(["COMPLETED", "ERROR", "CANCELLED", "PAUSED"]);
 
 function playgroundView(params) {
   const main = document.getElementById("main");
   document.body.dataset.view = "playground";
   let stopped = false;
   let stream = null;
+  let again = null; // the timer that follows the run again after its stream gave up
   let run = null; // the run the conversation is at: {run_id, session_id, status}
   let turn = null; // the nodes of the turn being written
   let last = "0-0-0-0"; // the last event id read of `run`
@@ -23,6 +24,8 @@ function playgroundView(params) {
   const streamed = el("input", { type: "checkbox", id: "pg-stream", checked: true });
   const message = el("textarea", { id: "pg-message", rows: 3, placeholder: "a message to the agent" });
   const send = el("button", { type: "submit", id: "pg-send", text: "Start a run" });
+  const resume = el("button", { type: "button", id: "pg-continue", class: "ghost", text: "Continue", hidden: true,
+    title: "Go on from where the run stopped, without a message: the tool calls it still owes first", onclick: () => resumeRun() });
   const fresh = el("button", { type: "button", id: "pg-new", class: "ghost", text: "New conversation", onclick: () => {
     const target = `#/playground?agent=${encodeURIComponent(agent.value)}`;
     if (location.hash === target) route(); else location.hash = target; // a new view either way
@@ -30,7 +33,7 @@ function playgroundView(params) {
   const state = el("div", { id: "pg-state", class: "pg-state" });
   const note = el("div", { id: "pg-note", class: "note", hidden: true });
   const transcript = el("div", { id: "pg-transcript", class: "pg-transcript" });
-  const form = el("form", { class: "pg-composer panel", id: "pg-form" }, message, el("div", { class: "pg-send" }, send, fresh));
+  const form = el("form", { class: "pg-composer panel", id: "pg-form" }, message, el("div", { class: "pg-send" }, send, resume, fresh));
   main.replaceChildren(el("h1", { text: "Playground" }),
     el("div", { class: "filters panel" }, el("label", {}, "Agent", agent), el("label", {}, "Session", session),
       el("label", { class: "check" }, streamed, "stream its text")),
@@ -44,12 +47,14 @@ function playgroundView(params) {
     state.replaceChildren(badge(next.status), " ", el("span", { text: next.agent_name }), " · run ", runLink(next.run_id),
       el("span", { class: "muted" }, " · session ", el("a", { href: `#/sessions/${encodeURIComponent(next.session_id)}`, class: "mono", id: "pg-session-link", text: next.session_id })),
       " · ", el("a", { href: `#/runs/${encodeURIComponent(next.run_id)}/time`, text: "time axis" }));
-    const going = !STOPPED.has(next.status);
+    const going = !FINAL.has(next.status);
     agent.disabled = true;
     session.disabled = true;
     session.value = next.session_id;
     send.textContent = "Send";
     send.disabled = going || next.status === "CANCELLED";
+    resume.hidden = next.status !== "ERROR"; // a run in ERROR that owes tool calls takes no message first
+    resume.disabled = false;
     if (next.status === "PAUSED") say(`The run is PAUSED: it waits for a person. Decide its calls on its page (#/runs/${next.run_id}), then come back.`);
     if (next.status === "CANCELLED") say("The run was cancelled: start a new conversation.");
   }
@@ -109,6 +114,7 @@ function playgroundView(params) {
   function follow(after) {
     last = after;
     if (stream) stream.abort();
+    if (again) { clearTimeout(again); again = null; }
     setLive("Live", true);
     const id = run.run_id;
     stream = readEvents(id, after, onEvent, async () => {
@@ -118,7 +124,10 @@ function playgroundView(params) {
         const now = await api(`runs/${encodeURIComponent(id)}`);
         if (stopped) return;
         setRun(now);
-        if (!STOPPED.has(now.status)) { follow(last); return; } // the stream gave up early: read on
+        if (!FINAL.has(now.status)) { // the stream gave up early (an error answered): read on, later
+          again = setTimeout(() => { again = null; if (!stopped) follow(last); }, RUN_POLL_MS);
+          return;
+        }
         if (now.status === "COMPLETED" && turn && !turn.answer.querySelector(".final")) { // its end not streamed
           turn.live.remove();
           turn.answer.append(el("pre", { class: "final", text: typeof now.content === "string" ? now.content : JSON.stringify(now.content) }));
@@ -140,7 +149,25 @@ function playgroundView(params) {
       message.value = "";
     } catch (error) {
       flash(`${run ? "Continue" : "Start"}: ${error.message}`);
+      if (run && run.status === "ERROR") say(`Not sent: ${error.message}`); // e.g. owed tool calls: use Continue
       send.disabled = false;
+    }
+  }
+
+  async function resumeRun() { // POST /runs/{id}/continue with no input: the run goes on in place
+    if (!run || run.status !== "ERROR" || resume.disabled) return;
+    const from = run;
+    resume.disabled = send.disabled = true;
+    say("");
+    try {
+      const next = await api(`runs/${encodeURIComponent(from.run_id)}/continue`, { method: "POST", body: "{}" });
+      say(`Continued in place without a message: the same run, ${next.run_id}, goes on from where it stopped.`, false);
+      if (turn && !turn.live.isConnected) turn.answer.append(turn.live = el("pre", { class: "live" }));
+      setRun(next);
+      follow(lastEventId(from)); // what it holds already is not read again
+    } catch (error) {
+      say(`Continue: ${error.message}`); // the API's refusal, as it said it
+      resume.disabled = send.disabled = false;
     }
   }
 
@@ -182,7 +209,7 @@ function playgroundView(params) {
         replay(from);
         setRun(from);
         say(`Going on from run ${from.run_id}: what you send next continues it.`, false);
-        if (!STOPPED.has(from.status)) follow(lastEventId(from));
+        if (!FINAL.has(from.status)) follow(lastEventId(from));
       }
       document.body.dataset.state = "ready";
     } catch (error) {
@@ -191,7 +218,7 @@ function playgroundView(params) {
   }
 
   load();
-  return { stop() { stopped = true; if (stream) stream.abort(); } };
+  return { stop() { stopped = true; if (stream) stream.abort(); if (again) clearTimeout(again); } };
 }
 
 // The id after which a run's events are those of the messages after its first `stored + more`
