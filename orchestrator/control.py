@@ -246,6 +246,12 @@ class RunControl:
             # since: a fork now would ask the model again for nothing), or it waits for more. A team
             # in ERROR (a member failed beside the paused one) is continued as well.
             return run_id
+        return self._resume(run_id, input, fork_key, timeout, accepted)
+
+    def _resume(
+        self, run_id: str, input: str | None, fork_key: str | None, timeout: float | None, accepted: dict[str, str]
+    ) -> str:
+        """The continue's guarded move, decided again on the run as it is each time it raced."""
         continuation = Continuation(
             self.store,
             self.settings,

@@ -291,9 +291,7 @@ def _logged(run: Any, decided: Any, moved: Any) -> Any:
     )
     both = logged_decision.union_all(logged_resume).subquery("e")
     columns = ["run_id", "at", "kind", "seq", "detail"]
-    logged = (
-        insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("l")
-    )
+    logged = insert(events).from_select(columns, select(*(both.c[c] for c in columns)).order_by(both.c.ord)).cte("l")
     return logged
 
 

@@ -337,21 +337,8 @@ class Store(reads.Reader):
             self.remember(committed, new_messages)
             return committed
         now = self.clock()
-        params: dict[str, Any] = dict(
-            b_run_id=claim.run_id,
-            b_epoch=claim.epoch,
-            b_owner=claim.record.lease_owner,
-            b_now=now,
-            b_status=transition((S.RUNNING,), status),
-            b_next=next_step,
-            b_count=len(new_messages),
-            b_publish_after=due_at(status, now, publish_grace=publish_grace),
-            b_content=content,
-            b_system=system_message,
-            b_started=claim.record.updated_at,
-            b_queued=claim.record.queued_at,
-            b_definition=claim.definition_hash,
-        )
+        params = _commit_params(claim, status, now, publish_grace, len(new_messages))
+        params.update(b_next=next_step, b_content=content, b_system=system_message)
         record = self._backend.commit(conn, params, new_messages, seq=claim.record.seq, final=status.is_final)
         if record is None:
             raise FencedError(
@@ -580,6 +567,22 @@ class Store(reads.Reader):
 
 _cache_lock = threading.Lock()
 _cache: dict[str, Store] = {}
+
+
+def _commit_params(claim: Claim, status: RunStatus, now: float, publish_grace: float, count: int) -> dict[str, Any]:
+    """What a step's commit binds of its claim and the move it makes (the rest: its contents)."""
+    return dict(
+        b_run_id=claim.run_id,
+        b_epoch=claim.epoch,
+        b_owner=claim.record.lease_owner,
+        b_now=now,
+        b_status=transition((S.RUNNING,), status),
+        b_count=count,
+        b_publish_after=due_at(status, now, publish_grace=publish_grace),
+        b_started=claim.record.updated_at,
+        b_queued=claim.record.queued_at,
+        b_definition=claim.definition_hash,
+    )
 
 
 def forget_stores() -> None:
