@@ -14,9 +14,6 @@ from tests.integration.test_api import ApiServer
 from tests.integration.test_ui import (  # noqa: F401  (the fixtures, as the run pages' tests make them)
     TOKEN,
     api,
-    chromium,
-    page,
-    playwright,
     settings,
     signed_in,
     start,
