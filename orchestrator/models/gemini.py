@@ -21,6 +21,7 @@ in `orchestrator.models.gemini_parts`; failures are classified in
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -44,6 +45,8 @@ from orchestrator.usage import Prices
 if TYPE_CHECKING:
     from google import genai
     from google.genai import types
+
+    from orchestrator.models.gemini_config import LeanConfig
 
 #: The SDK's own variable for the Gemini API's base URL, read when no `base_url` is given.
 BASE_URL_VAR = "GOOGLE_GEMINI_BASE_URL"
@@ -122,6 +125,8 @@ class Gemini(Model):
         )
         #: The thinking arguments that were set (the SDK's `ThinkingConfig`).
         self.thinking: dict[str, Any] = {k: v for k, v in thinking.items() if v is not None}
+        #: The settings the kept static config was built from (a copy), and that config.
+        self._static: tuple[tuple[Any, ...], LeanConfig] | None = None
 
     @property
     def timeout(self) -> float:
@@ -214,10 +219,14 @@ class Gemini(Model):
         shape and merges into the body it built, over its `contents` (one empty Content here). As the
         SDK's types, the SDK walks every Part field by field to build that same JSON: 80 ms of the
         worker's CPU per call, GIL held, for a transcript of 32 messages. The config's own fields
-        (sampling, thinking, the output schema) stay the SDK's types; its client, errors, timeouts
-        and streaming are the same either way. What the SDK still spends of the caller's CPU is
-        its walk of the config, one lookup per field it knows (bench/providers.py)."""
-        from google.genai import types
+        (sampling, thinking, the output schema) stay the SDK's types, validated once for the model's
+        settings (`orchestrator.models.gemini_config`, which says what the SDK's walk of them costs);
+        its client, errors, timeouts and streaming are the same either way.
+
+        The `contents` the SDK is given is one Content, no Part (the SDK walks each), and not in a
+        list: the SDK validates a list of Contents against each type its union of contents takes,
+        which costs as much of the caller's CPU as the rest of the request."""
+        from orchestrator.models.gemini_config import EMPTY_CONTENT, call_config
 
         system, wire = gemini_contents(messages)
         body: dict[str, Any] = {"contents": wire}
@@ -228,26 +237,30 @@ class Gemini(Model):
                 {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters} for t in tools
             ]
             body["tools"] = [{"functionDeclarations": declarations}]
-        fields: dict[str, Any] = {**self.request_params, **self.sampling}
-        if self.safety_settings is not None:
-            fields["safety_settings"] = self.safety_settings
-        if self.thinking:
-            fields["thinking_config"] = types.ThinkingConfig(**self.thinking)
-        if context.output is not None:
-            fields["response_mime_type"] = "application/json"
-            fields["response_json_schema"] = context.output.schema
-        headers = {**self.default_headers, **context.headers()}
-        config = types.GenerateContentConfig(
-            **fields,
-            http_options=types.HttpOptions(headers=headers, extra_body=body),
-            # The tools are declarations for the engine to run, never Python functions for the SDK.
-            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-            should_return_http_response=raw or None,
+        config = call_config(
+            self._static_config(), headers=context.headers(), body=body, output=context.output, raw=raw
         )
-        # The `contents` the SDK is given, which the body's own replace: one Content, no Part (the SDK
-        # walks each), and not in a list: the SDK validates a list of Contents against each type its
-        # union of contents takes, which costs as much of the caller's CPU as the rest of the request.
-        return types.Content(role="user", parts=[]), config
+        return EMPTY_CONTENT, config
+
+    def _static_config(self) -> LeanConfig:
+        """The config's fields this model's settings give, built once and kept while the settings
+        stay equal to a copy taken when it was built (a setting changed, even inside a value,
+        builds it again; settings that cannot be copied build it at every call)."""
+        from orchestrator.models.gemini_config import static_config
+
+        settings = (self.request_params, self.sampling, self.safety_settings, self.thinking, self.default_headers)
+        kept = self._static
+        if kept is not None and kept[0] == settings:
+            return kept[1]
+        config = static_config(*settings)
+        try:
+            snapshot = copy.deepcopy(settings)
+        except Exception:  # an object in request_params that cannot be copied: nothing is kept
+            self._static = None
+        else:
+            # One tuple, swapped whole: a thread that reads it sees either the old pair or the new.
+            self._static = (snapshot, config)
+        return config
 
     def _key(self) -> str:
         try:
