@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
-from orchestrator.models._keys import key_problem
+from orchestrator.models._keys import call_key
 from orchestrator.models._spans import request_attributes
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
 from orchestrator.models.failures import read_guarded
 from orchestrator.models.gemini_failures import KEY_VARS, guarded
 from orchestrator.models.gemini_parts import GeminiReader, gemini_contents, wire_reply
-from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_value
 from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class Gemini(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the SDK; failures raise a classified `ModelCallError`. With
         `context.on_delta` the reply is streamed, each piece of its text handed over as it arrives."""
-        api_key = self._key()
+        api_key = call_key(self.describe(), self._api_key, KEY_VARS)
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = self._client(api_key, timeout)
         streamed = context.on_delta is not None
@@ -261,28 +261,6 @@ class Gemini(Model):
             # One tuple, swapped whole: a thread that reads it sees either the old pair or the new.
             self._static = (snapshot, config)
         return config
-
-    def _key(self) -> str:
-        try:
-            api_key = self._api_key or next((k for k in map(env_secret, KEY_VARS) if k), None)
-        except ConfigurationError as exc:  # a ..._FILE unreadable, or both a variable and its file set
-            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
-        if not api_key:
-            raise ModelCallError(
-                f"{self.describe()}: no API key: set {KEY_VARS[0]} (or {KEY_VARS[1]}; or {KEY_VARS[0]}_FILE, a file "
-                "holding it) in the environment of the workers (it is read at each call, so no restart is needed)",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        if (problem := key_problem(api_key)) is not None:
-            where = "the API key passed as api_key=" if self._api_key else f"the API key in {' or '.join(KEY_VARS)}"
-            raise ModelCallError(
-                f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: set it again, "
-                "exactly as issued",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        return api_key
 
     def _client(self, api_key: str, timeout: float) -> genai.Client:
         return client_for(self.resolved_base_url(), self.api_version, api_key, timeout)
