@@ -22,17 +22,15 @@ in `orchestrator.models.gemini_parts`; failures are classified in
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
+from orchestrator.models._clients import ClientCache
 from orchestrator.models._keys import call_key
 from orchestrator.models._spans import request_attributes
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
@@ -55,9 +53,7 @@ EXTRA = "ratchet-agents[gemini]"
 
 #: How many times one reply stopped at the per-request token limit is resumed (the SDK sets none).
 MAX_CONTINUATIONS = 32
-_MAX_CLIENTS = 16
-_clients: dict[tuple[Any, ...], genai.Client] = {}
-_clients_lock = threading.Lock()
+_clients: ClientCache[genai.Client] = ClientCache()
 
 
 class Gemini(Model):
@@ -283,27 +279,20 @@ def _sdk_installed() -> bool:
 
 def client_for(base_url: str, api_version: str | None, api_key: str, timeout: float) -> genai.Client:
     """A cached `genai.Client` for these settings in this process; `timeout` bounds a whole call."""
-    import httpx2
-    from google import genai
-    from google.genai import types
 
-    from orchestrator.models._deadline import deadline_hooks
+    def build() -> genai.Client:
+        import httpx2
+        from google import genai
+        from google.genai import types
 
-    # The pid keeps a forked worker from reusing its parent's pool; the key is hashed so the
-    # cache's keys are not one more copy of it.
-    key = (os.getpid(), base_url, api_version, hashlib.sha256(api_key.encode()).hexdigest(), timeout)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            options = types.HttpOptions(
-                base_url=base_url,
-                api_version=api_version,
-                timeout=max(1, round(timeout * 1000)),  # milliseconds
-                httpx_client=httpx2.Client(timeout=timeout, event_hooks=deadline_hooks()),
-            )
-            client = genai.Client(api_key=api_key, vertexai=False, http_options=options)
-            if len(_clients) >= _MAX_CLIENTS:
-                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
-                _clients.pop(next(iter(_clients)))
-            _clients[key] = client
-        return client
+        from orchestrator.models._deadline import deadline_hooks
+
+        options = types.HttpOptions(
+            base_url=base_url,
+            api_version=api_version,
+            timeout=max(1, round(timeout * 1000)),  # milliseconds
+            httpx_client=httpx2.Client(timeout=timeout, event_hooks=deadline_hooks()),
+        )
+        return genai.Client(api_key=api_key, vertexai=False, http_options=options)
+
+    return _clients.get(api_key, (base_url, api_version, timeout), build)
