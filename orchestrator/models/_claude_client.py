@@ -30,9 +30,7 @@ from orchestrator.models.failures import (
     injected,
     is_call_error,
     is_context_length_error,
-    malformed,
-    parse_retry_after,
-    retryable_status,
+    sdk_error,
     stream_error,
     translate_call_error,
 )
@@ -42,7 +40,6 @@ if TYPE_CHECKING:
 
 #: Where `Claude` reads the API key when none is passed, at each call.
 API_KEY_VAR = "ANTHROPIC_API_KEY"
-_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
 _OVERFLOW_HINTS = ("prompt is too long", "exceed context limit")
 #: Anthropic's error types that mean "too many requests", as the kinds of their statuses (529, 429).
 _STREAM_KINDS = {"overloaded_error": "OverloadedError", "rate_limit_error": "RateLimitError"}
@@ -126,32 +123,14 @@ def _translate(
 ) -> ModelCallError:
     import anthropic
 
-    kind = type(exc).__name__
-    where = model.describe()
     if isinstance(exc, anthropic.APIStatusError):
         detail = redact(str(exc.api_message or exc.message), api_key)
-    else:
-        detail = redact(str(getattr(exc, "message", None) or exc), api_key)
-    if isinstance(exc, anthropic.APIResponseValidationError):
-        return malformed(model, detail)
-    if isinstance(exc, anthropic.APITimeoutError) and timeout is not None:
-        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
-        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status < 400:
+        if exc.status_code < 400:
             # An `error` event in a stream that had started (its response is the stream's 200).
             return _stream_error(model, exc.type, detail)
-        hint = f" (check {API_KEY_VAR} in the environment of the workers)" if status in (401, 403) else ""
-        overflow = status == 400 and is_context_overflow(detail)
-        return ModelCallError(
-            f"{where}: {kind} (HTTP {status}){hint}: {detail}",
-            retryable=retryable_status(status) and not overflow,
-            status_code=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            kind=kind,
-            context_overflow=overflow,
-        )
-    return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
+    else:
+        detail = redact(str(getattr(exc, "message", None) or exc), api_key)
+    overflow = isinstance(exc, anthropic.APIStatusError) and exc.status_code == 400 and is_context_overflow(detail)
+    return sdk_error(
+        exc, anthropic, model=model, detail=detail, timeout=timeout, key_var=API_KEY_VAR, overflow=overflow
+    )
