@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.settings import env_secret
+
+if TYPE_CHECKING:
+    from orchestrator.models.base import Model
 
 #: Where the adapters read the API key when none is passed, at each call.
 API_KEY_VAR = "OPENAI_API_KEY"
@@ -85,21 +89,21 @@ def key_problem(api_key: str) -> str | None:
     return "a control character"
 
 
-def call_key(who: str, passed: str | None, variables: Sequence[str]) -> str:
-    """The API key of one call to the model `who` (its `describe()`): `passed`, else the first of
+def call_key(model: Model, passed: str | None, variables: Sequence[str]) -> str:
+    """The API key of one call to `model`: `passed`, else the first of
     `variables` that is set (each may be given as a file, `..._FILE`), read now, so a key changed
     on the workers is used without a restart. A final `AuthenticationError` instead when there
     is none, its file cannot be read, or it cannot go in a header; its text never quotes the key."""
     try:
         source, api_key = (None, passed) if passed else _from_env(variables)
     except ConfigurationError as exc:  # a ..._FILE unreadable, or both a variable and its file set
-        raise ModelCallError(f"{who}: {exc}", retryable=False, kind="AuthenticationError") from None
+        raise ModelCallError(f"{model.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
     if not api_key:
         first, *others = variables
         also = "".join(f"{other}; or " for other in others)
         raise ModelCallError(
-            f"{who}: no API key: set {first} (or {also}{first}_FILE, a file holding it) in the environment of "
-            "the workers (it is read at each call, so no restart is needed)",
+            f"{model.describe()}: no API key: set {first} (or {also}{first}_FILE, a file holding it) in the "
+            "environment of the workers (it is read at each call, so no restart is needed)",
             retryable=False,
             kind="AuthenticationError",
         )
@@ -110,7 +114,7 @@ def call_key(who: str, passed: str | None, variables: Sequence[str]) -> str:
             where = f"the API key in {source}"
             fix = f"set {source} again, exactly as issued, in the environment of the workers"
         raise ModelCallError(
-            f"{who}: {where} has {problem}; a key is printable ASCII without spaces: {fix}",
+            f"{model.describe()}: {where} has {problem}; a key is printable ASCII without spaces: {fix}",
             retryable=False,
             kind="AuthenticationError",
         )

@@ -97,7 +97,7 @@ class OpenAIModel(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.
         With `context.on_delta` the reply is streamed (`orchestrator.models._streaming`)."""
-        api_key = call_key(self.describe(), self._api_key, (API_KEY_VAR,))
+        api_key = call_key(self, self._api_key, (API_KEY_VAR,))
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params, options = self.request(messages, tools, context)

@@ -138,7 +138,7 @@ class Claude(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.
         With `context.on_delta` the reply is streamed, read from the stream's events."""
-        api_key = call_key(self.describe(), self._api_key, (API_KEY_VAR,))
+        api_key = call_key(self, self._api_key, (API_KEY_VAR,))
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         if sdk_missing():
             raise ModelCallError(f"{self.describe()}: the anthropic package is not installed: pip install '{EXTRA}'")

@@ -143,7 +143,7 @@ class Gemini(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the SDK; failures raise a classified `ModelCallError`. With
         `context.on_delta` the reply is streamed, each piece of its text handed over as it arrives."""
-        api_key = call_key(self.describe(), self._api_key, KEY_VARS)
+        api_key = call_key(self, self._api_key, KEY_VARS)
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = self._client(api_key, timeout)
         streamed = context.on_delta is not None

@@ -9,6 +9,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from orchestrator.errors import ModelCallError
+from orchestrator.models import OpenAIChat
 from orchestrator.models._keys import call_key, key_problem, redact
 
 KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5q/r+s=t"
@@ -138,15 +139,15 @@ def test_a_printable_ascii_key_has_no_problem() -> None:
     assert key_problem(KEY) is None
 
 
-WHO = "Gemini(id='g')"
+MODEL = OpenAIChat("gpt-test", api_key="unused")
 VARIABLES = ("RATCHET_TEST_KEY_A", "RATCHET_TEST_KEY_B")
 
 
 def refused(passed: str | None = None) -> ModelCallError:
     with pytest.raises(ModelCallError) as caught:
-        call_key(WHO, passed, VARIABLES)
+        call_key(MODEL, passed, VARIABLES)
     assert (caught.value.retryable, caught.value.kind) == (False, "AuthenticationError")
-    assert str(caught.value).startswith(f"{WHO}: ")
+    assert str(caught.value).startswith(f"{MODEL.describe()}: ")
     return caught.value
 
 
@@ -157,13 +158,13 @@ def test_a_call_s_key_is_the_one_passed_else_the_first_variable_set_read_at_each
         monkeypatch.delenv(variable, raising=False)
         monkeypatch.delenv(f"{variable}_FILE", raising=False)
     monkeypatch.setenv("RATCHET_TEST_KEY_B", "key-b")
-    assert call_key(WHO, None, VARIABLES) == "key-b"
+    assert call_key(MODEL, None, VARIABLES) == "key-b"
     monkeypatch.setenv("RATCHET_TEST_KEY_A", "key-a")
-    assert call_key(WHO, None, VARIABLES) == "key-a"
+    assert call_key(MODEL, None, VARIABLES) == "key-a"
     # The first one set wins, and the others are not read: a broken later one does not matter.
     monkeypatch.setenv("RATCHET_TEST_KEY_B_FILE", "/nonexistent/key")
-    assert call_key(WHO, None, VARIABLES) == "key-a"
-    assert call_key(WHO, "passed", VARIABLES) == "passed"
+    assert call_key(MODEL, None, VARIABLES) == "key-a"
+    assert call_key(MODEL, "passed", VARIABLES) == "passed"
 
 
 def test_no_key_says_every_variable_and_the_file_it_may_be_given_as(monkeypatch: pytest.MonkeyPatch) -> None:
