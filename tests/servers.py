@@ -1,14 +1,19 @@
-"""Servers a test runs for itself: a free port, and a private redis-server (which the test may
-restart, watch with MONITOR and PSUBSCRIBE, and which leaves nothing behind when killed)."""
+"""Servers a test runs for itself: a free port, a private redis-server (which the test may
+restart, watch with MONITOR and PSUBSCRIBE, and which leaves nothing behind when killed), and the
+session's scripted model server made fresh for one test (`fresh_server`)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pytest
 import redis
 
+from orchestrator.testing.script import ScriptConfig
+from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
 
 
@@ -63,3 +68,23 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+def fresh_server(
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    config: ScriptConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    unset: Iterable[str] = (),
+) -> ScriptedServer:
+    """`server` (the session's, `scripted_server`) for one test: `config` its script, its request
+    log and fault budgets cleared, held calls let go; and for this test only, the variables an
+    adapter reads set (`env`) or removed (`unset`)."""
+    for name in unset:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    server.configure(config)
+    server.reset()
+    return server

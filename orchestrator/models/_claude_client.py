@@ -1,8 +1,7 @@
 """The anthropic clients of a process, and how a call through one fails, classified.
 
-Clients are cached per process and per (base URL, key, timeout, retries), as the openai ones are
-(`orchestrator.models._clients`): the pid keeps a forked worker off its parent's connection pool,
-and the key is hashed so the cache's keys are not one more copy of it. Each client's timeout bounds
+Clients are cached per process and per (base URL, key, timeout, retries) in the cache the openai
+ones have (`orchestrator.models._clients.ClientCache`). Each client's timeout bounds
 a whole call (`orchestrator.models._deadline`, on anthropic's own default httpx client). The SDK's
 own OpenTelemetry spans are off: Ratchet makes the model call's span (`orchestrator.tracing`).
 
@@ -21,21 +20,17 @@ wraps as a connection error, propagates as it is.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import ModelCallError
+from orchestrator.models._clients import ClientCache
 from orchestrator.models._keys import redact
 from orchestrator.models.base import Model
 from orchestrator.models.failures import (
     injected,
     is_call_error,
     is_context_length_error,
-    malformed,
-    parse_retry_after,
-    retryable_status,
+    sdk_error,
     stream_error,
     translate_call_error,
 )
@@ -45,39 +40,30 @@ if TYPE_CHECKING:
 
 #: Where `Claude` reads the API key when none is passed, at each call.
 API_KEY_VAR = "ANTHROPIC_API_KEY"
-_TIMEOUT_VAR = "RATCHET_MODEL_TIMEOUT"
-_MAX_CLIENTS = 16
 _OVERFLOW_HINTS = ("prompt is too long", "exceed context limit")
 #: Anthropic's error types that mean "too many requests", as the kinds of their statuses (529, 429).
 _STREAM_KINDS = {"overloaded_error": "OverloadedError", "rate_limit_error": "RateLimitError"}
-_clients: dict[tuple[Any, ...], anthropic.Anthropic] = {}
-_clients_lock = threading.Lock()
+_clients: ClientCache[anthropic.Anthropic] = ClientCache()
 
 
 def claude_client(base_url: str, api_key: str, timeout: float, max_retries: int) -> anthropic.Anthropic:
     """A cached `anthropic.Anthropic` for these settings in this process; `timeout` bounds a whole call."""
-    import anthropic
 
-    from orchestrator.models._deadline import deadline_client
+    def build() -> anthropic.Anthropic:
+        import anthropic
 
-    digest = hashlib.sha256(api_key.encode()).hexdigest()
-    key = (os.getpid(), base_url, digest, timeout, max_retries)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = anthropic.Anthropic(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                open_telemetry=False,
-                http_client=deadline_client(timeout, anthropic.DefaultHttpxClient),
-            )
-            if len(_clients) >= _MAX_CLIENTS:
-                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
-                _clients.pop(next(iter(_clients)))
-            _clients[key] = client
-        return client
+        from orchestrator.models._deadline import deadline_client
+
+        return anthropic.Anthropic(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            open_telemetry=False,
+            http_client=deadline_client(timeout, anthropic.DefaultHttpxClient),
+        )
+
+    return _clients.get(api_key, (base_url, timeout, max_retries), build)
 
 
 def claude_failure(exc: Exception, *, model: Model, api_key: str | None, timeout: float | None) -> BaseException | None:
@@ -137,32 +123,14 @@ def _translate(
 ) -> ModelCallError:
     import anthropic
 
-    kind = type(exc).__name__
-    where = model.describe()
     if isinstance(exc, anthropic.APIStatusError):
         detail = redact(str(exc.api_message or exc.message), api_key)
-    else:
-        detail = redact(str(getattr(exc, "message", None) or exc), api_key)
-    if isinstance(exc, anthropic.APIResponseValidationError):
-        return malformed(model, detail)
-    if isinstance(exc, anthropic.APITimeoutError) and timeout is not None:
-        limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
-        return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status < 400:
+        if exc.status_code < 400:
             # An `error` event in a stream that had started (its response is the stream's 200).
             return _stream_error(model, exc.type, detail)
-        hint = f" (check {API_KEY_VAR} in the environment of the workers)" if status in (401, 403) else ""
-        overflow = status == 400 and is_context_overflow(detail)
-        return ModelCallError(
-            f"{where}: {kind} (HTTP {status}){hint}: {detail}",
-            retryable=retryable_status(status) and not overflow,
-            status_code=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            kind=kind,
-            context_overflow=overflow,
-        )
-    return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
+    else:
+        detail = redact(str(getattr(exc, "message", None) or exc), api_key)
+    overflow = isinstance(exc, anthropic.APIStatusError) and exc.status_code == 400 and is_context_overflow(detail)
+    return sdk_error(
+        exc, anthropic, model=model, detail=detail, timeout=timeout, key_var=API_KEY_VAR, overflow=overflow
+    )

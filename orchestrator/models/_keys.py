@@ -1,9 +1,18 @@
-"""The API key: what makes one unusable, and how it is kept out of every text Ratchet writes."""
+"""The API key: read for a call and checked, what makes one unusable, and how it is kept out of
+every text Ratchet writes."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
+
+from orchestrator.errors import ConfigurationError, ModelCallError
+from orchestrator.settings import env_secret
+
+if TYPE_CHECKING:
+    from orchestrator.models.base import Model
 
 #: Where the adapters read the API key when none is passed, at each call.
 API_KEY_VAR = "OPENAI_API_KEY"
@@ -78,3 +87,43 @@ def key_problem(api_key: str) -> str | None:
     if not api_key.isascii():
         return "a character that is not ASCII (often a quote or a dash pasted from a document)"
     return "a control character"
+
+
+def call_key(model: Model, passed: str | None, variables: Sequence[str]) -> str:
+    """The API key of one call to `model`: `passed`, else the first of
+    `variables` that is set (each may be given as a file, `..._FILE`), read now, so a key changed
+    on the workers is used without a restart. A final `AuthenticationError` instead when there
+    is none, its file cannot be read, or it cannot go in a header; its text never quotes the key."""
+    try:
+        source, api_key = (None, passed) if passed else _from_env(variables)
+    except ConfigurationError as exc:  # a ..._FILE unreadable, or both a variable and its file set
+        raise ModelCallError(f"{model.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
+    if not api_key:
+        first, *others = variables
+        also = "".join(f"{other}; or " for other in others)
+        raise ModelCallError(
+            f"{model.describe()}: no API key: set {first} (or {also}{first}_FILE, a file holding it) in the "
+            "environment of the workers (it is read at each call, so no restart is needed)",
+            retryable=False,
+            kind="AuthenticationError",
+        )
+    if (problem := key_problem(api_key)) is not None:
+        if source is None:
+            where, fix = "the API key passed as api_key=", "pass the key exactly as issued"
+        else:
+            where = f"the API key in {source}"
+            fix = f"set {source} again, exactly as issued, in the environment of the workers"
+        raise ModelCallError(
+            f"{model.describe()}: {where} has {problem}; a key is printable ASCII without spaces: {fix}",
+            retryable=False,
+            kind="AuthenticationError",
+        )
+    return api_key
+
+
+def _from_env(variables: Sequence[str]) -> tuple[str | None, str | None]:
+    """The first of `variables` set and its key, read in order (a later one is not read at all)."""
+    for variable in variables:
+        if api_key := env_secret(variable):
+            return variable, api_key
+    return None, None

@@ -23,15 +23,14 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models._clients import client_for
-from orchestrator.models._keys import API_KEY_VAR, key_problem
+from orchestrator.models._keys import API_KEY_VAR, call_key
 from orchestrator.models._spans import request_attributes
 from orchestrator.models._streaming import StreamReader, stream_reply
 from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, RateLimit, ToolSpec
 from orchestrator.models.failures import guarded_call, read_guarded
-from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_value
 from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
@@ -98,19 +97,7 @@ class OpenAIModel(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.
         With `context.on_delta` the reply is streamed (`orchestrator.models._streaming`)."""
-        try:
-            api_key = self._api_key or env_secret(API_KEY_VAR)
-        except ConfigurationError as exc:  # OPENAI_API_KEY_FILE unreadable, or both set
-            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
-        if not api_key:
-            raise ModelCallError(
-                f"{self.describe()}: no API key: set {API_KEY_VAR} (or {API_KEY_VAR}_FILE, a file holding it) in the "
-                "environment of the workers (it is read at each call, so no restart is needed)",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        if (problem := key_problem(api_key)) is not None:
-            raise self._bad_key(problem)
+        api_key = call_key(self, self._api_key, (API_KEY_VAR,))
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = client_for(self.resolved_base_url(), api_key, timeout, self.max_retries, self.organization)
         params, options = self.request(messages, tools, context)
@@ -129,18 +116,6 @@ class OpenAIModel(Model):
             lambda: self.send(client, params, options), model=self, api_key=api_key, timeout=call_timeout
         )
         return read_guarded(self, api_key, self.read_reply, raw)
-
-    def _bad_key(self, problem: str) -> ModelCallError:
-        if self._api_key:
-            where, fix = "the API key passed as api_key=", "pass the key exactly as issued"
-        else:
-            where = f"the API key in {API_KEY_VAR}"
-            fix = f"set {API_KEY_VAR} again, exactly as issued, in the environment of the workers"
-        return ModelCallError(
-            f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: {fix}",
-            retryable=False,
-            kind="AuthenticationError",
-        )
 
     def request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext

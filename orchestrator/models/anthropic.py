@@ -39,12 +39,12 @@ from orchestrator.models._claude_blocks import (
     tools_param,
 )
 from orchestrator.models._claude_client import API_KEY_VAR, claude_client, claude_failure
-from orchestrator.models._keys import key_problem
+from orchestrator.models._keys import call_key
 from orchestrator.models._spans import request_attributes
 from orchestrator.models._streaming import stream_reply
 from orchestrator.models.base import CallContext, Model, ModelReply, OutputFormat, RateLimit, ToolSpec
 from orchestrator.models.failures import guarded_call, read_guarded
-from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_value
 from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class Claude(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the official client; failures raise a classified `ModelCallError`.
         With `context.on_delta` the reply is streamed, read from the stream's events."""
-        api_key = self._key()
+        api_key = call_key(self, self._api_key, (API_KEY_VAR,))
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         if sdk_missing():
             raise ModelCallError(f"{self.describe()}: the anthropic package is not installed: pip install '{EXTRA}'")
@@ -164,29 +164,6 @@ class Claude(Model):
             classify=claude_failure,
         )
         return read_guarded(self, api_key, read_message, self, raw)
-
-    def _key(self) -> str:
-        """The API key of this call, checked; a final error saying what to set when it is unusable."""
-        try:
-            api_key = self._api_key or env_secret(API_KEY_VAR)
-        except ConfigurationError as exc:  # ANTHROPIC_API_KEY_FILE unreadable, or both set
-            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
-        if not api_key:
-            raise ModelCallError(
-                f"{self.describe()}: no API key: set {API_KEY_VAR} (or {API_KEY_VAR}_FILE, a file holding it) in the "
-                "environment of the workers (it is read at each call, so no restart is needed)",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        if (problem := key_problem(api_key)) is not None:
-            where = "the API key passed as api_key=" if self._api_key else f"the API key in {API_KEY_VAR}"
-            raise ModelCallError(
-                f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: "
-                "set it again, exactly as issued",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        return api_key
 
     def request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], context: CallContext

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -145,33 +145,63 @@ def translate_error(
     """Classify an openai exception into a `ModelCallError` whose text holds no key."""
     import openai
 
-    kind = type(exc).__name__
     detail = redact(str(getattr(exc, "message", None) or exc), api_key)
+    overflow = is_context_length_error(getattr(exc, "code", None), detail)
+    return sdk_error(exc, openai, model=model, detail=detail, timeout=timeout, key_var=API_KEY_VAR, overflow=overflow)
+
+
+def sdk_error(
+    exc: Exception, sdk: Any, *, model: Model, detail: str, timeout: float | None, key_var: str, overflow: bool
+) -> ModelCallError:
+    """What an exception of the openai or the anthropic SDK (`sdk`, the module: both have the same
+    classes) becomes, `detail` its text without the key: a reply the SDK could not validate is
+    malformed; a timeout or a connection error retryable (the request may not have reached the
+    provider, or it was slow); an HTTP status as `status_error` says (`overflow`: the provider
+    said the conversation does not fit the model); anything else final."""
+    kind = type(exc).__name__
     where = model.describe()
-    if isinstance(exc, openai.APIResponseValidationError):
+    if isinstance(exc, sdk.APIResponseValidationError):
         return malformed(model, detail)
-    if isinstance(exc, openai.APITimeoutError) and timeout is not None:
+    if isinstance(exc, sdk.APITimeoutError) and timeout is not None:
         limit = f"no whole reply within {timeout:g}s, the limit of one call: the model's timeout=, else {_TIMEOUT_VAR}"
         return ModelCallError(f"{where}: {kind}: {detail} ({limit})", retryable=True, kind=kind)
-    if isinstance(exc, openai.APIConnectionError):
-        # Includes APITimeoutError: the request may not have reached the provider, or it was slow.
+    if isinstance(exc, sdk.APIConnectionError):  # APITimeoutError is one
         return ModelCallError(f"{where}: {kind}: {detail}", retryable=True, kind=kind)
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        overflow = is_context_length_error(exc.code, detail)
-        retryable = retryable_status(status) and not overflow
-        hint = ""
-        if status in (401, 403):
-            hint = f" (check {API_KEY_VAR} in the environment of the workers)"
-        return ModelCallError(
-            f"{where}: {kind} (HTTP {status}){hint}: {detail}",
-            retryable=retryable,
-            status_code=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            kind=kind,
-            context_overflow=overflow,
+    if isinstance(exc, sdk.APIStatusError):
+        retry_after = parse_retry_after(exc.response.headers)
+        return status_error(
+            model, kind, exc.status_code, detail, retry_after=retry_after, key_vars=(key_var,), overflow=overflow
         )
     return ModelCallError(f"{where}: {kind}: {detail}", retryable=False, kind=kind)
+
+
+def status_error(
+    model: Model,
+    kind: str,
+    status: int,
+    detail: str,
+    *,
+    retry_after: float | None,
+    key_vars: Sequence[str],
+    overflow: bool = False,
+    status_name: str = "",
+    bad_key: bool = False,
+) -> ModelCallError:
+    """The error for a reply with an HTTP error status, whatever the provider: retryable as
+    `retryable_status` says, unless the conversation does not fit the model (`overflow`: final
+    whatever its status); a 401, a 403 or another refusal of the key (`bad_key`) says which
+    variables to check; `status_name` is the provider's own name of the status, if it has one."""
+    hint = (
+        f" (check {' or '.join(key_vars)} in the environment of the workers)" if bad_key or status in (401, 403) else ""
+    )
+    return ModelCallError(
+        f"{model.describe()}: {kind} (HTTP {status}{f' {status_name}' if status_name else ''}){hint}: {detail}",
+        retryable=retryable_status(status) and not overflow,
+        status_code=status or None,
+        retry_after=retry_after,
+        kind=kind,
+        context_overflow=overflow,
+    )
 
 
 #: What a call that raised an exception raises instead (`call_failure` for openai's SDK).

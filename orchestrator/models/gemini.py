@@ -21,29 +21,30 @@ in `orchestrator.models.gemini_parts`; failures are classified in
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import importlib.util
 import json
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigurationError, ModelCallError
 from orchestrator.messages import Message
-from orchestrator.models._keys import key_problem
+from orchestrator.models._clients import ClientCache
+from orchestrator.models._keys import call_key
 from orchestrator.models._spans import request_attributes
 from orchestrator.models.base import CallContext, Model, ModelReply, RateLimit, ToolSpec
 from orchestrator.models.failures import read_guarded
 from orchestrator.models.gemini_failures import KEY_VARS, guarded
 from orchestrator.models.gemini_parts import GeminiReader, gemini_contents, wire_reply
-from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_secret, env_value
+from orchestrator.settings import DEFAULT_MODEL_TIMEOUT, env_value
 from orchestrator.usage import Prices
 
 if TYPE_CHECKING:
     from google import genai
     from google.genai import types
+
+    from orchestrator.models.gemini_config import LeanConfig
 
 #: The SDK's own variable for the Gemini API's base URL, read when no `base_url` is given.
 BASE_URL_VAR = "GOOGLE_GEMINI_BASE_URL"
@@ -52,9 +53,7 @@ EXTRA = "ratchet-agents[gemini]"
 
 #: How many times one reply stopped at the per-request token limit is resumed (the SDK sets none).
 MAX_CONTINUATIONS = 32
-_MAX_CLIENTS = 16
-_clients: dict[tuple[Any, ...], genai.Client] = {}
-_clients_lock = threading.Lock()
+_clients: ClientCache[genai.Client] = ClientCache()
 
 
 class Gemini(Model):
@@ -122,6 +121,8 @@ class Gemini(Model):
         )
         #: The thinking arguments that were set (the SDK's `ThinkingConfig`).
         self.thinking: dict[str, Any] = {k: v for k, v in thinking.items() if v is not None}
+        #: The settings the kept static config was built from (a copy), and that config.
+        self._static: tuple[tuple[Any, ...], LeanConfig] | None = None
 
     @property
     def timeout(self) -> float:
@@ -142,7 +143,7 @@ class Gemini(Model):
     def invoke(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *, context: CallContext) -> ModelReply:
         """Make one call through the SDK; failures raise a classified `ModelCallError`. With
         `context.on_delta` the reply is streamed, each piece of its text handed over as it arrives."""
-        api_key = self._key()
+        api_key = call_key(self, self._api_key, KEY_VARS)
         timeout = self._timeout or context.timeout or self.timeout  # the model's own, the worker's, the default
         client = self._client(api_key, timeout)
         streamed = context.on_delta is not None
@@ -214,10 +215,14 @@ class Gemini(Model):
         shape and merges into the body it built, over its `contents` (one empty Content here). As the
         SDK's types, the SDK walks every Part field by field to build that same JSON: 80 ms of the
         worker's CPU per call, GIL held, for a transcript of 32 messages. The config's own fields
-        (sampling, thinking, the output schema) stay the SDK's types; its client, errors, timeouts
-        and streaming are the same either way. What the SDK still spends of the caller's CPU is
-        its walk of the config, one lookup per field it knows (bench/providers.py)."""
-        from google.genai import types
+        (sampling, thinking, the output schema) stay the SDK's types, validated once for the model's
+        settings (`orchestrator.models.gemini_config`, which says what the SDK's walk of them costs);
+        its client, errors, timeouts and streaming are the same either way.
+
+        The `contents` the SDK is given is one Content, no Part (the SDK walks each), and not in a
+        list: the SDK validates a list of Contents against each type its union of contents takes,
+        which costs as much of the caller's CPU as the rest of the request."""
+        from orchestrator.models.gemini_config import EMPTY_CONTENT, call_config
 
         system, wire = gemini_contents(messages)
         body: dict[str, Any] = {"contents": wire}
@@ -228,48 +233,30 @@ class Gemini(Model):
                 {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters} for t in tools
             ]
             body["tools"] = [{"functionDeclarations": declarations}]
-        fields: dict[str, Any] = {**self.request_params, **self.sampling}
-        if self.safety_settings is not None:
-            fields["safety_settings"] = self.safety_settings
-        if self.thinking:
-            fields["thinking_config"] = types.ThinkingConfig(**self.thinking)
-        if context.output is not None:
-            fields["response_mime_type"] = "application/json"
-            fields["response_json_schema"] = context.output.schema
-        headers = {**self.default_headers, **context.headers()}
-        config = types.GenerateContentConfig(
-            **fields,
-            http_options=types.HttpOptions(headers=headers, extra_body=body),
-            # The tools are declarations for the engine to run, never Python functions for the SDK.
-            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-            should_return_http_response=raw or None,
+        config = call_config(
+            self._static_config(), headers=context.headers(), body=body, output=context.output, raw=raw
         )
-        # The `contents` the SDK is given, which the body's own replace: one Content, no Part (the SDK
-        # walks each), and not in a list: the SDK validates a list of Contents against each type its
-        # union of contents takes, which costs as much of the caller's CPU as the rest of the request.
-        return types.Content(role="user", parts=[]), config
+        return EMPTY_CONTENT, config
 
-    def _key(self) -> str:
+    def _static_config(self) -> LeanConfig:
+        """The config's fields this model's settings give, built once and kept while the settings
+        stay equal to a copy taken when it was built (a setting changed, even inside a value,
+        builds it again; settings that cannot be copied build it at every call)."""
+        from orchestrator.models.gemini_config import static_config
+
+        settings = (self.request_params, self.sampling, self.safety_settings, self.thinking, self.default_headers)
+        kept = self._static
+        if kept is not None and kept[0] == settings:
+            return kept[1]
+        config = static_config(*settings)
         try:
-            api_key = self._api_key or next((k for k in map(env_secret, KEY_VARS) if k), None)
-        except ConfigurationError as exc:  # a ..._FILE unreadable, or both a variable and its file set
-            raise ModelCallError(f"{self.describe()}: {exc}", retryable=False, kind="AuthenticationError") from None
-        if not api_key:
-            raise ModelCallError(
-                f"{self.describe()}: no API key: set {KEY_VARS[0]} (or {KEY_VARS[1]}; or {KEY_VARS[0]}_FILE, a file "
-                "holding it) in the environment of the workers (it is read at each call, so no restart is needed)",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        if (problem := key_problem(api_key)) is not None:
-            where = "the API key passed as api_key=" if self._api_key else f"the API key in {' or '.join(KEY_VARS)}"
-            raise ModelCallError(
-                f"{self.describe()}: {where} has {problem}; a key is printable ASCII without spaces: set it again, "
-                "exactly as issued",
-                retryable=False,
-                kind="AuthenticationError",
-            )
-        return api_key
+            snapshot = copy.deepcopy(settings)
+        except Exception:  # an object in request_params that cannot be copied: nothing is kept
+            self._static = None
+        else:
+            # One tuple, swapped whole: a thread that reads it sees either the old pair or the new.
+            self._static = (snapshot, config)
+        return config
 
     def _client(self, api_key: str, timeout: float) -> genai.Client:
         return client_for(self.resolved_base_url(), self.api_version, api_key, timeout)
@@ -292,27 +279,20 @@ def _sdk_installed() -> bool:
 
 def client_for(base_url: str, api_version: str | None, api_key: str, timeout: float) -> genai.Client:
     """A cached `genai.Client` for these settings in this process; `timeout` bounds a whole call."""
-    import httpx2
-    from google import genai
-    from google.genai import types
 
-    from orchestrator.models._deadline import deadline_hooks
+    def build() -> genai.Client:
+        import httpx2
+        from google import genai
+        from google.genai import types
 
-    # The pid keeps a forked worker from reusing its parent's pool; the key is hashed so the
-    # cache's keys are not one more copy of it.
-    key = (os.getpid(), base_url, api_version, hashlib.sha256(api_key.encode()).hexdigest(), timeout)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            options = types.HttpOptions(
-                base_url=base_url,
-                api_version=api_version,
-                timeout=max(1, round(timeout * 1000)),  # milliseconds
-                httpx_client=httpx2.Client(timeout=timeout, event_hooks=deadline_hooks()),
-            )
-            client = genai.Client(api_key=api_key, vertexai=False, http_options=options)
-            if len(_clients) >= _MAX_CLIENTS:
-                # Drop the oldest (rotated keys, old forks); a caller still holding it keeps working.
-                _clients.pop(next(iter(_clients)))
-            _clients[key] = client
-        return client
+        from orchestrator.models._deadline import deadline_hooks
+
+        options = types.HttpOptions(
+            base_url=base_url,
+            api_version=api_version,
+            timeout=max(1, round(timeout * 1000)),  # milliseconds
+            httpx_client=httpx2.Client(timeout=timeout, event_hooks=deadline_hooks()),
+        )
+        return genai.Client(api_key=api_key, vertexai=False, http_options=options)
+
+    return _clients.get(api_key, (base_url, api_version, timeout), build)

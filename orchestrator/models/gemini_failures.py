@@ -28,7 +28,7 @@ from orchestrator.models.failures import (
     kind_for_status,
     malformed,
     parse_retry_after,
-    retryable_status,
+    status_error,
     translate_call_error,
 )
 
@@ -65,7 +65,7 @@ def gemini_failure(exc: Exception, *, model: Model, api_key: str | None, timeout
     if isinstance(exc, ModelCallError):
         return exc
     if isinstance(exc, errors.APIError):
-        return status_error(exc, model=model, api_key=api_key)
+        return api_error(exc, model=model, api_key=api_key)
     kind = type(exc).__name__
     detail = redact(str(exc), api_key)[:300]
     if isinstance(exc, httpx2.TimeoutException):
@@ -88,22 +88,22 @@ def gemini_failure(exc: Exception, *, model: Model, api_key: str | None, timeout
     return translate_call_error(exc, model=model, api_key=api_key)
 
 
-def status_error(exc: Any, *, model: Model, api_key: str | None) -> ModelCallError:
+def api_error(exc: Any, *, model: Model, api_key: str | None) -> ModelCallError:
     """A `ModelCallError` for the SDK's `APIError` (an HTTP status and Google's error body)."""
     code = exc.code if isinstance(exc.code, int) else 0
     status = str(exc.status or "")
     detail = redact(str(exc.message or exc.details or exc), api_key)[:500]
     bad_key = code == 401 or "API_KEY_INVALID" in _reasons(exc.details)
-    kind = "AuthenticationError" if bad_key else kind_for_status(code)
-    hint = f" (check {' or '.join(KEY_VARS)} in the environment of the workers)" if bad_key or code == 403 else ""
-    overflow = _OVERFLOW_HINT in detail.lower() or is_context_length_error(status, detail)
-    return ModelCallError(
-        f"{model.describe()}: {kind} (HTTP {code}{f' {status}' if status else ''}){hint}: {detail}",
-        retryable=retryable_status(code) and not overflow,
-        status_code=code or None,
+    return status_error(
+        model,
+        "AuthenticationError" if bad_key else kind_for_status(code),
+        code,
+        detail,
         retry_after=retry_delay(exc),
-        kind=kind,
-        context_overflow=overflow,
+        key_vars=KEY_VARS,
+        overflow=_OVERFLOW_HINT in detail.lower() or is_context_length_error(status, detail),
+        status_name=status,
+        bad_key=bad_key,
     )
 
 

@@ -83,11 +83,7 @@ def gemini_conversation(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], 
     for content in body.get("contents") or []:
         parts = content.get("parts") or []
         if content.get("role") == "model":
-            calls = [
-                {"id": p["functionCall"].get("id") or f"fc_{i}", "name": p["functionCall"].get("name"),
-                 "arguments": json.dumps(p["functionCall"].get("args") or {})}
-                for i, p in enumerate(q for q in parts if "functionCall" in q)
-            ]  # fmt: skip
+            calls = _model_calls(parts)
             conversation.append({**_entry("assistant", _texts(parts)), "tool_calls": calls or None})
             continue
         answered = 0
@@ -102,11 +98,25 @@ def gemini_conversation(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], 
         if text is not None or not answered:
             conversation.append(_entry("user", text or ""))
     tools = [
-        {"name": d.get("name"), "description": d.get("description"),
-         "parameters": d.get("parametersJsonSchema") or d.get("parameters_json_schema") or d.get("parameters")}
-        for tool in body.get("tools") or [] for d in tool.get("functionDeclarations") or []
-    ]  # fmt: skip
+        {
+            "name": d.get("name"),
+            "description": d.get("description"),
+            "parameters": d.get("parametersJsonSchema") or d.get("parameters_json_schema") or d.get("parameters"),
+        }
+        for tool in body.get("tools") or []
+        for d in tool.get("functionDeclarations") or []
+    ]
     return conversation, tools
+
+
+def _model_calls(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A "model" Content's function calls as the script's tool calls, each given the id of its
+    place when Gemini gave it none."""
+    calls = [part["functionCall"] for part in parts if "functionCall" in part]
+    return [
+        {"id": call.get("id") or f"fc_{i}", "name": call.get("name"), "arguments": json.dumps(call.get("args") or {})}
+        for i, call in enumerate(calls)
+    ]
 
 
 def _answered(calls: list[dict[str, Any]], response: Mapping[str, Any], place: int) -> dict[str, Any] | None:
@@ -166,8 +176,10 @@ def response_body(model: str, reply: ScriptedReply, usage_fields: Mapping[str, A
     from google.genai import types
 
     parts = [types.Part(text=reply.content)] if reply.content is not None else []
-    parts += [types.Part(function_call=types.FunctionCall(name=name, args=json.loads(args) if _is_object(args) else {}))
-              for _, name, args in reply.tool_calls]  # fmt: skip
+    parts += [
+        types.Part(function_call=types.FunctionCall(name=name, args=json.loads(args) if _is_object(args) else {}))
+        for _, name, args in reply.tool_calls
+    ]
     return _chunk(model, parts, finish=True, usage=reply.usage, usage_fields=usage_fields, ident=_ident())
 
 
@@ -181,8 +193,9 @@ def stream_bodies(model: str, reply: ScriptedReply, usage_fields: Mapping[str, A
         return [_event(whole)]
     pieces = words(reply.content or "") or [""]
     events = [_event(_chunk(model, [types.Part(text=w)], finish=False, usage=None, ident=ident)) for w in pieces[:-1]]
-    last = _chunk(model, [types.Part(text=pieces[-1])], finish=True, usage=reply.usage, usage_fields=usage_fields,
-                  ident=ident)  # fmt: skip
+    last = _chunk(
+        model, [types.Part(text=pieces[-1])], finish=True, usage=reply.usage, usage_fields=usage_fields, ident=ident
+    )
     return [*events, _event(last)]
 
 
@@ -277,9 +290,15 @@ class GeminiExchange:
         key = conversation_key(run_id, conversation)
         api_key = handler.headers.get("x-goog-api-key") or _query_key(handler.path)
         decision = decide(
-            owner.config, owner.state, model=model, api_key=api_key, conversation=conversation, tools=tools,
-            conversation_key=key, stream=stream,
-        )  # fmt: skip
+            owner.config,
+            owner.state,
+            model=model,
+            api_key=api_key,
+            conversation=conversation,
+            tools=tools,
+            conversation_key=key,
+            stream=stream,
+        )
         owner.record(self._entry(body, decision, conversation, run_id, key, api_key))
         owner.holding.wait(model)
         if decision.delay_s > 0:

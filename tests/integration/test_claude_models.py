@@ -6,7 +6,6 @@ the seed's scenarios on a worker are in test_seed_scenarios.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from orchestrator.testing.anthropic_wire import anthropic_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.usage import Prices
+from tests.servers import fresh_server
 
 GOOD_KEY = "sk-ant-test-good-0123456789abcdef"
 BAD_KEY = "sk-ant-test-bad-0123456789abcdef"
@@ -36,20 +36,11 @@ SEARCH = ToolSpec(
 PROMPT = [Message(role="system", content="Be brief."), Message(role="user", content="find cats")]
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as running:
-        yield running
-
-
 @pytest.fixture
-def server(running_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
+def server(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
     """The shared server, reset, with the key and base URL of Claude in the environment."""
-    monkeypatch.setenv("ANTHROPIC_API_KEY", GOOD_KEY)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_base_url(running_server.url))
-    running_server.configure(ScriptConfig(reject_keys=[BAD_KEY]))
-    running_server.reset()
-    return running_server
+    env = {"ANTHROPIC_API_KEY": GOOD_KEY, "ANTHROPIC_BASE_URL": anthropic_base_url(scripted_server.url)}
+    return fresh_server(scripted_server, monkeypatch, ScriptConfig(reject_keys=[BAD_KEY]), env=env)
 
 
 def script(server: ScriptedServer, **fields: Any) -> None:

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from orchestrator.testing.gemini_wire import gemini_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.usage import Prices
+from tests.servers import fresh_server
 
 GOOD_KEY = "AIzaTest-good-0123456789abcdefghijkl"
 OTHER_KEY = "AIzaTest-other-0123456789abcdefghijk"
@@ -32,21 +32,11 @@ SEARCH = ToolSpec(
 )
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as running:
-        yield running
-
-
 @pytest.fixture
-def server(running_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
+def server(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
     """The shared server with a fresh script and log, and a good key in GOOGLE_API_KEY."""
-    monkeypatch.setenv("GOOGLE_API_KEY", GOOD_KEY)
-    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
-    monkeypatch.delenv("GOOGLE_GEMINI_BASE_URL", raising=False)
-    running_server.configure(ScriptConfig(reject_keys=[BAD_KEY]))
-    running_server.reset()
-    return running_server
+    env, unset = {"GOOGLE_API_KEY": GOOD_KEY}, ["GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL"]
+    return fresh_server(scripted_server, monkeypatch, ScriptConfig(reject_keys=[BAD_KEY]), env=env, unset=unset)
 
 
 def gemini(server: ScriptedServer, **options: Any) -> Gemini:

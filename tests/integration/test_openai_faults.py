@@ -26,6 +26,7 @@ from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
+from tests.servers import fresh_server
 
 GOOD_KEY = "sk-test-good-0123456789abcdef"
 SEARCH = ToolSpec(
@@ -39,19 +40,10 @@ class Interrupted(Exception):
     """What a task runner raises inside a call to stop it, as Celery's SoftTimeLimitExceeded does."""
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as running:
-        yield running
-
-
 @pytest.fixture
-def server(running_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
-    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    running_server.configure(ScriptConfig())
-    running_server.reset()
-    return running_server
+def server(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
+    env, unset = {"OPENAI_API_KEY": GOOD_KEY}, ["OPENAI_BASE_URL"]
+    return fresh_server(scripted_server, monkeypatch, ScriptConfig(), env=env, unset=unset)
 
 
 @pytest.fixture(params=[OpenAIChat, OpenAIResponses], ids=lambda cls: cls.__name__)

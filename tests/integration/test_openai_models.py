@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.testing.waiting import wait_until
+from tests.servers import fresh_server
 
 GOOD_KEY = "sk-test-good-0123456789abcdef"
 BAD_KEY = "sk-test-bad-0123456789abcdef"
@@ -34,20 +34,11 @@ SEARCH = ToolSpec(
 ADAPTERS = [OpenAIChat, OpenAIResponses]
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as running:
-        yield running
-
-
 @pytest.fixture
-def server(running_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
+def server(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
     """The shared server with a fresh script, log and fault budgets, and a good key in the environment."""
-    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    running_server.configure(ScriptConfig(reject_keys=[BAD_KEY]))
-    running_server.reset()
-    return running_server
+    env, unset = {"OPENAI_API_KEY": GOOD_KEY}, ["OPENAI_BASE_URL"]
+    return fresh_server(scripted_server, monkeypatch, ScriptConfig(reject_keys=[BAD_KEY]), env=env, unset=unset)
 
 
 @pytest.fixture(params=ADAPTERS, ids=lambda cls: cls.__name__)

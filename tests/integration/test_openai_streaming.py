@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -19,6 +19,7 @@ from orchestrator.models.openai_chat import OpenAIChat
 from orchestrator.models.openai_responses import OpenAIResponses
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
+from tests.servers import fresh_server
 
 GOOD_KEY = "sk-test-good-0123456789abcdef"
 SEARCH = ToolSpec(
@@ -31,19 +32,10 @@ LONG_ANSWER = "Here is what the search found about {user}, told one word at a ti
 TEXT = ScriptConfig(final_text=LONG_ANSWER, tool_batches=0)
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as running:
-        yield running
-
-
 @pytest.fixture
-def server(running_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
-    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    running_server.configure(ScriptConfig(final_text=LONG_ANSWER))
-    running_server.reset()
-    return running_server
+def server(scripted_server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> ScriptedServer:
+    env, unset = {"OPENAI_API_KEY": GOOD_KEY}, ["OPENAI_BASE_URL"]
+    return fresh_server(scripted_server, monkeypatch, ScriptConfig(final_text=LONG_ANSWER), env=env, unset=unset)
 
 
 @pytest.fixture(params=[OpenAIChat, OpenAIResponses], ids=lambda cls: cls.__name__)

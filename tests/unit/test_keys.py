@@ -1,4 +1,5 @@
-"""The API key: which keys a header cannot carry, and redaction of every form a key is echoed in."""
+"""The API key: read for a call and checked, which keys a header cannot carry, and redaction of every
+form a key is echoed in."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from orchestrator.models._keys import key_problem, redact
+from orchestrator.errors import ModelCallError
+from orchestrator.models import OpenAIChat
+from orchestrator.models._keys import call_key, key_problem, redact
 
 KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5q/r+s=t"
 
@@ -134,3 +137,64 @@ def test_a_key_a_header_cannot_carry_is_named_by_its_problem_never_by_its_charac
 
 def test_a_printable_ascii_key_has_no_problem() -> None:
     assert key_problem(KEY) is None
+
+
+MODEL = OpenAIChat("gpt-test", api_key="unused")
+VARIABLES = ("RATCHET_TEST_KEY_A", "RATCHET_TEST_KEY_B")
+
+
+def refused(passed: str | None = None) -> ModelCallError:
+    with pytest.raises(ModelCallError) as caught:
+        call_key(MODEL, passed, VARIABLES)
+    assert (caught.value.retryable, caught.value.kind) == (False, "AuthenticationError")
+    assert str(caught.value).startswith(f"{MODEL.describe()}: ")
+    return caught.value
+
+
+def test_a_call_s_key_is_the_one_passed_else_the_first_variable_set_read_at_each_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.delenv(f"{variable}_FILE", raising=False)
+    monkeypatch.setenv("RATCHET_TEST_KEY_B", "key-b")
+    assert call_key(MODEL, None, VARIABLES) == "key-b"
+    monkeypatch.setenv("RATCHET_TEST_KEY_A", "key-a")
+    assert call_key(MODEL, None, VARIABLES) == "key-a"
+    # The first one set wins, and the others are not read: a broken later one does not matter.
+    monkeypatch.setenv("RATCHET_TEST_KEY_B_FILE", "/nonexistent/key")
+    assert call_key(MODEL, None, VARIABLES) == "key-a"
+    assert call_key(MODEL, "passed", VARIABLES) == "passed"
+
+
+def test_no_key_says_every_variable_and_the_file_it_may_be_given_as(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.delenv(f"{variable}_FILE", raising=False)
+
+    said = str(refused())
+
+    assert "set RATCHET_TEST_KEY_A (or RATCHET_TEST_KEY_B; or RATCHET_TEST_KEY_A_FILE, a file holding it)" in said
+    assert "workers" in said and "no restart" in said
+
+
+def test_a_key_no_header_can_carry_says_where_it_came_from_and_never_quotes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RATCHET_TEST_KEY_A", raising=False)
+    monkeypatch.delenv("RATCHET_TEST_KEY_A_FILE", raising=False)
+    monkeypatch.setenv("RATCHET_TEST_KEY_B", "key-0123456789\n")
+
+    from_env = str(refused())
+    passed = str(refused("key-caf\u00e9-0123456789"))
+
+    assert "the API key in RATCHET_TEST_KEY_B has" in from_env and "set RATCHET_TEST_KEY_B again" in from_env
+    assert "the API key passed as api_key= has" in passed and "not ASCII" in passed
+    assert "0123456789" not in from_env + passed
+
+
+def test_a_key_file_that_cannot_be_read_fails_the_call_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RATCHET_TEST_KEY_A", raising=False)
+    monkeypatch.setenv("RATCHET_TEST_KEY_A_FILE", "/nonexistent/key")
+
+    assert "RATCHET_TEST_KEY_A_FILE" in str(refused())
