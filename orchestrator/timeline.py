@@ -170,16 +170,16 @@ def _waits(record: RunRecord, details: list[tuple[LogEntry, dict[str, Any]]]) ->
         if entry.kind == "paused" and "requirements" in detail:
             asked = len(detail["requirements"] or ())
             where = int(detail.get("n_messages", 0))
-            waits.append(
-                dict(seq=entry.seq, task="decision", status="paused", attempt=1, epoch=None, position=where,
-                     ended_at=None, asked=asked, decisions=[])
-            )  # fmt: skip
+            pause = dict(seq=entry.seq, task="decision", status="paused", attempt=1, epoch=None, position=where)
+            waits.append(pause | dict(ended_at=None, asked=asked, decisions=[]))
         elif open_ is not None and entry.kind == "decision":
             by = detail.get("by")
             decided = StepDecision(
-                requirement=str(detail.get("requirement")), by=str(by) if by is not None else None,
-                decision=str(detail.get("decision", "")), at=entry.at,
-            )  # fmt: skip
+                requirement=str(detail.get("requirement")),
+                by=str(by) if by is not None else None,
+                decision=str(detail.get("decision", "")),
+                at=entry.at,
+            )
             open_["decisions"].append(decided)
         elif open_ is not None and entry.kind in ("resume", "cancel", "error") and detail.get("to") != "WAITING":
             open_.update(status="done", ended_at=entry.at)
@@ -200,9 +200,11 @@ def _fell_back(steps: list[dict[str, Any]], details: list[tuple[LogEntry, dict[s
         step = next((s for s in steps if s["task"] == "model" and (s["seq"], s["position"]) == where), None)
         if step is not None:
             fallback = StepFallback(
-                failed_model=str(detail.get("from", "")), model=str(detail.get("to", "")),
-                error=_error(detail.get("error") or {}), at=entry.at,
-            )  # fmt: skip
+                failed_model=str(detail.get("from", "")),
+                model=str(detail.get("to", "")),
+                error=_error(detail.get("error") or {}),
+                at=entry.at,
+            )
             step["fallbacks"] = (*step.get("fallbacks", ()), fallback)
 
 

@@ -72,6 +72,11 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "sqlite_synchronous": "NORMAL",
 }
 
+#: Celery flags of every chaos worker. No mingle: a starting worker asks the others for the tasks
+#: they revoked and waits a second for their answers (a second of every worker's start, a quarter
+#: of it here); Ratchet revokes no task (the database decides what runs), so none has one to give.
+WORKER_FLAGS = ["--without-mingle"]
+
 #: For the tests of the time limits themselves: reached soon (soft 2 s < hard 3 s < lease 4 s).
 TIME_LIMITS: dict[str, Any] = {"soft_time_limit": 2.0, "hard_time_limit": 3.0}
 
@@ -188,7 +193,7 @@ class Cluster:
         name = f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
         log = self.root / f"{name.split('@')[0]}.log"
         argv = [sys.executable, "-m", "workers.cli", "worker", "-P", pool, "-c", str(concurrency), "-n", name,
-                "-l", "INFO"]  # fmt: skip
+                "-l", "INFO", *WORKER_FLAGS]  # fmt: skip
         for app in apps:
             argv += ["--app", app]
         if queues:

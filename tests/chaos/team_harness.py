@@ -10,7 +10,7 @@ from typing import Any
 from orchestrator.messages import ToolCall
 from orchestrator.team import TO_MEMBER
 from orchestrator.testing.waiting import wait_until
-from tests.chaos.harness import Cluster, Worker
+from tests.chaos.harness import WORKER_FLAGS, Cluster, Worker
 
 TEAM_APPS = ("tests.chaos.agents", "tests.chaos.team_agents")
 
@@ -20,11 +20,12 @@ def start_team_worker(cluster: Cluster, *, concurrency: int = 2) -> Worker:
     name = f"t{len(cluster.workers) + 1}-{uuid.uuid4().hex[:4]}@chaos"
     log = cluster.root / f"{name.split('@')[0]}.log"
     argv = [sys.executable, "-m", "workers.cli", "worker", "-P", "prefork", "-c", str(concurrency), "-n", name]
+    argv += ["-l", "INFO", *WORKER_FLAGS]
     for app in TEAM_APPS:
         argv += ["--app", app]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*argv, "-l", "INFO"], env=cluster.env(), cwd=cluster.root, stdout=out, stderr=subprocess.STDOUT,
+            argv, env=cluster.env(), cwd=cluster.root, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,  # its pid is its process group: one signal reaches the pool too
         )  # fmt: skip
     worker = Worker(name, proc, log)
