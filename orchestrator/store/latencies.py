@@ -86,13 +86,25 @@ def _sources(after: float, upto: float | None, run_ids: Collection[str]) -> list
     return [
         ("queue", rows(kind, m.c.step_started_at - m.c.step_queued_at, m.c.step_queued_at.is_not(None))),
         ("model_call", rows(m.c.model, m.c.duration, reply, m.c.model.is_not(None), m.c.duration.is_not(None))),
-        ("first_token", rows(m.c.model, m.c.time_to_first_token, reply, m.c.model.is_not(None),
-                             m.c.time_to_first_token.is_not(None))),
-        ("tool", rows(m.c.tool_name, m.c.duration, m.c.role == "tool", m.c.tool_name.is_not(None),
-                      m.c.duration.is_not(None))),
-        ("run", select(runs.c.agent_name.label("agent"), ended.label("label"), run_seconds.label("seconds"))
-         .select_from(e.join(runs, runs.c.run_id == e.c.run_id)).where(*logged)),
-    ]  # fmt: skip
+        (
+            "first_token",
+            rows(
+                m.c.model, m.c.time_to_first_token, reply, m.c.model.is_not(None), m.c.time_to_first_token.is_not(None)
+            ),
+        ),
+        (
+            "tool",
+            rows(
+                m.c.tool_name, m.c.duration, m.c.role == "tool", m.c.tool_name.is_not(None), m.c.duration.is_not(None)
+            ),
+        ),
+        (
+            "run",
+            select(runs.c.agent_name.label("agent"), ended.label("label"), run_seconds.label("seconds"))
+            .select_from(e.join(runs, runs.c.run_id == e.c.run_id))
+            .where(*logged),
+        ),
+    ]
 
 
 def _window(column: Any, after: float, upto: float | None) -> Any:

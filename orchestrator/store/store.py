@@ -477,10 +477,8 @@ class Store(reads.Reader):
             )
             if record is None:
                 raise FencedError(f"run {claim.run_id}: lease of epoch {claim.epoch} lost before its fallback")
-            self.log_event(
-                conn, claim.run_id, "fallback", record.seq, index=index, **why,
-                n_messages=record.n_messages, epoch=claim.epoch,
-            )  # fmt: skip
+            detail = {"index": index, **why, "n_messages": record.n_messages, "epoch": claim.epoch}
+            self.log_event(conn, claim.run_id, "fallback", record.seq, **detail)
             return record
 
     def _park(

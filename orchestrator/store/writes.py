@@ -45,9 +45,14 @@ def insert_messages(
     step was queued; `definition_hash`: the definition of the worker whose step wrote them (see
     the schema)."""
     stamp = {
-        "run_id": run_id, "created_at": now, "seq": seq, "epoch": epoch,
-        "step_started_at": step_started_at, "step_queued_at": step_queued_at, "definition_hash": definition_hash,
-    }  # fmt: skip
+        "run_id": run_id,
+        "created_at": now,
+        "seq": seq,
+        "epoch": epoch,
+        "step_started_at": step_started_at,
+        "step_queued_at": step_queued_at,
+        "definition_hash": definition_hash,
+    }
     if items:
         rows = [{**m.to_row(), **stamp, "idx": start + i} for i, m in enumerate(items)]
         direct.many(conn, statements.INSERT_MESSAGES, rows)

@@ -251,14 +251,26 @@ class RedisLimiter:
         with self._lock:  # sent with this call; kept again below if it does not reach Redis
             adjust = self._pending.pop(model, 0) if model and rate.tokens else 0
         keys = [
-            self._key("slots", key), self._key("run", ask.run_id), self._key("requests", model),
-            self._key("tokens", model), self._key("blocked", model), self._key("waiting", key), self._key("steps", key),
+            self._key("slots", key),
+            self._key("run", ask.run_id),
+            self._key("requests", model),
+            self._key("tokens", model),
+            self._key("blocked", model),
+            self._key("waiting", key),
+            self._key("steps", key),
             self.index,
-        ]  # fmt: skip
+        ]
         args: list[str | int] = [
-            ask.run_id, key, ask.limit if key else 0, self.slot_ms, rate.requests or 0, rate.tokens or 0,
-            max(1, round(rate.per * 1000)), ask.tokens, adjust,
-        ]  # fmt: skip
+            ask.run_id,
+            key,
+            ask.limit if key else 0,
+            self.slot_ms,
+            rate.requests or 0,
+            rate.tokens or 0,
+            max(1, round(rate.per * 1000)),
+            ask.tokens,
+            adjust,
+        ]
         if self._down():
             self._keep(model, adjust)
             return Verdict()
