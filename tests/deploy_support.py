@@ -11,7 +11,8 @@ from sqlalchemy import update
 
 from orchestrator.agent import AgentDefinition
 from orchestrator.catalog import Definition, describe, live_seconds
-from orchestrator.store.tables import runs
+from orchestrator.store.store import Store
+from orchestrator.store.tables import agent_catalog, runs
 from orchestrator.testing import InMemoryDispatcher
 from tests.support import Clock
 
@@ -37,6 +38,15 @@ def on(inline: InMemoryDispatcher, run_id: str, definition: Definition) -> None:
 def gone(inline: InMemoryDispatcher, clock: Clock) -> None:
     """The workers of every definition but this process's stopped: none is live any more."""
     clock.advance(live_seconds(inline.settings) + 1)
+
+
+def retired(store: Store, definition_hash: str) -> None:
+    """The workers of `definition_hash` stopped long ago: its catalog rows are not live any more
+    (a test that swaps an agent's definition in one process, as a deploy replaces its workers)."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(agent_catalog).where(agent_catalog.c.definition_hash == definition_hash).values(last_seen=0.0)
+        )
 
 
 def with_instructions(text: str) -> Callable[[dict[str, Any]], None]:

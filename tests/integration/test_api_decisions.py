@@ -15,11 +15,12 @@ import pytest
 from fastapi import FastAPI
 
 from orchestrator import Agent, Client, RunStatus, Tool, tool
-from orchestrator.catalog import write_served
+from orchestrator.catalog import describe, write_served
 from orchestrator.settings import Settings
 from orchestrator.testing import InMemoryDispatcher, in_memory
 from orchestrator.testing.script import ScriptConfig
 from orchestrator.testing.scripted_model import ScriptedModel
+from tests.deploy_support import retired
 from tests.integration.test_api import JSON, error_of
 from tests.integration.test_api_records import call
 from workers.api.routes import create_app
@@ -289,9 +290,12 @@ def test_a_decision_on_a_tool_a_deploy_changed_is_a_409_that_says_what_changed(
     app: FastAPI, inline: InMemoryDispatcher
 ) -> None:
     agent_name = f"api-hitl-{uuid.uuid4().hex[:6]}"
-    run_id = paused(inline.client, version(agent_name, pay))
+    first = version(agent_name, pay)
+    run_id = paused(inline.client, first)
     [req] = inline.client.get_run(run_id).requirements
-    # A worker of the next version booted: `pay` no longer asks for a confirmation
+    # The workers of the version that paused stopped, and one of the next version booted: `pay`
+    # no longer asks for a confirmation (with the old one live, its step would be handed to it)
+    retired(inline.store, describe(first).hash)
     write_served(inline.store, [version(agent_name, pay.with_flags(requires_confirmation=False))])
 
     refused = call(app, "POST", f"/runs/{run_id}/requirements/{req.id}", json={"kind": "confirm"})

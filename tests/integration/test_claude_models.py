@@ -14,6 +14,7 @@ from anthropic.types import Message as WireMessage
 from anthropic.types import TextBlock, ToolUseBlock, Usage
 
 from orchestrator import Agent, RunStatus
+from orchestrator.catalog import describe
 from orchestrator.errors import ModelCallError
 from orchestrator.messages import Message
 from orchestrator.models import Claude, OpenAIChat
@@ -24,6 +25,7 @@ from orchestrator.testing.anthropic_wire import anthropic_base_url
 from orchestrator.testing.script import Fault, ScriptConfig
 from orchestrator.testing.server import ScriptedServer
 from orchestrator.usage import Prices
+from tests.deploy_support import retired
 from tests.servers import fresh_server
 
 GOOD_KEY = "sk-ant-test-good-0123456789abcdef"
@@ -302,7 +304,8 @@ def test_a_run_begun_on_openai_chat_is_continued_on_claude_after_a_deploy_switch
         assert failed.status == RunStatus.ERROR
         assert [m.role for m in failed.messages] == ["system", "user", "assistant", "tool"]
 
-        # When the agent now runs on Claude and the run is continued
+        # When the agent now runs on Claude (the workers of the OpenAI version gone) and the run is continued
+        retired(dispatcher.store, describe(agent).hash)
         rates_agent(Claude(id="claude-x"))
         script(server)
         resumed = dispatcher.client.continue_run(failed.run_id).wait(timeout=0)

@@ -99,7 +99,9 @@ def test_continuing_a_failed_run_resumes_it_in_place_and_a_second_continue_chang
 
     resumed = store.get_record(run_id)
     assert (resumed.status, resumed.seq, resumed.error_type) == (S.QUEUED, failed.seq + 1, None)
-    assert broker.steps == [StepRef(run_id=run_id, seq=failed.seq + 1, kind="model", routed=False)]
+    assert broker.steps == [
+        StepRef(run_id=run_id, seq=failed.seq + 1, kind="model", routed=False, trace_context=resumed.trace_context)
+    ]
     with pytest.raises(RunBusyError):
         control.continue_run(run_id, input="more")
 

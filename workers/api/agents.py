@@ -59,6 +59,10 @@ class AgentVersion(BaseModel):
         description='the models it falls back on, by list ("on_error", "on_rate_limit", "on_context_overflow"), '
         "each model's provider and id in the order they are tried",
     )
+    run_timeout: float | None = Field(
+        default=None, description="its runs' deadline in seconds from their start (null: none)"
+    )
+    max_queued: int | None = Field(default=None, description="how many of its runs may be QUEUED (null: no bound)")
     first_seen: float = Field(description="when a worker first served it (UNIX seconds)")
     last_seen: float = Field(description="when a worker last said it serves it (UNIX seconds)")
     live: bool = Field(description="a worker said so within the live window")
@@ -81,6 +85,8 @@ class AgentVersion(BaseModel):
             tool_queue=d.tool_queue,
             budgets=d.budgets,
             fallback_models=d.fallback_models,
+            run_timeout=d.run_timeout,
+            max_queued=d.max_queued,
             first_seen=entry.first_seen,
             last_seen=entry.last_seen,
             live=entry.live,
