@@ -279,7 +279,8 @@ class RunControl:
         if accept is None:
             return {}
         checked = validation.accept_definition(accept)
-        by_name = {self.store.get_record(run_id).agent_name: checked} if isinstance(checked, str) else checked
+        record = self.store.get_record(run_id)  # an unknown run is RunNotFoundError, before any hash
+        by_name = {record.agent_name: checked} if isinstance(checked, str) else checked
         for name, definition_hash in by_name.items():
             agent = registry.find_agent(name)
             if agent is not None and catalog.describe(agent).hash == definition_hash:

@@ -336,17 +336,17 @@ def _batch(action: str) -> Callable[[World], None]:
 
     def check(w: World) -> None:
         mine, bobs = w.runs["alice"], w.runs["bob"]
-        answer = w.as_alice("POST", f"/runs/{action}", json={"run_ids": [mine, bobs]})
+        answer = w.as_alice("POST", f"/batches/{action}", json={"run_ids": [mine, bobs]})
         assert answer.status_code == 200, answer.text
         reached, theirs = answer.json()["results"]
         assert (reached["run_id"], reached["status"], reached["error"]) == (mine, "COMPLETED", "RunNotContinuableError")
         unknown = f"no run with run_id {bobs!r} in this database"
         assert theirs == {"run_id": bobs, "ok": False, "status": None, "error": "RunNotFoundError", "reason": unknown}
-        filtered = w.as_alice("POST", f"/runs/{action}", json={"status": ["COMPLETED"]}).json()["results"]
+        filtered = w.as_alice("POST", f"/batches/{action}", json={"status": ["COMPLETED"]}).json()["results"]
         assert mine in {r["run_id"] for r in filtered} and bobs not in {r["run_id"] for r in filtered}
-        foreign = w.as_alice("POST", f"/runs/{action}", json={"status": ["COMPLETED"], "user_id": "bob"})
+        foreign = w.as_alice("POST", f"/batches/{action}", json={"status": ["COMPLETED"], "user_id": "bob"})
         error_of(foreign, 403, "ForeignUser")
-        admin = call(w.app, "POST", f"/runs/{action}", w.admin, json={"run_ids": [bobs]}).json()["results"][0]
+        admin = call(w.app, "POST", f"/batches/{action}", w.admin, json={"run_ids": [bobs]}).json()["results"][0]
         assert (admin["status"], admin["error"]) == ("COMPLETED", "RunNotContinuableError")
 
     return check
@@ -369,8 +369,8 @@ CHECKS: dict[tuple[str, str], Callable[[World], object]] = {
     ("GET", "/runs/{run_id}/wait"): lambda w: w.owned("GET", "/runs/{run}/wait", 200, params={"timeout": 1}),
     ("POST", "/runs/{run_id}/continue"): lambda w: w.owned("POST", "/runs/{run}/continue", 202),
     ("POST", "/runs/{run_id}/cancel"): lambda w: w.owned("POST", "/runs/{run}/cancel", 409),
-    ("POST", "/runs/continue"): _batch("continue"),
-    ("POST", "/runs/cancel"): _batch("cancel"),
+    ("POST", "/batches/continue"): _batch("continue"),
+    ("POST", "/batches/cancel"): _batch("cancel"),
     ("GET", "/runs/{run_id}/events"): _events,
     ("GET", "/runs/{run_id}/log"): lambda w: w.owned("GET", "/runs/{run}/log", 200),
     ("GET", "/runs/{run_id}/steps"): lambda w: w.owned("GET", "/runs/{run}/steps", 200),

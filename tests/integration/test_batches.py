@@ -2,7 +2,7 @@
 the steps run inline: by id or by a filter with a status, each run on its own (one refused says
 why and the others go on), a bounded batch and the cursor of the next, and the same batch from
 Python (`Client.continue_runs`, `cancel_runs`), the command line (`ratchet continue|cancel`) and
-the HTTP API (`POST /runs/continue`, `POST /runs/cancel`). A user's token reaching its own runs
+the HTTP API (`POST /batches/continue`, `POST /batches/cancel`). A user's token reaching its own runs
 only: tests/integration/test_api_access.py; the runs page's batch: tests/integration/test_ui_batches.py."""
 
 from __future__ import annotations
@@ -159,16 +159,16 @@ def test_the_http_api_answers_the_batch_and_a_batch_over_the_bound_is_a_422(inli
     broken = failed(agent, 3)
     api = TestClient(create_app(inline.settings, client=inline.client), base_url="http://localhost")
 
-    answer = api.post("/runs/continue", json={"status": ["ERROR"], "agent": agent.name, "limit": 2}, headers=JSON)
+    answer = api.post("/batches/continue", json={"status": ["ERROR"], "agent": agent.name, "limit": 2}, headers=JSON)
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert [r["run_id"] for r in body["results"]] == broken[::-1][:2] and body["next_cursor"]
     assert body["results"][0] == {"run_id": broken[2], "ok": True, "status": "COMPLETED", "error": None, "reason": None}
-    cancelled = api.post("/runs/cancel", json={"run_ids": [broken[0], "no-such-run"]}, headers=JSON).json()
+    cancelled = api.post("/batches/cancel", json={"run_ids": [broken[0], "no-such-run"]}, headers=JSON).json()
     assert [(r["ok"], r["error"]) for r in cancelled["results"]] == [(True, None), (False, "RunNotFoundError")]
 
-    over = api.post("/runs/cancel", json={"run_ids": [f"r{i}" for i in range(BATCH_MAX + 1)]}, headers=JSON)
+    over = api.post("/batches/cancel", json={"run_ids": [f"r{i}" for i in range(BATCH_MAX + 1)]}, headers=JSON)
     error_of(over, 422, "RequestValidationError")
-    error_of(api.post("/runs/cancel", json={"agent": agent.name}, headers=JSON), 422, "InvalidInputError")
-    both = api.post("/runs/continue", json={"run_ids": broken, "status": ["ERROR"]}, headers=JSON)
+    error_of(api.post("/batches/cancel", json={"agent": agent.name}, headers=JSON), 422, "InvalidInputError")
+    both = api.post("/batches/continue", json={"run_ids": broken, "status": ["ERROR"]}, headers=JSON)
     assert "not both" in error_of(both, 422, "InvalidInputError")["message"]

@@ -1,7 +1,7 @@
 """The HTTP API's routes on many runs at once: continue or cancel them, each on its own.
 
-    POST /runs/continue   {"run_ids": [...]} or {"status": ["ERROR"], "agent": ..., "limit": ..., "cursor": ...}
-    POST /runs/cancel     the same
+    POST /batches/continue   {"run_ids": [...]} or {"status": ["ERROR"], "agent": ..., "limit": ..., "cursor": ...}
+    POST /batches/cancel     the same
 
 Each calls `Client.continue_runs` or `Client.cancel_runs` (`orchestrator.batches`) and answers its
 `Batch`: each run's outcome, ok or refused with the error's type and text, and a filter's
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import batches
+from orchestrator import batches, validation
 from orchestrator.batches import Batch
 from workers.api.access import CallerDep, listed_user
 from workers.api.contract import BatchRequest, refusals
@@ -25,6 +25,8 @@ router = token_router()
 
 
 def _batch(action: batches.Action, body: BatchRequest, client: ClientDep, caller: CallerDep) -> Batch:
+    for run_id in body.run_ids or ():  # an id that cannot be one is the request's fault: 422, nothing done
+        validation.known_run_id(run_id)
     selection: dict[str, Any] = {
         key: value
         for key, value in body.model_dump(exclude={"run_ids"}).items()
@@ -45,7 +47,7 @@ def _batch(action: batches.Action, body: BatchRequest, client: ClientDep, caller
 
 
 @router.post(
-    "/runs/continue",
+    "/batches/continue",
     operation_id="continueRuns",
     summary="Continue many runs",
     response_model=Batch,
@@ -61,7 +63,7 @@ def continue_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> B
 
 
 @router.post(
-    "/runs/cancel",
+    "/batches/cancel",
     operation_id="cancelRuns",
     summary="Cancel many runs",
     response_model=Batch,
@@ -70,5 +72,5 @@ def continue_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> B
 )
 def cancel_runs(body: BatchRequest, client: ClientDep, caller: CallerDep) -> Batch:
     """Cancel many runs, each on its own, as `POST /runs/{run_id}/cancel` cancels one, named as
-    `POST /runs/continue` names them; a COMPLETED run is refused."""
+    `POST /batches/continue` names them; a COMPLETED run is refused."""
     return _batch("cancel", body, client, caller)

@@ -269,18 +269,36 @@ class ContinueRequest(BaseModel):
             "maxProperties": v.ACCEPTED_MAX,
             "anyOf": [
                 {"type": "string"},
-                {"type": "object", "additionalProperties": DEFINITION, "propertyNames": name(v.AGENT_NAME_MAX)},
+                {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": DEFINITION,
+                    "propertyNames": name(v.AGENT_NAME_MAX),
+                },
                 {"type": "null"},
             ],
         },
     )
 
 
+def _ids_or_filter(schema: dict[str, Any]) -> None:
+    """What the batch routes check, said in their body's schema: run ids and nothing else, or a
+    filter with a status (the others null or left out)."""
+    fields = list(schema.get("properties", {}))
+    null = {"type": "null"}
+    by_ids = {name: null for name in fields if name != "run_ids"} | {"run_ids": {"type": "array"}}
+    by_filter = {"run_ids": null, "status": {"type": "array"}}
+    schema["oneOf"] = [
+        {"required": ["run_ids"], "properties": by_ids},
+        {"required": ["status"], "properties": by_filter},
+    ]
+
+
 class BatchRequest(BaseModel):
-    """The body of `POST /runs/continue` and `POST /runs/cancel`: the runs, by id or by a filter
+    """The body of `POST /batches/continue` and `POST /batches/cancel`: the runs, by id or by a filter
     with a status (`orchestrator.batches`), never both, never every run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema: _ids_or_filter(schema))
 
     run_ids: list[Annotated[str, Field(json_schema_extra=name(v.RUN_ID_MAX))]] | None = Field(
         default=None, min_length=1, max_length=BATCH_MAX, description=f"the runs, by id (at most {BATCH_MAX})"

@@ -14,7 +14,7 @@ explicit operationId in camelCase (`startRun`, `getRun`...) and a summary of its
                                     (204 once the run has stopped and nothing is left to send)
     GET  /runs, GET /runs/{run_id}/log, /steps, GET and DELETE /sessions/{id}: listing, logs,
                                     steps, sessions (`records.py`)
-    POST /runs/continue, POST /runs/cancel: many runs at once, by id or a filter (`batch_routes.py`)
+    POST /batches/continue, POST /batches/cancel: many runs at once, by id or a filter (`batch_routes.py`)
     GET  /agents, GET /agents/{agent}: the agent catalog, what the workers serve (`agents.py`)
     POST /runs/{run_id}/requirements/{requirement_id}, GET /approvals: a person's decisions, and
                                     what paused runs wait for (`decisions.py`)

@@ -8,7 +8,7 @@ matches, each run acted on its own.
 
 One line a run: `RUN_ID continued QUEUED`, or `RUN_ID refused RunNotContinuableError: ...`, then
 how many were done and refused, and the cursor of the next batch when the filter matched more.
-With --json the batch as `POST /runs/continue` and `POST /runs/cancel` answer it. The exit status
+With --json the batch as `POST /batches/continue` and `POST /batches/cancel` answer it. The exit status
 is 0 when every run was done, 1 when one was refused, 2 (nothing done) for a batch that names no
 runs, both ids and a filter, a filter without a status, or more than 100 runs.
 """

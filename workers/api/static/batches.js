@@ -1,5 +1,5 @@
 // The list of runs' batch: runs picked by their checkboxes, continued or cancelled together
-// (POST /runs/continue, POST /runs/cancel: at most 100 runs a request, so a larger pick goes in
+// (POST /batches/continue, POST /batches/cancel: at most 100 runs a request, so a larger pick goes in
 // several), each run's outcome said on its own, a refusal with the API's reason. The "Failed"
 // filter (status=ERROR) shows what a batch continue resumes. Uses app.js's helpers (loaded after
 // this file, called only once the list is drawn). Everything a run holds is written as text.
@@ -42,7 +42,7 @@ function batchBar(reload) {
     const results = [];
     try {
       for (let i = 0; i < ids.length; i += BATCH_MAX) {
-        const batch = await api(`runs/${action}`, { method: "POST", body: JSON.stringify({ run_ids: ids.slice(i, i + BATCH_MAX) }) });
+        const batch = await api(`batches/${action}`, { method: "POST", body: JSON.stringify({ run_ids: ids.slice(i, i + BATCH_MAX) }) });
         results.push(...batch.results);
       }
     } catch (error) { // the whole request refused (a token, the network): nothing of it was done
