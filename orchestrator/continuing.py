@@ -116,6 +116,12 @@ class Continuation:
                 f"run {record.run_id} is {record.status}; a continue gives a new run_timeout only to a run it moves "
                 "on (ERROR, COMPLETED), and this one goes on as it is: its deadline was not changed"
             )
+        if going is not None and self.accepted:
+            raise RunBusyError(
+                f"run {record.run_id} is {record.status}; a continue accepts a definition only for a run it moves "
+                "on (one in ERROR with DefinitionChangedError), and this one goes on as it is: nothing was accepted; "
+                "continue it with accept_definition if it stops with that error"
+            )
         if going is not None:
             return going
         return self._move_on(record, input, run_timeout)

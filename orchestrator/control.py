@@ -241,7 +241,8 @@ class RunControl:
             fork_key = validation.fork_key(fork_key)
         accepted = self._accepted(run_id, accept_definition)
         decided = self._decide_all(run_id, requirements, by)
-        if decided and input is None and timeout is None and self.store.get_record(run_id).status != S.ERROR:
+        carries = input is not None or timeout is not None or bool(accepted)
+        if decided and not carries and self.store.get_record(run_id).status != S.ERROR:
             # The decisions are the continue: the last one queued the run (which may have finished
             # since: a fork now would ask the model again for nothing), or it waits for more. A team
             # in ERROR (a member failed beside the paused one) is continued as well.

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from orchestrator import schedules
 from orchestrator.agent import get_agent
@@ -84,6 +84,11 @@ class SweepReport:
     webhooks: int = 0
     #: Runs whose handling raised (logged with the error); the next pass tries them again.
     failed: list[str] = field(default_factory=list)
+
+    def acted(self) -> dict[str, list[str]]:
+        """What the pass acted on, by kind (every list above, in its order), for the programs
+        that report a pass: `ratchet sweep`, beat's `ratchet.sweep` task."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "webhooks"}
 
     def __bool__(self) -> bool:
         done = (self.requeued, self.republished, self.poisoned, self.fanned_in, self.freed, self.timed_out)

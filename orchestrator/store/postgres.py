@@ -33,7 +33,6 @@ from orchestrator.store.transcripts import TranscriptCache
 T = TypeVar("T")
 
 
-#: Take a transaction's advisory lock by its key `b_key` (a bigint).
 class PostgresBackend(Backend):
     """The store on a PostgreSQL database, possibly behind a transaction-pooling PgBouncer."""
 

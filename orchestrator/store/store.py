@@ -86,7 +86,7 @@ class Store(reads.Reader):
         self.requirements = Requirements(self, self._backend)
         #: The webhook outbox's deliveries (`webhook_rows`): what the sweeper sends and settles.
         self.webhooks = WebhookOutbox(self.engine)
-        #: Runs cancelled, or ended by a pause's deadline (`store/endings.py`).
+        #: Runs cancelled, or ended by a pause's deadline or their own (`store/endings.py`).
         self.endings = Endings(self, self._backend)
         #: A claimed run's definition across a deploy: adopted, or its step handed on (`store/definitions.py`).
         self.definitions = RunDefinitions(self)

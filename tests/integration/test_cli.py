@@ -146,7 +146,10 @@ def test_cancel_then_sweep_and_migrate(agent_name: str, env: Settings, capsys: p
     assert capsys.readouterr().out.strip() == f"{handle.run_id} CANCELLED"
     assert Client(env).get_run(handle.run_id).status == RunStatus.CANCELLED
     assert main(["sweep"]) == 0
-    assert re.match(r"requeued \d+, republished \d+, poisoned \d+", capsys.readouterr().out)
+    swept = capsys.readouterr().out
+    assert re.match(r"requeued \d+, republished \d+, poisoned \d+", swept)
+    # Every kind a pass acts on is said, the runs stopped by their deadline and the turns given too
+    assert all(f"{kind} 0" in swept for kind in ("timed out", "stopped", "turns", "scheduled", "failed"))
     assert main(["migrate"]) == 0
     assert capsys.readouterr().out.startswith("migrated ")
 

@@ -17,7 +17,7 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import select, update
 
-from orchestrator import Agent, InvalidInputError, RunStatus, Team, tool
+from orchestrator import Agent, InvalidInputError, RunBusyError, RunStatus, Team, tool
 from orchestrator.catalog import contested, describe
 from orchestrator.deploys import changes, decide
 from orchestrator.messages import ToolCall
@@ -160,6 +160,28 @@ def test_a_continue_accepts_only_a_definition_a_worker_served(inline: InMemoryDi
         agent.client.continue_run(run_id, accept_definition="abc123")
     with pytest.raises(InvalidInputError, match="mapping of agent names"):
         agent.client.continue_run(run_id, accept_definition=["0" * 64])  # type: ignore[arg-type]
+
+
+def test_a_continue_refuses_an_acceptance_for_a_run_it_leaves_as_it_is(inline: InMemoryDispatcher) -> None:
+    @tool(requires_confirmation=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    agent = Agent(name=name(), model=CountingModel(), tools=[pay])
+    paused = agent.run("pay")
+    assert paused.status == RunStatus.PAUSED
+    [req] = paused.active_requirements
+    own = describe(agent).hash
+
+    # Neither a PAUSED run nor one its decisions queued takes it: it would be dropped unwritten
+    with pytest.raises(RunBusyError, match="nothing was accepted"):
+        agent.client.continue_run(paused.run_id, accept_definition=own)
+    req.confirm()
+    inline.autorun = False
+    with pytest.raises(RunBusyError, match="nothing was accepted"):
+        agent.continue_run(run_id=paused.run_id, requirements=[req], accept_definition=own)
+    assert inline.store.get_record(paused.run_id).accepted_definition is None
 
 
 def test_a_run_that_recorded_no_definition_takes_its_workers(inline: InMemoryDispatcher) -> None:

@@ -220,14 +220,7 @@ def _register_sweep(app: Celery) -> None:
             fleet.release()
         if report is None:
             return {"skipped": ["another sweeper holds the sweep lease"]}
-        return {
-            "requeued": report.requeued,
-            "republished": report.republished,
-            "poisoned": report.poisoned,
-            "fanned_in": report.fanned_in,
-            "timed_out": report.timed_out,
-            "scheduled": report.scheduled,
-        }
+        return report.acted()
 
     _ = sweep
 

@@ -100,14 +100,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     import_apps(args.app)
     report = Sweeper(runner_for(create_app(Settings.from_env()))).sweep_once()
+    acted = report.acted()
     print(
-        f"requeued {len(report.requeued)}, republished {len(report.republished)}, "
-        f"poisoned {len(report.poisoned)}, fanned in {len(report.fanned_in)}, "
-        f"deadlines acted on {len(report.timed_out)}, scheduled {len(report.scheduled)}, "
-        f"session turns given {len(report.turns)}"
+        ", ".join(f"{kind.replace('_', ' ')} {len(ids)}" for kind, ids in acted.items())
+        + f", webhooks {report.webhooks}"
     )
-    for kind in ("requeued", "republished", "poisoned", "fanned_in", "timed_out", "scheduled", "turns"):
-        for run_id in getattr(report, kind):
+    for kind, ids in acted.items():
+        for run_id in ids:
             print(f"  {kind}: {run_id}")
     return 0
 
