@@ -93,7 +93,7 @@ FULL = Sizes(
     scale_threads=scaling.PER_PROCESS, scale_runs_per_slot=10, scale_passes=2,
     ceiling_runs=1000, ceiling_rounds=ceiling.ROUNDS, ceiling_configs=ceiling.CONFIGS,
     recovery_rounds=3, recovery_default_rounds=2, memory_runs=10_000, listing_runs=1_000_000, listing_rounds=60,
-    page_rounds=15, page_batches=333, providers_rounds=15, providers_calls=50,
+    page_rounds=15, page_batches=333, providers_rounds=31, providers_calls=50,
     mcp_rounds=15, mcp_calls=200,
 )  # fmt: skip
 #: `--quick`: a figure of each in a few minutes (no run with the default recovery settings:

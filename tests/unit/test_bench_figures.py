@@ -1,13 +1,18 @@
 """The benchmarks' bookkeeping: which item owes each headline figure (so `--only` asks only for
-the figures it measured), and the CPU meter the scaling benchmark reports beside each figure."""
+the figures it measured), the CPU meter the scaling benchmark reports beside each figure, and a
+benchmark run alone merged into the results."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from bench.__main__ import ITEMS, REQUIRED, _item_of
 from bench.cpu import CpuMeter
+from bench.report import merge, write
+from bench.stats import Row, Section
 
 #: A child that burns 0.3 s of CPU, says so, then waits for a line on stdin before it exits.
 BURN = "\n".join(
@@ -35,3 +40,25 @@ def test_the_cpu_meter_counts_what_a_child_process_burns_while_it_lives() -> Non
     # The child burnt at least 0.3 s of CPU in the window (less what it burnt before `start`).
     assert use.cores * use.seconds >= 0.2
     assert 0.0 < use.machine <= 1.0
+
+
+def _section(title: str, figure: float) -> Section:
+    section = Section(title, rows=[Row(f"{title} figure", "setup", [figure], "ms")])
+    section.numbers[f"{title.lower()}_ms"] = figure
+    return section
+
+
+def test_a_benchmark_run_alone_takes_the_place_of_its_earlier_section_and_keeps_the_other_figures(
+    tmp_path: Path,
+) -> None:
+    sections = [_section("First", 1.0), _section("Second", 2.0), _section("Third", 3.0)]
+    write(tmp_path, sections, {"first_ms": 1.0, "second_ms": 2.0, "third_ms": 3.0}, quick=False, elapsed=1.0)
+
+    merge(tmp_path, _section("Second", 5.0), replaces=lambda title: title == "Second")
+    merge(tmp_path, _section("Fourth", 4.0), replaces=lambda title: title == "Fourth")
+
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [s["title"] for s in data["sections"]] == ["First", "Second", "Third", "Fourth"]
+    assert (data["first_ms"], data["second_ms"], data["third_ms"], data["fourth_ms"]) == (1.0, 5.0, 3.0, 4.0)
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert table.index("First figure") < table.index("Second figure") < table.index("Third figure")
