@@ -249,7 +249,7 @@ class Client:
         return the requirement as stored: `decision` is a `Decision`, or a `RunRequirement`
         decided with one of its mutators. The last pending requirement of its run queues the run
         again. The same decision sent again is a no-op; another one is DecisionConflictError
-        naming who decided first; past its deadline DecisionExpiredError; for a run that is not
+        naming who decided first; past its deadline or the run's DecisionExpiredError; for a run that is not
         PAUSED RunNotPausedError; one that does not answer it DecisionKindError."""
         if isinstance(decision, RunRequirement):
             if decision.decision is None:

@@ -51,7 +51,9 @@ ToolInterruptedError, as after a worker died). No step is claimed past a run's d
 run parked QUEUED never starts one late.
 
 When: at the first sweep after the deadline, within one RATCHET_SWEEP_SECONDS of it, as above. A
-run whose step commits its final answer between the deadline and that sweep is COMPLETED.
+run whose step commits its final answer between the deadline and that sweep is COMPLETED; a
+decision that comes then is refused with DecisionExpiredError (`Requirements.decide`), so a
+PAUSED run never resumes past its deadline.
 
 This module decides and writes through the store only; what to publish and which ended runs to
 follow up (`Fired`, the runs `stop` ended) goes back to the sweeper.

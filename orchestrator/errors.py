@@ -16,7 +16,7 @@
     ├── RunNotPausedError         a decision for a run that is not PAUSED (resumed, cancelled, ...)
     ├── RequirementNotFoundError  no requirement of that run has that id
     ├── DecisionConflictError     the requirement was decided already, another way (says who)
-    ├── DecisionExpiredError      the requirement's deadline passed before the decision came
+    ├── DecisionExpiredError      the requirement's deadline (or the run's) passed before the decision came
     ├── DecisionKindError         the decision does not fit what is asked (input for a confirmation)
     │   └── PausedToolChangedError  the paused call's tool changed since (gone, its flag, its arguments)
     ├── RunWaitTimeout            wait() gave up before the run reached a final status
@@ -153,8 +153,9 @@ class DecisionConflictError(RatchetError):
 
 
 class DecisionExpiredError(RatchetError):
-    """The requirement's deadline (`pause_timeout`) passed before this decision came; its
-    `on_timeout` policy decides instead (or has decided). Nothing was stored."""
+    """The requirement's deadline (`pause_timeout`) passed before this decision came, and its
+    `on_timeout` policy decides instead (or has decided); or the run's own deadline
+    (`run_timeout`, or its team's) passed, and the run stops in ERROR. Nothing was stored."""
 
 
 class DecisionKindError(RatchetError, ValueError):

@@ -2,10 +2,10 @@
 statements, on PostgreSQL in one round trip.
 
 The common case is a confirm, a reject or an external result (`requirements.answered_by`) on a
-pending requirement of a PAUSED run outside a team, before its deadline, not at the deadline's
-own hand, and, for a decision a producer checks against the catalog (a confirm or a result:
-`requirements.needs_the_tool`), of an agent no definition of which is live but the one whose
-worker paused the call (the catalog tells of no deploy since). There the decision is one
+pending requirement of a PAUSED run outside a team, before its deadline and the run's
+(`run_timeout`), not at the deadline's own hand, and, for a decision a producer checks against
+the catalog (a confirm or a result: `requirements.needs_the_tool`), of an agent no definition of
+which is live but the one whose worker paused the call (the catalog tells of no deploy since). There the decision is one
 guarded write: the requirement decided, its "decision" event logged, and, when it was the run's
 last pending requirement, the run moved PAUSED -> QUEUED (epoch bumped, outbox marker set) with
 its "resume" event, exactly the rows the general path writes. Every other case (a member's
@@ -181,6 +181,11 @@ def _open(table: Any, where_run: Any) -> list[Any]:
     ]
 
 
+def _before_deadline(table: Any) -> Any:
+    """The run (`table`: `ratchet_runs` or an alias) has no deadline of its own, or it is ahead."""
+    return table.c.deadline_at.is_(None) | (table.c.deadline_at > bindparam("b_now", type_=Float))
+
+
 def _as_paused(table: Any) -> Any:
     """No definition of the requirement's agent is live (seen since `b_since`) but the one whose
     worker paused it (none at all: the catalog cannot tell, and the worker checks)."""
@@ -227,7 +232,10 @@ def _decide_pg() -> Any:
     run = (
         select(t.c.run_id, t.c.epoch, t.c.seq, t.c.n_messages)
         .where(
-            t.c.run_id == bindparam("b_run_id", type_=String), t.c.status == S.PAUSED.value, t.c.parent_run_id.is_(None)
+            t.c.run_id == bindparam("b_run_id", type_=String),
+            t.c.status == S.PAUSED.value,
+            t.c.parent_run_id.is_(None),
+            _before_deadline(t),
         )
         .with_for_update()
         .cte("t0")
@@ -304,6 +312,7 @@ _run_paused = exists().where(
     runs.c.run_id == bindparam("b_run_id", type_=String),
     runs.c.status == S.PAUSED.value,
     runs.c.parent_run_id.is_(None),
+    _before_deadline(runs),
 )
 #: SQLite: the requirement decided if the guards hold (its run's among them); its row, or none.
 DECIDE_SQLITE = (

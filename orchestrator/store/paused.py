@@ -193,15 +193,15 @@ class Requirements:
         """Store one decision on a requirement of the run `run_id` (or of one of its member runs).
 
         RequirementNotFoundError for an id the run has not; DecisionConflictError if it was
-        decided another way (the first stands); DecisionExpiredError past its deadline (read from
-        the row: a restart changes nothing); RunNotPausedError for a run that is not PAUSED (or in
-        a cancelled team); DecisionKindError for a decision that does not answer it. The same
-        decision again returns `already=True` and changes nothing. The run's row is locked after
-        the root's: a cancel of it waits for the decision, or the decision for the cancel.
-        `at_deadline`: the deadline's own decision (`orchestrator.deadlines`), taken past it.
-        `door`: the producer's check of a decision that needs the paused tool against the newest
-        live definition of its agent in the catalog, read here, in the decision's transaction
-        (PausedToolChangedError from `orchestrator.paused_tools`).
+        decided another way (the first stands); DecisionExpiredError past its deadline or the
+        run's (or its team's; read from the rows: a restart changes nothing); RunNotPausedError
+        for a run that is not PAUSED (or in a cancelled team); DecisionKindError for a decision
+        that does not answer it. The same decision again returns `already=True` and changes
+        nothing. The run's row is locked after the root's: a cancel of it waits for the decision,
+        or the decision for the cancel. `at_deadline`: the deadline's own decision
+        (`orchestrator.deadlines`), taken past it. `door`: the producer's check of a decision that
+        needs the paused tool against the newest live definition of its agent in the catalog, read
+        here, in the decision's transaction (PausedToolChangedError from `orchestrator.paused_tools`).
 
         The common case is stored at once (`store/deciding.py`: on PostgreSQL one statement);
         every other one, or one that case turns out not to be, takes the general path here."""
@@ -286,8 +286,10 @@ class Requirements:
         self, requirement: RunRequirement, run: RunRecord, teams: list[RunRecord], now: float, *, at_deadline: bool
     ) -> None:
         """Refuse a decision on a requirement whose deadline passed (but the deadline's own), of a
-        run that is not PAUSED, or of a member whose team (`teams`: those above it) was cancelled:
-        the cancel reached the team and not yet the member, each in a transaction of its own."""
+        run past its own deadline or its team's (`run_timeout`: the sweep has not stopped it yet),
+        of a run that is not PAUSED, or of a member whose team (`teams`: those above it) was
+        cancelled: the cancel reached the team and not yet the member, each in a transaction of
+        its own."""
         passed = requirement.deadline_at is not None and now >= requirement.deadline_at
         if requirement.status == "expired" and not passed:  # another deadline ended its run
             raise DecisionExpiredError(
@@ -299,6 +301,13 @@ class Requirements:
             raise DecisionExpiredError(
                 f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
                 f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
+            )
+        late = next((r for r in (run, *teams) if r.deadline_at is not None and now >= r.deadline_at), None)
+        if late is not None and not at_deadline:
+            raise DecisionExpiredError(
+                f"run {late.run_id} passed its deadline (its run_timeout) at {late.deadline_at:.3f}: requirement "
+                f"{requirement.id} is not decided, and the run stops in ERROR at the next sweep; continue it "
+                "then to be asked again"
             )
         cancelled = [team.run_id for team in teams if team.status == S.CANCELLED]
         if run.status != S.PAUSED or requirement.status != "pending" or cancelled:

@@ -2,8 +2,9 @@
 rows the general path writes, on both databases: the requirement as decided, its "decision" event,
 and for the last one of a batch the run queued again with its "resume" event, the same text and
 order; and it is left to the general path while another definition of its agent is live than the
-one that paused the call, where a deploy that changed the paused tool refuses it. Steps run inline
-(the in-memory dispatcher on the real database)."""
+one that paused the call, where a deploy that changed the paused tool refuses it; neither path
+stores a decision that comes after the run's own deadline. Steps run inline (the in-memory
+dispatcher on the real database)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from orchestrator import Agent, Decision, PausedToolChangedError, RunStatus, Tool, tool
+from orchestrator import Agent, Decision, DecisionExpiredError, PausedToolChangedError, RunStatus, Tool, tool
 from orchestrator.catalog import write_served
 from orchestrator.paused_tools import CatalogDoor
 from orchestrator.settings import Settings
@@ -176,3 +177,33 @@ def test_a_decision_is_stored_at_once_only_while_no_other_definition_of_its_agen
     # A rejection is checked against nothing: stored at once
     store.decide(c, rc, Decision(kind="reject"), by="ann", publish_grace=grace, door=door)
     assert door.asked == 2 and inline.store.get_record(c).status == S.QUEUED
+
+
+def test_a_decision_after_the_runs_deadline_is_refused_and_writes_nothing_before_the_sweep_stops_the_run(
+    inline: InMemoryDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = payer()
+    run_id = inline.client.start(agent.name, input="pay", run_timeout=60).run_id
+    inline.run_until_idle()
+    first, second = inline.client.get_run(run_id).active_requirements
+    deadline = inline.store.get_record(run_id).deadline_at
+    assert deadline is not None
+    monkeypatch.setattr(inline.store, "clock", lambda: deadline + 1)  # before any sweep came
+    grace = inline.settings.publish_grace_seconds
+
+    for requirement in (first, second):  # neither the first (stored at once) nor the last (resumes it)
+        with pytest.raises(DecisionExpiredError, match=f"run {run_id} passed its deadline"):
+            inline.store.requirements.decide(
+                run_id, requirement.id, Decision(kind="confirm"), by="ann", publish_grace=grace
+            )
+
+    with inline.store.engine.connect() as conn:
+        statuses = conn.execute(select(requirements.c.status).where(requirements.c.run_id == run_id)).scalars().all()
+        decisions = conn.execute(
+            select(events.c.id).where(events.c.run_id == run_id, events.c.kind == "decision")
+        ).all()
+    assert statuses == ["pending", "pending"] and decisions == []
+    assert inline.store.get_record(run_id).status == S.PAUSED
+    assert inline.sweep().stopped == [run_id]
+    stopped = inline.client.get_run(run_id)
+    assert stopped.status == S.ERROR and stopped.error is not None and stopped.error.type == "RunTimeoutError"

@@ -248,6 +248,32 @@ def test_a_teams_deadline_stops_its_members_with_it_and_continuing_the_team_goes
     assert team.client.wait(out.run_id).status == S.COMPLETED
 
 
+def test_a_decision_after_the_teams_deadline_is_refused_for_its_member_until_the_sweep_stops_them(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    @tool(requires_confirmation=True)
+    def pay(to: str) -> str:
+        """Pay someone."""
+        return f"paid {to}"
+
+    payer = Agent(name=name(), model=CountingModel(), tools=[pay], role="Pays.")
+    call = {"tool": TO_MEMBER, "arguments": {"member_id": member_id(payer), "task": "pay ann"}}
+    leader = CountingModel(script=ScriptConfig(batches=[[call]], final_text="Team: {tool_results}"))
+    team = Team(name=name(), model=leader, members=[payer], run_timeout=120)
+    out = team.run("pay ann")
+    [member] = out.member_runs
+    [req] = member.active_requirements
+    clock.advance(121)  # past the team's deadline, before any sweep
+
+    with pytest.raises(DecisionExpiredError, match=f"run {out.run_id} passed its deadline"):
+        team.client.decide(member.run_id, req.id, Decision(kind="confirm"))
+    assert [r.status for r in team.client.get_run(member.run_id).requirements] == ["pending"]
+    assert "decision" not in kinds(inline, member.run_id)
+
+    assert inline.sweep().stopped == [out.run_id]
+    assert timed_out(team.client.get_run(out.run_id)) and timed_out(team.client.get_run(member.run_id))
+
+
 def test_a_continue_keeps_a_deadline_ahead_takes_a_new_one_and_refuses_one_for_a_run_going_on(
     inline: InMemoryDispatcher, clock: Clock
 ) -> None:
