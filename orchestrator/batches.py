@@ -13,7 +13,10 @@ reported by its type only, and logged with its text.
 A batch continue resumes runs in place only: an ERROR run, and a RUNNING one whose worker died.
 A COMPLETED run is refused, since its continue forks it and asks the model again (continue it on
 its own to fork it), and so is a PAUSED one, whose continue needs a person's decisions. A QUEUED
-or WAITING run is going already: reported as it is, as a continue of one leaves it.
+or WAITING run is going already: reported as it is, as a continue of one leaves it. A run a
+deploy stopped (DefinitionChangedError) is continued as any ERROR run, and while no live worker
+serves its definition stops again the same way: `ok` says the continue was done, not that the
+run will finish (a batch takes no `accept_definition`).
 """
 
 from __future__ import annotations
