@@ -140,6 +140,10 @@ def test_a_changed_argument_schema_of_an_owed_call_stops_the_run_until_a_continu
     assert (failed.task, failed.status, failed.definition_hash) == ("tools", "failed", new)
 
     inline.autorun = True
+    batch = agent.client.continue_runs([run_id])  # done, and it stops again the same way
+    assert batch.done == [run_id]
+    again = agent.client.wait(run_id)
+    assert again.error is not None and again.error.type == "DefinitionChangedError" and looked == []
     done = agent.continue_run(run_id=run_id, accept_definition=new)
 
     assert done.status == S.COMPLETED and looked == ["otters"] and done.definition_hash == new
