@@ -46,7 +46,7 @@ function agentRow(agent) {
   return el("tr", { "data-agent": agent.name, "data-live": agent.live ? "true" : "false" },
     el("td", {}, el("a", { href: `#/agents/${name}`, text: agent.name })),
     el("td", { text: d.kind }),
-    el("td", { class: "mono", text: `${d.model.provider || "?"} / ${d.model.id}` }),
+    el("td", { class: "mono", text: modelName(d.model) }),
     el("td", { class: "tools-cell", text: d.tools.map((t) => t.name).join(", ") || "–" }),
     el("td", { text: d.members.join(", ") || "–" }),
     el("td", {}, servedBadge(agent.live, agent.last_seen)),
@@ -93,7 +93,7 @@ function renderAgent(agent) {
     extra.push([`Budget per ${scope}`, Object.entries(limits).map(([k, v]) => `${k} ${v}`).join(", ")]);
   }
   for (const [list, models] of Object.entries(d.fallback_models || {})) {
-    extra.push([`Falls back ${list.replace(/_/g, " ")}`, models.map((m) => `${m.provider || "?"} / ${m.id}`).join(" → ")]);
+    extra.push([`Falls back ${list.replace(/_/g, " ")}`, models.map(modelName).join(" → ")]);
   }
   if (extra.length) {
     out.append(el("dl", { class: "facts panel", id: "limits" }, extra.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v, title: v })))));
@@ -109,7 +109,7 @@ function renderAgent(agent) {
     el("tbody", {}, agent.definitions.map((v) => el("tr", { "data-hash": v.definition_hash },
       el("td", { class: "mono", title: v.definition_hash, text: v.definition_hash.slice(0, 12) }),
       el("td", { text: v.kind }),
-      el("td", { class: "mono", text: `${v.model.provider || "?"} / ${v.model.id}` }),
+      el("td", { class: "mono", text: modelName(v.model) }),
       el("td", { text: v.tools.map((t) => t.name).join(", ") || "–" }),
       el("td", { title: when(v.first_seen), text: ago(v.first_seen) }),
       el("td", { title: when(v.last_seen), text: ago(v.last_seen) }),

@@ -33,6 +33,11 @@ function el(tag, props, ...children) {
   return node;
 }
 
+// A model as "provider / id", or its id alone when it names no provider (a scripted model).
+function modelName(model) {
+  return model.provider ? `${model.provider} / ${model.id}` : model.id;
+}
+
 function badge(status) {
   return el("span", { class: `badge s-${STATUSES.includes(status) ? status : "x"}`, text: status });
 }
@@ -445,7 +450,7 @@ function definitionNode(run, agent) {
   const d = agent.definitions.find((v) => v.definition_hash === run.definition_hash) || agent.latest;
   const served = d.live ? "live" : `not live · last seen ${when(d.last_seen)} (${ago(d.last_seen)})`;
   const facts = [
-    ["Model", `${d.model.provider || "?"} / ${d.model.id}`], ["Kind", d.kind], ["Served", served],
+    ["Model", modelName(d.model)], ["Kind", d.kind], ["Served", served],
     ["Hash", d.definition_hash.slice(0, 12)], ["Queues", `steps ${d.queue || "default"} · tools ${d.tool_queue || "default"}`],
   ];
   if (d.members.length) facts.push(["Members", d.members.join(", ")]);
