@@ -14,24 +14,27 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
+import redis
 
 import tests.integration.compose_agents  # noqa: F401  (the embedded worker runs its agent)
 from orchestrator import Agent, Client, RunStatus
 from orchestrator.catalog import write_served
 from orchestrator.models import OpenAIChat
 from orchestrator.settings import Settings
-from orchestrator.store import Store
-from orchestrator.store.database import open_engine
+from orchestrator.store import Store, forget_stores
+from orchestrator.store.database import migrate, open_engine
+from orchestrator.store.tables import metadata
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
+from tests.isolation import UNACKED, UNACKED_INDEX, BrokerLeftovers
 from workers.api.serve import GRACEFUL_SHUTDOWN
 from workers.celery.embedded import EmbeddedWorker
 
@@ -94,9 +97,98 @@ def start_api(
     return ApiServer(url=url, log=log, proc=proc)
 
 
+@contextmanager
+def module_database(request: pytest.FixtureRequest, kind: str, folder: Path) -> Iterator[str]:
+    """The URL of a migrated database (`kind`: sqlite or postgres) for the tests of a module, dropped after them."""
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / 'ratchet.db'}"
+        engine = open_engine(url)
+        try:
+            migrate(engine)
+        finally:
+            engine.dispose()
+        yield url
+        forget_stores()
+        return
+    url, drop = request.getfixturevalue("pg_databases").create()
+    try:
+        yield url
+    finally:
+        forget_stores()
+        drop()
+
+
+@dataclass
+class SharedApi:
+    """A `ratchet api` server the tests of a module share, on a database and queues of the module's
+    own. `fresh()`, before each test, puts every table back as it was when migrated and empties
+    the queues, so no test meets a run, session, key, schedule, catalog row or message of one
+    before it (a new database per test, as `db_url` gives, without a server start per test)."""
+
+    server: ApiServer
+    settings: Settings
+    #: Each table's rows as migrated (the metric totals' mark: `orchestrator.store.metrics`).
+    rows: dict[str, list[dict[str, Any]]]
+
+    def fresh(self) -> Settings:
+        """Reset the database and the queues (no worker may be running); returns the settings."""
+        forget_stores()
+        engine = open_engine(self.settings.database_url)
+        try:
+            with engine.begin() as conn:
+                for table in reversed(metadata.sorted_tables):
+                    conn.execute(table.delete())
+                for table in metadata.sorted_tables:
+                    if self.rows[table.name]:
+                        conn.execute(table.insert(), self.rows[table.name])
+        finally:
+            engine.dispose()
+        # The queues' lists and unacked entries, not kombu's bindings: the running server publishes through those
+        tag = self.settings.model_queue.split(".")[1]
+        with redis.Redis.from_url(self.settings.broker_url) as client:
+            keys = [k for k in client.scan_iter(match=f"*t.{tag}.*", count=1000) if not k.startswith(b"_kombu.")]
+            if keys:
+                client.delete(*keys)
+            for delivery, _ in BrokerLeftovers._unacked(client, (f"t.{tag}.",)):
+                client.hdel(UNACKED, delivery)
+                client.zrem(UNACKED_INDEX, delivery)
+        return self.settings
+
+
+@contextmanager
+def shared_api(settings: Settings, log: Path, *args: str, **kwargs: Any) -> Iterator[SharedApi]:
+    """`start_api` for a module's tests (see `SharedApi`); its queues' keys are deleted after them."""
+    engine = open_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            rows = {t.name: [dict(r._mapping) for r in conn.execute(t.select())] for t in metadata.sorted_tables}
+    finally:
+        engine.dispose()
+    server = start_api(settings, log, *args, **kwargs)
+    try:
+        yield SharedApi(server=server, settings=settings, rows=rows)
+    finally:
+        server.stop()
+        BrokerLeftovers(settings.broker_url).delete([settings.model_queue.split(".")[1]])
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with module_database(request, request.param, tmp_path_factory.mktemp("db")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared(module_db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedApi]:
+    settings = make_settings(module_db_url, redis_url, api_max_body_bytes=BODY_LIMIT)
+    with shared_api(settings, tmp_path_factory.mktemp("api") / "api.log") as served:
+        yield served
+
+
 @pytest.fixture
-def api_settings(db_url: str, redis_url: str) -> Settings:
-    return make_settings(db_url, redis_url, api_max_body_bytes=BODY_LIMIT)
+def api_settings(shared: SharedApi) -> Settings:
+    """The module's server's settings, its database and queues emptied for this test."""
+    return shared.fresh()
 
 
 @pytest.fixture
@@ -106,10 +198,8 @@ def settings(api_settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def api(api_settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
-    server = start_api(api_settings, tmp_path / "api.log")
-    yield server
-    server.stop()
+def api(shared: SharedApi, api_settings: Settings) -> ApiServer:
+    return shared.server
 
 
 def error_of(response: httpx.Response, status: int, type: str) -> dict[str, Any]:

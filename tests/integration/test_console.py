@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jwt
@@ -25,7 +24,7 @@ from orchestrator.settings import Settings
 from tests.conftest import make_settings
 from tests.integration.browser import DEADLINE_MS
 from tests.integration.console_agents import CHATTER_WORDS, MARKUP
-from tests.integration.test_api import ApiServer, start_api
+from tests.integration.test_api import ApiServer, SharedApi, module_database, shared_api
 
 APP = "tests.integration.console_agents"
 TOKEN = "console-test-token-9c1e"
@@ -34,18 +33,31 @@ SECRET = uuid.uuid4().hex + uuid.uuid4().hex  # the users' JWTs are signed with 
 pytestmark = [pytest.mark.parametrize("db_url", ["sqlite"], indirect=True), pytest.mark.usefixtures("worker")]
 
 
-@pytest.fixture
-def settings(db_url: str, redis_url: str) -> Settings:
-    """The worker's settings are the API server's."""
-    return make_settings(db_url, redis_url)
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database for this module's tests, which `settings` empties before each one."""
+    with module_database(request, request.param, tmp_path_factory.mktemp("db")) as url:
+        yield url
 
 
-@pytest.fixture
-def api(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
+@pytest.fixture(scope="module")
+def shared(db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedApi]:
+    """The module's server, started once: `SharedApi` says what keeps its tests apart."""
     env = {"RATCHET_API_TOKENS": TOKEN, "RATCHET_JWT_KEY": SECRET, "RATCHET_JWT_ALGORITHMS": "HS256"}
-    server = start_api(settings, tmp_path / "api.log", env=env, app=APP)
-    yield server
-    server.stop()
+    log = tmp_path_factory.mktemp("api") / "api.log"
+    with shared_api(make_settings(db_url, redis_url), log, env=env, app=APP) as served:
+        yield served
+
+
+@pytest.fixture
+def settings(shared: SharedApi) -> Settings:
+    """The worker's settings are the API server's: its database and queues, emptied for this test."""
+    return shared.fresh()
+
+
+@pytest.fixture
+def api(shared: SharedApi, settings: Settings) -> ApiServer:
+    return shared.server
 
 
 def user_token(user: str) -> str:

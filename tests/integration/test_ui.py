@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import playwright.sync_api as pw
@@ -33,24 +32,37 @@ from orchestrator.store.tables import runs
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings
 from tests.integration.browser import CHROMIUM, DEADLINE_MS
-from tests.integration.test_api import ApiServer, start_api
+from tests.integration.test_api import ApiServer, SharedApi, module_database, shared_api, start_api
 from tests.integration.ui_agents import MARKUP, WORDS
 
 APP = "tests.integration.ui_agents"
 TOKEN = "ui-test-token-7f3a"
 
 
-@pytest.fixture
-def settings(db_url: str, redis_url: str) -> Settings:
-    """The worker's settings are the API server's."""
-    return make_settings(db_url, redis_url)
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database of each kind for this module's tests, which `settings` empties before each one."""
+    with module_database(request, request.param, tmp_path_factory.mktemp("db")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared(db_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedApi]:
+    """The module's server (tokens on), started once per database: `SharedApi` says what keeps its tests apart."""
+    log = tmp_path_factory.mktemp("api") / "api.log"
+    with shared_api(make_settings(db_url, redis_url), log, env={"RATCHET_API_TOKENS": TOKEN}, app=APP) as served:
+        yield served
 
 
 @pytest.fixture
-def api(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
-    server = start_api(settings, tmp_path / "api.log", env={"RATCHET_API_TOKENS": TOKEN}, app=APP)
-    yield server
-    server.stop()
+def settings(shared: SharedApi) -> Settings:
+    """The worker's settings are the API server's: its database and queues, emptied for this test."""
+    return shared.fresh()
+
+
+@pytest.fixture
+def api(shared: SharedApi, settings: Settings) -> ApiServer:
+    return shared.server
 
 
 def start(api: ApiServer, agent: str, text: str, *, stream: bool = False, until: str | None = None) -> str:
@@ -386,11 +398,17 @@ def test_a_calls_fields_are_filled_in_and_an_external_calls_result_given_from_th
 # ---------------------------------------------------------------- without tokens
 
 
-@pytest.fixture
-def tokenless(settings: Settings, tmp_path: Path) -> Iterator[ApiServer]:
-    server = start_api(settings, tmp_path / "api.log", app=APP)
+@pytest.fixture(scope="module")
+def shared_tokenless(shared: SharedApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A server without tokens on the module's database and queues (`settings` empties them)."""
+    server = start_api(shared.settings, tmp_path_factory.mktemp("tokenless") / "api.log", app=APP)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def tokenless(shared_tokenless: ApiServer, settings: Settings) -> ApiServer:
+    return shared_tokenless
 
 
 def queued(api: ApiServer) -> str:

@@ -14,7 +14,9 @@ from tests.integration.test_api import ApiServer
 from tests.integration.test_ui import (  # noqa: F401  (the fixtures, as the run pages' tests make them)
     TOKEN,
     api,
+    db_url,
     settings,
+    shared,
     signed_in,
     start,
 )
