@@ -160,6 +160,10 @@ def test_a_runs_page_shows_its_agents_definition_live_and_one_no_worker_serves_a
     definition = page.locator("#definition")
     pw.expect(definition).to_have_attribute("data-live", "true")
     pw.expect(definition).to_contain_text("scripted")
+    # A model that names no provider (the scripted model) shows as its id alone
+    pw.expect(definition.locator("div", has=page.locator("dt", has_text="Model")).locator("dd")).to_have_text(
+        "scripted"
+    )
     pw.expect(definition.locator("li code")).to_have_text("render_html")
     started_with = Client(settings).get_run(run_id).definition_hash
     assert started_with is not None
