@@ -286,10 +286,11 @@ class Requirements:
         self, requirement: RunRequirement, run: RunRecord, teams: list[RunRecord], now: float, *, at_deadline: bool
     ) -> None:
         """Refuse a decision on a requirement whose deadline passed (but the deadline's own), of a
-        run past its own deadline or its team's (`run_timeout`: the sweep has not stopped it yet),
-        of a run that is not PAUSED, or of a member whose team (`teams`: those above it) was
-        cancelled: the cancel reached the team and not yet the member, each in a transaction of
-        its own."""
+        PAUSED run past its own deadline or its team's (`run_timeout`: the sweep, which stops it
+        before it acts on any pause's deadline, has not come yet; the deadline's own decision is
+        refused too), of a run that is not PAUSED, or of a member whose team (`teams`: those above
+        it) was cancelled: the cancel reached the team and not yet the member, each in a
+        transaction of its own."""
         passed = requirement.deadline_at is not None and now >= requirement.deadline_at
         if requirement.status == "expired" and not passed:  # another deadline ended its run
             raise DecisionExpiredError(
@@ -297,20 +298,20 @@ class Requirements:
                 "pause_timeout with on_timeout 'error', or the run's own run_timeout); continue the run to be "
                 "asked again"
             )
-        if requirement.status == "expired" or (passed and not at_deadline):
-            raise DecisionExpiredError(
-                f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at:.3f}; "
-                f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
-            )
+        if requirement.status == "expired":
+            raise _policy_decides(requirement)
+        cancelled = [team.run_id for team in teams if team.status == S.CANCELLED]
+        is_open = run.status == S.PAUSED and requirement.status == "pending" and not cancelled
         late = next((r for r in (run, *teams) if r.deadline_at is not None and now >= r.deadline_at), None)
-        if late is not None and not at_deadline:
+        if late is not None and is_open:
             raise DecisionExpiredError(
                 f"run {late.run_id} passed its deadline (its run_timeout) at {late.deadline_at:.3f}: requirement "
                 f"{requirement.id} is not decided, and the run stops in ERROR at the next sweep; continue it "
                 "then to be asked again"
             )
-        cancelled = [team.run_id for team in teams if team.status == S.CANCELLED]
-        if run.status != S.PAUSED or requirement.status != "pending" or cancelled:
+        if passed and not at_deadline:
+            raise _policy_decides(requirement)
+        if not is_open:
             where = f"in the cancelled team {cancelled[0]}" if cancelled else f"{run.status}, not PAUSED"
             raise RunNotPausedError(f"run {run.run_id} is {where}: requirement {requirement.id} cannot be decided now")
 
@@ -403,6 +404,14 @@ class Requirements:
 
 
 # -------------------------------------------------------------------- functions of a connection
+
+
+def _policy_decides(requirement: RunRequirement) -> DecisionExpiredError:
+    """The refusal of a decision that came after its requirement's own deadline."""
+    return DecisionExpiredError(
+        f"requirement {requirement.id}'s deadline passed at {requirement.deadline_at or 0:.3f}; "
+        f"its on_timeout policy ({requirement.on_timeout or 'reject'}) decides it, not this decision"
+    )
 
 
 def log_deadline(store: Store, conn: Connection, run: RunRecord, requirement: RunRequirement) -> None:

@@ -101,7 +101,7 @@ def test_the_agents_page_lists_the_catalog_and_opens_an_agent_with_its_tools_sch
     # Every agent the worker wrote into the catalog at boot, live, with its model and tools
     row = page.locator('#agents tr[data-agent="ui-researcher"]')
     pw.expect(row).to_have_attribute("data-live", "true")
-    pw.expect(row).to_contain_text("scripted")
+    pw.expect(row.locator("td.mono")).to_have_text("scripted")  # a model that names no provider: its id
     pw.expect(row.locator("td.tools-cell")).to_have_text("lookup, fetch_page")
     pw.expect(page.locator('#agents tr[data-agent="ui-crew"]')).to_contain_text("ui-helper")  # a team's members
     listed = {a["name"] for a in read(api, "/agents")["agents"]}

@@ -21,6 +21,7 @@ from orchestrator import (
     InvalidInputError,
     RunBusyError,
     RunConflictError,
+    RunNotPausedError,
     RunOutput,
     RunStatus,
     Team,
@@ -272,6 +273,34 @@ def test_a_decision_after_the_teams_deadline_is_refused_for_its_member_until_the
 
     assert inline.sweep().stopped == [out.run_id]
     assert timed_out(team.client.get_run(out.run_id)) and timed_out(team.client.get_run(member.run_id))
+
+
+def test_past_the_runs_deadline_a_decision_is_refused_for_the_deadline_that_holds(
+    inline: InMemoryDispatcher, clock: Clock
+) -> None:
+    @tool(requires_confirmation=True)
+    def pay(to: str) -> str:
+        """Pay someone."""
+        return f"paid {to}"
+
+    agent = Agent(name=name(), model=CountingModel(), tools=[pay], run_timeout=60, pause_timeout=30)
+    out = agent.run("pay bob")
+    [req] = out.active_requirements
+    cancelled = Agent(name=name(), model=CountingModel(), tools=[pay], run_timeout=60).run("pay ann")
+    [gone] = cancelled.active_requirements
+    agent.client.cancel(cancelled.run_id)
+    clock.advance(61)  # past the pause's deadline and the run's: the sweep stops the run first
+    grace = inline.settings.publish_grace_seconds
+
+    with pytest.raises(DecisionExpiredError, match=f"run {out.run_id} passed its deadline"):
+        agent.client.decide(out.run_id, req.id, Decision(kind="confirm"))
+    with pytest.raises(DecisionExpiredError, match=f"run {out.run_id} passed its deadline"):  # the pause's own too
+        inline.store.requirements.decide(
+            out.run_id, req.id, Decision(kind="reject"), by=None, publish_grace=grace, at_deadline=True
+        )
+    assert "resume" not in kinds(inline, out.run_id) and "decision" not in kinds(inline, out.run_id)
+    with pytest.raises(RunNotPausedError):  # a run that is not PAUSED any more is that, whatever its deadline
+        agent.client.decide(cancelled.run_id, gone.id, Decision(kind="confirm"))
 
 
 def test_a_continue_keeps_a_deadline_ahead_takes_a_new_one_and_refuses_one_for_a_run_going_on(

@@ -49,7 +49,8 @@ def decide(
     again under the same run_id. The same decision sent again is answered as stored, a no-op;
     another one is a 409 DecisionConflictError whose `error.decided_by` and `error.decided_at`
     name the decision that stands. 404 RequirementNotFoundError for an id the run does not have;
-    409 RunNotPausedError for a run that moved on, DecisionExpiredError past the deadline,
+    409 RunNotPausedError for a run that moved on, DecisionExpiredError past the deadline
+    (the requirement's, or the run's or its team's `run_timeout`),
     PausedToolChangedError for a decision that would run the paused call (or answer it as its
     tool) when the agent's newest live definition changed that tool since the pause (nothing is
     stored; the message says what changed); 422 DecisionKindError for a decision that does not
