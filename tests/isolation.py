@@ -103,10 +103,16 @@ class BrokerLeftovers:
             unacked = [f"{UNACKED}:{key}" for _, key in self._unacked(client, marks)]
         return sorted(keys) + unacked
 
-    def delete(self, tags: Iterable[str]) -> None:
+    def delete(self, tags: Iterable[str], *, keep_bindings: bool = False) -> None:
+        """Delete these tags' queues and their unacked entries; `keep_bindings`: not kombu's
+        binding keys (`_kombu.*`), which a process still running publishes through."""
         marks = _marks(tags)
         with redis.Redis.from_url(self.url) as client:
-            keys = [k for k in client.scan_iter(match="*t.*", count=1000) if _ours(k.decode(), marks)]
+            keys = [
+                k
+                for k in client.scan_iter(match="*t.*", count=1000)
+                if _ours(k.decode(), marks) and not (keep_bindings and k.startswith(b"_kombu."))
+            ]
             if keys:
                 client.delete(*keys)
             for tag, _ in self._unacked(client, marks):

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-import redis
 
 import tests.integration.compose_agents  # noqa: F401  (the embedded worker runs its agent)
 from orchestrator import Agent, Client, RunStatus
@@ -34,7 +33,7 @@ from orchestrator.store.tables import metadata
 from orchestrator.testing.waiting import wait_until
 from tests.conftest import make_settings, settings_env
 from tests.integration.producing import fail
-from tests.isolation import UNACKED, UNACKED_INDEX, BrokerLeftovers
+from tests.isolation import BrokerLeftovers
 from workers.api.serve import GRACEFUL_SHUTDOWN
 from workers.celery.embedded import EmbeddedWorker
 
@@ -143,15 +142,8 @@ class SharedApi:
                         conn.execute(table.insert(), self.rows[table.name])
         finally:
             engine.dispose()
-        # The queues' lists and unacked entries, not kombu's bindings: the running server publishes through those
-        tag = self.settings.model_queue.split(".")[1]
-        with redis.Redis.from_url(self.settings.broker_url) as client:
-            keys = [k for k in client.scan_iter(match=f"*t.{tag}.*", count=1000) if not k.startswith(b"_kombu.")]
-            if keys:
-                client.delete(*keys)
-            for delivery, _ in BrokerLeftovers._unacked(client, (f"t.{tag}.",)):
-                client.hdel(UNACKED, delivery)
-                client.zrem(UNACKED_INDEX, delivery)
+        # The queues and their unacked entries, not kombu's bindings: the running server publishes through those
+        BrokerLeftovers(self.settings.broker_url).delete([self.settings.model_queue.split(".")[1]], keep_bindings=True)
         return self.settings
 
 
